@@ -1,0 +1,390 @@
+"""Scenario YAML → validated Scenario → grid of Points (and skips, each with its reason).
+
+The YAML shape is a contract (see README). Validation happens before anything runs; errors name
+the file, the line, the field path, what was expected and, for near misses, what was meant.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    NonNegativeInt,
+    PositiveInt,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from harness import __version__
+from harness import catalog
+from harness.compat import rule_for
+from harness.errors import UserInputError, did_you_mean
+from harness.quantization import (
+    BACKENDS,
+    KV_CACHE_DTYPES,
+    QUANTIZATIONS,
+    TARGETS,
+    Backend,
+    KvCacheDtype,
+    Quantization,
+    Target,
+)
+
+AXES = ("models", "backend", "quantization", "kv_cache_dtype", "batch", "context", "targets")
+CHOICES: dict[str, tuple[str, ...]] = {
+    "backend": BACKENDS,
+    "quantization": QUANTIZATIONS,
+    "kv_cache_dtype": KV_CACHE_DTYPES,
+    "targets": TARGETS,
+    "target": TARGETS,
+}
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ModelRef(Strict):
+    id: str = Field(min_length=1)
+    revision: str = "main"
+
+
+class Reference(Strict):
+    """The configuration every other one is compared with, per model, in the same run."""
+
+    quantization: Quantization = "none"
+    kv_cache_dtype: KvCacheDtype = "auto"
+
+
+class QualitySettings(Strict):
+    window_tokens: PositiveInt = 256
+    max_windows: PositiveInt | None = 64  # None = every window of the corpus
+    arc_items: NonNegativeInt = 100
+    bootstrap_samples: PositiveInt = 1000
+
+
+class VllmOptions(Strict):
+    gpu_memory_utilization: float = Field(0.9, gt=0.0, le=1.0)
+    enforce_eager: bool = False
+    max_model_len: PositiveInt | None = None
+
+
+class Exclude(Strict):
+    """One exclusion: every field given must match for a point to be excluded."""
+
+    model: str | None = None
+    backend: Backend | None = None
+    quantization: Quantization | None = None
+    kv_cache_dtype: KvCacheDtype | None = None
+    batch: PositiveInt | None = None
+    context: PositiveInt | None = None
+    target: Target | None = None
+
+    @model_validator(mode="after")
+    def names_at_least_one_field(self) -> Exclude:
+        if not self.model_dump(exclude_none=True):
+            raise ValueError("an exclude entry must name at least one field")
+        return self
+
+    def matches(self, fields: dict[str, Any]) -> bool:
+        return all(fields[k] == v for k, v in self.model_dump(exclude_none=True).items())
+
+
+def _unique(values: list[Any]) -> list[Any]:
+    seen = [v for i, v in enumerate(values) if v in values[:i]]
+    if seen:
+        raise ValueError(f"duplicate value {seen[0]!r}")
+    return values
+
+
+class Scenario(Strict):
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", max_length=80)
+    models: list[ModelRef] = Field(min_length=1)
+    backend: list[Backend] = Field(min_length=1)
+    quantization: list[Quantization] = Field(min_length=1)
+    kv_cache_dtype: list[KvCacheDtype] = Field(default_factory=lambda: ["auto"], min_length=1)
+    batch: list[PositiveInt] = Field(min_length=1)
+    context: list[PositiveInt] = Field(min_length=1)
+    output_tokens: PositiveInt
+    targets: list[Target] = Field(min_length=1)
+    repeats: PositiveInt = 5
+    warmups: NonNegativeInt = 1
+    min_duration_s: float = Field(0.0, ge=0.0)
+    seed: int = 0
+    gpu: str | None = None  # catalog card the plan assumes for GPU targets
+    exclude: list[Exclude] = Field(default_factory=list)
+    reference: Reference = Reference()
+    quality: QualitySettings = QualitySettings()
+    vllm: VllmOptions = VllmOptions()
+
+    @field_validator("models", mode="before")
+    @classmethod
+    def model_strings_are_ids(cls, value: Any) -> Any:
+        if isinstance(value, list):
+            return [{"id": v} if isinstance(v, str) else v for v in value]
+        return value
+
+    @field_validator("backend", "quantization", "kv_cache_dtype", "batch", "context", "targets")
+    @classmethod
+    def no_duplicates(cls, value: list[Any]) -> list[Any]:
+        return _unique(value)
+
+    @field_validator("gpu")
+    @classmethod
+    def gpu_is_in_catalog(cls, value: str | None) -> str | None:
+        if value is not None:
+            catalog.gpu(value)
+        return value
+
+
+class Point(Strict):
+    """One cell of the grid. Its key (fields + harness version + corpus hash) names its file."""
+
+    model: str
+    revision: str = "main"
+    backend: Backend
+    quantization: Quantization
+    kv_cache_dtype: KvCacheDtype
+    batch: PositiveInt
+    context: PositiveInt
+    output_tokens: PositiveInt
+    target: Target
+    repeats: PositiveInt = 5
+    warmups: NonNegativeInt = 1
+    min_duration_s: float = 0.0
+    seed: int = 0
+    window_tokens: PositiveInt = 256
+    max_windows: PositiveInt | None = 64
+
+    def key(self, corpus_hash: str) -> str:
+        payload = json.dumps(
+            {**self.model_dump(), "harness": __version__, "corpus": corpus_hash}, sort_keys=True
+        )
+        return hashlib.sha256(payload.encode()).hexdigest()[:20]
+
+    @property
+    def group(self) -> GroupKey:
+        return GroupKey(
+            target=self.target,
+            model=self.model,
+            revision=self.revision,
+            backend=self.backend,
+            quantization=self.quantization,
+            kv_cache_dtype=self.kv_cache_dtype,
+        )
+
+
+class GroupKey(Strict):
+    """Points that share a loaded model: loaded once, then every (batch, context) point."""
+
+    target: Target
+    model: str
+    revision: str
+    backend: Backend
+    quantization: Quantization
+    kv_cache_dtype: KvCacheDtype
+
+    @property
+    def label(self) -> str:
+        return f"{self.model}|{self.backend}|{self.quantization}|kv={self.kv_cache_dtype}|{self.target}"
+
+
+class Skip(Strict):
+    point: Point
+    reason: str
+
+
+class Grid(Strict):
+    scenario: Scenario
+    points: list[Point]
+    skipped: list[Skip]
+
+
+def expand(scenario: Scenario) -> Grid:
+    """Every combination of the axes, minus exclusions and incompatible ones (with reasons)."""
+    points: list[Point] = []
+    skipped: list[Skip] = []
+    archs = {m.id: catalog.model(m.id) for m in scenario.models}
+    for m, backend, quant, kv, batch, context, target in itertools.product(
+        scenario.models,
+        scenario.backend,
+        scenario.quantization,
+        scenario.kv_cache_dtype,
+        scenario.batch,
+        scenario.context,
+        scenario.targets,
+    ):
+        point = Point(
+            model=m.id,
+            revision=m.revision,
+            backend=backend,
+            quantization=quant,
+            kv_cache_dtype=kv,
+            batch=batch,
+            context=context,
+            output_tokens=scenario.output_tokens,
+            target=target,
+            repeats=scenario.repeats,
+            warmups=scenario.warmups,
+            min_duration_s=scenario.min_duration_s,
+            seed=scenario.seed,
+            window_tokens=scenario.quality.window_tokens,
+            max_windows=scenario.quality.max_windows,
+        )
+        reason = skip_reason(scenario, point, archs[m.id])
+        if reason:
+            skipped.append(Skip(point=point, reason=reason))
+        else:
+            points.append(point)
+    return Grid(scenario=scenario, points=points, skipped=skipped)
+
+
+def skip_reason(scenario: Scenario, point: Point, arch: catalog.ModelArch) -> str | None:
+    fields = point.model_dump()
+    for i, rule in enumerate(scenario.exclude):
+        if rule.matches(fields):
+            return f"excluded by the scenario (exclude[{i}])"
+    broken = rule_for(fields)
+    if broken:
+        return f"{broken.reason} [rule {broken.id}]"
+    needed = point.context + point.output_tokens
+    if needed > arch.max_positions:
+        return (
+            f"context + output_tokens = {needed} exceeds the model's max_position_embeddings "
+            f"({arch.max_positions}) [rule max-positions]"
+        )
+    return None
+
+
+def reference_point(scenario: Scenario, point: Point) -> Point:
+    """The point's counterpart in the reference configuration (same shape, same target)."""
+    return point.model_copy(
+        update={
+            "quantization": scenario.reference.quantization,
+            "kv_cache_dtype": scenario.reference.kv_cache_dtype,
+        }
+    )
+
+
+# --- loading ----------------------------------------------------------------------------------
+
+
+def load(path: str | Path) -> Scenario:
+    """Read and validate a scenario file; every error is a UserInputError with file and line."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise UserInputError("scenario file not found", file=str(path)) from None
+    except (IsADirectoryError, UnicodeDecodeError) as exc:
+        raise UserInputError(f"cannot read scenario: {exc}", file=str(path)) from None
+    return parse(text, str(path))
+
+
+def parse(text: str, filename: str = "<scenario>") -> Scenario:
+    try:
+        root = yaml.compose(text)
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise UserInputError(
+            f"not valid YAML: {problem}",
+            file=filename,
+            line=mark.line + 1 if mark else None,
+        ) from None
+    if not isinstance(data, dict):
+        raise UserInputError(
+            f"expected a mapping of scenario fields at the top, found {type(data).__name__}",
+            file=filename,
+            line=1,
+        )
+    try:
+        return Scenario.model_validate(data)
+    except ValidationError as exc:
+        raise _first_error(exc, root, filename) from None
+    except UserInputError as exc:
+        exc.file = filename
+        raise UserInputError(exc.message, file=filename, field=exc.field) from None
+
+
+def _first_error(exc: ValidationError, root: yaml.Node | None, filename: str) -> UserInputError:
+    # An unknown key usually explains a "missing" one (a typo), so report it first.
+    errors = sorted(exc.errors(), key=lambda e: e["type"] != "extra_forbidden")
+    err = errors[0]
+    loc = tuple(err["loc"])
+    field = _field_path(loc)
+    kind = err["type"]
+    value = err.get("input")
+    message = err["msg"]
+    top = str(loc[0]) if loc else ""
+    if kind == "extra_forbidden":
+        known = _known_fields(loc[:-1])
+        message = f"unknown field{did_you_mean(loc[-1], known)}; expected one of: {', '.join(known)}"
+    elif kind == "literal_error":
+        choices = CHOICES.get(top) or CHOICES.get(str(loc[-2]) if len(loc) > 1 else "", ())
+        if not choices and len(loc) > 1:
+            choices = CHOICES.get(str(loc[-1]), ())
+        message = (
+            f"{value!r} is not allowed{did_you_mean(value, choices)}; expected one of: "
+            f"{', '.join(choices)}"
+        )
+    elif kind == "missing":
+        message = "required field is missing"
+    else:
+        message = f"{message} (got {value!r})" if value is not None and kind != "value_error" else message
+        message = message.removeprefix("Value error, ")
+    return UserInputError(message, file=filename, line=_line_of(root, loc), field=field)
+
+
+def _field_path(loc: tuple[Any, ...]) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def _known_fields(parent: tuple[Any, ...]) -> list[str]:
+    model: type[BaseModel] = Scenario
+    for part in parent:
+        if isinstance(part, int):
+            continue
+        annotation = model.model_fields[str(part)].annotation
+        inner = getattr(annotation, "__args__", (annotation,))
+        nested = [a for a in inner if isinstance(a, type) and issubclass(a, BaseModel)]
+        if not nested:
+            break
+        model = nested[0]
+    return list(model.model_fields)
+
+
+def _line_of(root: yaml.Node | None, loc: tuple[Any, ...]) -> int | None:
+    """1-based line of the deepest YAML node that the error location reaches."""
+    node = root
+    line = node.start_mark.line + 1 if node is not None else None
+    for part in loc:
+        child = None
+        if isinstance(node, yaml.MappingNode):
+            for key, val in node.value:
+                if key.value == str(part):
+                    child = val
+                    line = key.start_mark.line + 1
+                    break
+        elif isinstance(node, yaml.SequenceNode) and isinstance(part, int):
+            if part < len(node.value):
+                child = node.value[part]
+        if child is None:
+            break
+        node = child
+        line = node.start_mark.line + 1
+    return line
+
