@@ -1,0 +1,117 @@
+"""The backend protocol: what a worker needs from an engine, and nothing engine-specific.
+
+A backend is built for one group (model, quantization, KV dtype, target), loads once, then
+serves every (batch, context) point of that group. Engines are imported only inside the
+concrete backend modules, so planning and aggregation never import torch or vLLM.
+"""
+
+from __future__ import annotations
+
+import importlib
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict
+
+from harness.errors import UserInputError, did_you_mean
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from harness.scenario import GroupKey, VllmOptions
+
+
+class BackendOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, arbitrary_types_allowed=True)
+    device: str  # "cpu" or "cuda" (ROCm included: torch reports HIP as cuda)
+    model_path: str  # a local directory or a hub id (hub ids only where a hub is reachable)
+    seed: int = 0
+    cache_dir: str | None = None  # e.g. GPTQ-quantized checkpoints, keyed by model + calibration
+    vllm: VllmOptions | None = None
+    max_context: int = 2048  # the largest context + output the group will see (vLLM max_model_len)
+
+
+@dataclass
+class Generation:
+    """One generate call over a batch. Token counts come from the outputs, never the request."""
+
+    new_tokens: list[int]  # per row
+    step_ms: list[float]  # ms from the call's start to each step's logits; [0] = first token
+    e2e_ms: float
+    timer: str  # "cuda_events" | "perf_counter"
+
+
+@dataclass
+class WindowScores:
+    """Teacher-forced scores of fixed corpus windows; positions are predicted tokens (T − 1)."""
+
+    nll_sum: np.ndarray  # [W] nats, float64
+    tokens: np.ndarray  # [W] predicted tokens per window
+    argmax: np.ndarray  # [W, T-1] the most likely next token
+    topk_ids: np.ndarray  # [W, T-1, k] own top-k ids (what a reference caches)
+    topk_logprobs: np.ndarray  # [W, T-1, k]
+    logprobs_at_ref: np.ndarray | None = None  # [W, T-1, k] own logprobs at the reference's ids
+
+
+@dataclass
+class MemoryFacts:
+    """What the engine itself says about its memory, in bytes; None when it cannot say."""
+
+    weights_bytes: int | None = None
+    kv_cache_bytes: int | None = None
+    preallocated_bytes: int | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class Backend(ABC):
+    name: ClassVar[str]
+
+    def __init__(self, group: GroupKey, options: BackendOptions) -> None:
+        self.group = group
+        self.options = options
+
+    @abstractmethod
+    def load(self) -> None: ...
+
+    @abstractmethod
+    def encode(self, text: str) -> list[int]: ...
+
+    @abstractmethod
+    def generate(self, prompts: list[list[int]], new_tokens: int) -> Generation:
+        """Greedy, exactly `new_tokens` per row (min = max, EOS ignored)."""
+
+    @abstractmethod
+    def score_windows(
+        self, windows: list[list[int]], ref_topk_ids: np.ndarray | None, k: int
+    ) -> WindowScores: ...
+
+    @abstractmethod
+    def score_continuations(self, pairs: list[tuple[str, str]]) -> list[float]:
+        """Log-likelihood (nats) of each continuation given its context (multiple choice)."""
+
+    @abstractmethod
+    def memory_facts(self) -> MemoryFacts: ...
+
+    def close(self) -> None:
+        """Release the model and the device memory it holds."""
+
+
+REGISTRY: dict[str, str] = {
+    "transformers": "harness.backends.transformers:TransformersBackend",
+    "vllm": "harness.backends.vllm:VllmBackend",
+}
+
+
+def backend_class(name: str) -> type[Backend]:
+    """Resolve a backend lazily by name; an unknown one says what was meant."""
+    try:
+        target = REGISTRY[name]
+    except KeyError:
+        raise UserInputError(
+            f"unknown backend {name!r}{did_you_mean(name, REGISTRY)}; known: {', '.join(REGISTRY)}",
+            field="backend",
+        ) from None
+    module_name, class_name = target.split(":")
+    cls: type[Backend] = getattr(importlib.import_module(module_name), class_name)
+    return cls
