@@ -57,6 +57,15 @@ class ModelRef(Strict):
     id: str = Field(min_length=1)
     revision: str = "main"
 
+    @field_validator("id")
+    @classmethod
+    def id_is_known(cls, value: str) -> str:
+        try:
+            catalog.model(value)
+        except UserInputError as exc:
+            raise ValueError(exc.message) from None
+        return value
+
 
 class Reference(Strict):
     """The configuration every other one is compared with, per model, in the same run."""
@@ -142,7 +151,10 @@ class Scenario(Strict):
     @classmethod
     def gpu_is_in_catalog(cls, value: str | None) -> str | None:
         if value is not None:
-            catalog.gpu(value)
+            try:
+                catalog.gpu(value)
+            except UserInputError as exc:
+                raise ValueError(exc.message) from None
         return value
 
 
@@ -312,9 +324,6 @@ def parse(text: str, filename: str = "<scenario>") -> Scenario:
         return Scenario.model_validate(data)
     except ValidationError as exc:
         raise _first_error(exc, root, filename) from None
-    except UserInputError as exc:
-        exc.file = filename
-        raise UserInputError(exc.message, file=filename, field=exc.field) from None
 
 
 def _first_error(exc: ValidationError, root: yaml.Node | None, filename: str) -> UserInputError:

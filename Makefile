@@ -1,0 +1,68 @@
+# Two commands on a fresh machine: `make bench` and `make test`. Both build .venv when missing.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+# cpu | cuda | rocm, detected; override with `make bench ACCEL=cpu`.
+ACCEL ?= $(shell if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then echo cuda; \
+	elif command -v amd-smi >/dev/null 2>&1 || [ -e /dev/kfd ]; then echo rocm; else echo cpu; fi)
+STAMP := $(VENV)/.installed-$(ACCEL)
+RUN ?= results/bench-$(ACCEL)
+SCENARIO ?= scenarios/default.yaml
+
+export HF_HUB_OFFLINE := 1
+export TRANSFORMERS_OFFLINE := 1
+export HF_HUB_DISABLE_TELEMETRY := 1
+export GPTQMODEL_CPU_WORKERS := 2
+export RAY_USAGE_STATS_ENABLED := 0
+export RAY_AUTH_MODE := disabled
+export TOKENIZERS_PARALLELISM := false
+
+.PHONY: bench test lint perf gpu-check plan images bench-cluster side-by-side clean venv
+
+venv: $(STAMP)
+
+# torch goes in first and alone (pinned), then everything else under a constraint that keeps it.
+$(VENV)/.installed-cpu: requirements/torch-cpu.txt requirements/cpu.lock.txt pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade "pip>=23.2"
+	$(BIN)/python -m pip install -q -r requirements/torch-cpu.txt
+	$(BIN)/python -m pip install -q -c requirements/torch-cpu.txt -r requirements/cpu.lock.txt
+	$(BIN)/python -m pip install -q --no-deps --no-build-isolation -e .
+	touch $@
+
+# GPU nodes: vLLM brings its own CUDA/ROCm torch; the rest is installed under a constraint on it.
+$(VENV)/.installed-cuda $(VENV)/.installed-rocm: requirements/gpu-vllm.txt requirements/cpu.lock.txt pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q -r requirements/gpu-vllm.txt
+	$(BIN)/python -m pip freeze | grep -iE '^(torch|transformers|numpy)==' > $(VENV)/engine-constraints.txt
+	grep -viE '^(torch|transformers|numpy|gptqmodel|torchao)==' requirements/cpu.lock.txt > $(VENV)/rest.txt
+	$(BIN)/python -m pip install -q -c $(VENV)/engine-constraints.txt -r $(VENV)/rest.txt
+	$(BIN)/python -m pip install -q --no-deps --no-build-isolation -e .
+	touch $@
+
+bench: $(STAMP)
+	$(BIN)/harness bench --out $(RUN) $(if $(filter cpu,$(ACCEL)),$(SCENARIO),scenarios/gpu-default.yaml)
+
+plan: $(STAMP)
+	$(BIN)/harness plan $(SCENARIO)
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q
+
+lint: $(STAMP)
+	$(BIN)/ruff check harness tests scripts
+	$(BIN)/ruff format --check harness tests scripts
+	$(BIN)/mypy
+
+perf: $(STAMP)
+	$(BIN)/python scripts/perf_aggregate.py
+
+gpu-check: $(STAMP)
+	$(BIN)/python scripts/gpu_check.py --out $${OUT:-results/gpu-check}
+
+side-by-side: $(STAMP)
+	$(BIN)/python scripts/side_by_side.py
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -1,0 +1,119 @@
+"""The `harness` command line: plan, measure, run, aggregate, report, compare, node, bench.
+
+Every command turns a UserInputError into one clear line on stderr and exit code 2.
+Engines are imported only by the commands that measure.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from harness.errors import UserInputError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__)
+node_app = typer.Typer(no_args_is_help=True, help="Start a Ray node with detected resources.")
+app.add_typer(node_app, name="node")
+console = Console()
+err_console = Console(stderr=True)
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def friendly(fn: F) -> F:
+    """Bad input → one line naming what was wrong and where, exit 2, nothing written."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except UserInputError as exc:
+            err_console.print(f"[bold red]error[/]: {exc.render()}", highlight=False)
+            raise typer.Exit(2) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+def hourly_price(tariffs: Path | None, gpu: str) -> tuple[float | None, str | None]:
+    """Hourly $ per GPU of the first tariff for this card, if a tariff file was given."""
+    if tariffs is None:
+        return None, None
+    from harness.tariffs import load_tariffs
+
+    for tariff in load_tariffs(tariffs).tariffs:
+        if tariff.gpu == gpu:
+            return tariff.hourly_usd / tariff.gpus_per_node, f"{tariff.provider} {tariff.gpu}"
+    raise UserInputError(f"no tariff for GPU {gpu!r}", file=str(tariffs), field="gpu")
+
+
+@app.command()
+@friendly
+def plan(
+    scenario: Annotated[Path, typer.Argument(help="scenario YAML")],
+    gpu: Annotated[str | None, typer.Option(help="catalog GPU to plan GPU targets on")] = None,
+    tariffs: Annotated[Path | None, typer.Option(help="tariff YAML: prices the budget")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
+) -> None:
+    """Every point with its memory plan and fit verdict, every skip with its reason, the budget."""
+    from harness import catalog
+    from harness import plan as planner
+    from harness import scenario as scen
+
+    grid = scen.expand(scen.load(scenario))
+    card = catalog.gpu(gpu or grid.scenario.gpu or "H100-SXM-80GB")
+    price, tariff_name = hourly_price(tariffs, card.name)
+    result = planner.plan_grid(grid, gpu=gpu, hourly_usd=price)
+    result.budget.tariff = tariff_name
+    if as_json:
+        sys.stdout.write(json.dumps(result.contract()) + "\n")
+        return
+    print_plan(result)
+
+
+def print_plan(result: Any) -> None:
+    table = Table(title="plan (GiB = 2^30 bytes)", show_lines=False)
+    for col in ("model", "backend", "quant", "kv", "batch", "context", "target", "gpu",
+                "weights", "kv cache", "activ.", "reserve", "total", "fits", "est s"):  # fmt: skip
+        table.add_column(col, overflow="fold")
+    for p in result.points:
+        table.add_row(
+            p.model, p.backend, p.quantization, p.kv_cache_dtype, str(p.batch), str(p.context),
+            p.target, p.gpu, f"{p.weights_gib:.2f}", f"{p.kv_cache_gib:.2f}",
+            f"{p.activations_gib:.2f}", f"{p.reserve_gib:.2f}", f"{p.total_gib:.2f}",
+            "[green]yes[/]", f"{p.est_seconds:.1f}",
+        )  # fmt: skip
+    console.print(table)
+    if result.skipped:
+        skips = Table(title=f"skipped ({len(result.skipped)})")
+        for col in ("model", "backend", "quant", "kv", "batch", "context", "target", "reason"):
+            skips.add_column(col, overflow="fold")
+        for skip, _ in result.skipped:
+            pt = skip.point
+            skips.add_row(
+                pt.model, pt.backend, pt.quantization, pt.kv_cache_dtype, str(pt.batch),
+                str(pt.context), pt.target, skip.reason,
+            )  # fmt: skip
+        console.print(skips)
+    b = result.budget
+    cost = f", ≈ ${b.est_cost_usd:.2f} on {b.tariff}" if b.est_cost_usd is not None else ""
+    console.print(
+        f"budget: {b.points} points in {b.groups} groups, {b.skipped} skipped; "
+        f"≈ {b.est_seconds:.0f} s measured work (+{b.est_load_seconds:.0f} s loading), "
+        f"{b.est_gpu_hours:.3f} GPU-h{cost}"
+    )
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

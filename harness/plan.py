@@ -1,0 +1,327 @@
+"""The analytic memory plan, the fit verdict, and the sweep budget — no GPU, no torch.
+
+Formulas (bytes; GiB = 2**30):
+  params        = embeddings + layers × (attention + MLP × experts + router + norms) + lm_head
+  weights       = Σ quantized-linear params × (bits + overhead)/8  +  the rest × 16-bit (or model dtype)
+  KV cache      = 2 × layers × kv_heads × head_dim × bytes(kv dtype) × tokens × batch,
+                  tokens capped at the window on sliding-window layers
+  activations   = prefill transient (hidden + MLP intermediates of B × S tokens, per layer) + logits
+                  (fp32 over B × S positions when all are kept, else B × 1)
+  reserve       = runtime context (CUDA/HIP context or the CPU process) + allocator margin
+  peak(phase)   = load: weights + reserve; prefill: + KV(context) + activations;
+                  decode: + KV(context + output) + decode logits
+A vLLM point instead pre-allocates gpu_memory_utilization × card memory: it fits when weights +
+activations + the KV cache it needs fit inside that share.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from pydantic import BaseModel, ConfigDict
+
+from harness import catalog
+from harness.catalog import GpuSpec, ModelArch
+from harness.quantization import KV_BYTES, WEIGHT_FORMATS, compute_dtype_bytes
+from harness.scenario import Grid, Point, Scenario, Skip
+from harness.units import GIB, MIB
+
+CUDA_CONTEXT_BYTES = 600 * MIB  # CUDA context + cuBLAS workspace, measured ~500–700 MiB
+HIP_CONTEXT_BYTES = 900 * MIB  # ROCm's runtime context is larger
+CPU_RUNTIME_BYTES = 400 * MIB  # interpreter + torch + transformers, measured ~320–400 MiB RSS
+ALLOCATOR_MARGIN = 0.05  # caching-allocator fragmentation, share of the tensors' bytes
+EFFICIENCY = {"cpu": 0.25, "cuda": 0.6, "rocm": 0.5}  # share of roofline a budget assumes
+LOAD_GB_S = 1.0  # disk → device, for the budget's load time per group
+VLLM_MAX_BATCHED_TOKENS = 8192  # vLLM prefills in chunks of at most this many tokens
+
+
+class ParamCounts(BaseModel):
+    model_config = ConfigDict(frozen=True)
+    linear: int  # quantizable linears (attention + MLP + router)
+    embeddings: int
+    lm_head: int  # 0 when tied to the embeddings
+    other: int  # norms and biases
+    active_linear: int  # linears touched per token (MoE: top-k experts)
+
+    @property
+    def total(self) -> int:
+        return self.linear + self.embeddings + self.lm_head + self.other
+
+
+def param_counts(arch: ModelArch) -> ParamCounts:
+    h, kvh, hd = arch.hidden_size, arch.num_kv_heads, arch.head_dim
+    q_out = arch.num_heads * hd
+    attention = h * q_out + 2 * h * kvh * hd + q_out * h
+    mlp = 3 * h * arch.intermediate_size  # gate, up, down
+    router = h * arch.num_experts if arch.num_experts > 1 else 0
+    per_layer = attention + mlp * arch.num_experts + router
+    active_per_layer = attention + mlp * arch.experts_per_token + router
+    bias = (q_out + 2 * kvh * hd) if arch.attention_bias else 0
+    norms = 2 * h
+    return ParamCounts(
+        linear=arch.num_layers * per_layer,
+        embeddings=arch.vocab_size * h,
+        lm_head=0 if arch.tie_embeddings else arch.vocab_size * h,
+        other=arch.num_layers * (norms + bias) + h,
+        active_linear=arch.num_layers * active_per_layer,
+    )
+
+
+def weights_bytes(arch: ModelArch, quantization: str) -> float:
+    """Bytes of the loaded weights in a format (see WeightFormat for the overhead terms)."""
+    fmt = WEIGHT_FORMATS[quantization]
+    counts = param_counts(arch)
+    model_bytes = arch.dtype_bytes if fmt.bits is None else fmt.bits / 8
+    if not fmt.quantizes_linears:
+        return counts.total * model_bytes
+    bits = fmt.bits or 16.0
+    per_weight = bits
+    if fmt.group_size:
+        per_weight += fmt.group_overhead_bits / fmt.group_size
+    linear = counts.linear * per_weight / 8
+    rows = _linear_output_rows(arch)
+    linear += rows * fmt.per_row_overhead_bits / 8
+    kept_bytes = min(arch.dtype_bytes, 2) if fmt.library != "bitsandbytes" else arch.dtype_bytes
+    kept = (counts.embeddings + counts.lm_head + counts.other) * kept_bytes
+    return linear + kept
+
+
+def _linear_output_rows(arch: ModelArch) -> int:
+    h, kvh, hd = arch.hidden_size, arch.num_kv_heads, arch.head_dim
+    attention_rows = arch.num_heads * hd + 2 * kvh * hd + h
+    mlp_rows = (2 * arch.intermediate_size + h) * arch.num_experts
+    return arch.num_layers * (attention_rows + mlp_rows)
+
+
+def kv_bytes_per_token(arch: ModelArch, kv_cache_dtype: str, quantization: str) -> float:
+    """Bytes of K and V for one token across all layers (before any sliding-window cap)."""
+    per_element = KV_BYTES[kv_cache_dtype]
+    if per_element is None:
+        per_element = compute_dtype_bytes(quantization, arch.dtype_bytes)
+    return 2 * arch.num_layers * arch.num_kv_heads * arch.head_dim * per_element
+
+
+def kv_cache_bytes(
+    arch: ModelArch, kv_cache_dtype: str, quantization: str, tokens: int, batch: int
+) -> float:
+    """2 × layers × kv_heads × head_dim × bytes × tokens × batch; sliding layers cap tokens."""
+    per_layer_token = kv_bytes_per_token(arch, kv_cache_dtype, quantization) / arch.num_layers
+    window = arch.sliding_window or tokens
+    sliding = arch.sliding_layers
+    full = arch.num_layers - sliding
+    token_layers = full * tokens + sliding * min(tokens, window)
+    return per_layer_token * token_layers * batch
+
+
+def activation_bytes(
+    arch: ModelArch, quantization: str, batch: int, context: int, *, all_logits: bool
+) -> float:
+    """Prefill transient of one layer (hidden, q/k/v, MLP gate+up) plus the logits tensor."""
+    act = compute_dtype_bytes(quantization, arch.dtype_bytes)
+    tokens = batch * context
+    qkv = arch.num_heads * arch.head_dim + 2 * arch.num_kv_heads * arch.head_dim
+    per_token = (2 * arch.hidden_size + qkv + 2 * arch.intermediate_size) * act
+    logits_positions = tokens if all_logits else batch
+    return tokens * per_token + logits_positions * arch.vocab_size * 4
+
+
+def runtime_reserve_bytes(target: str, tensors_bytes: float) -> float:
+    context = {"cuda": CUDA_CONTEXT_BYTES, "rocm": HIP_CONTEXT_BYTES}.get(target, CPU_RUNTIME_BYTES)
+    return context + ALLOCATOR_MARGIN * tensors_bytes
+
+
+class PointPlan(BaseModel):
+    """The plan of one point on one card, in GiB (2**30 bytes)."""
+
+    model_config = ConfigDict(extra="forbid")
+    model: str
+    backend: str
+    quantization: str
+    kv_cache_dtype: str
+    batch: int
+    context: int
+    output_tokens: int
+    target: str
+    gpu: str
+    weights_gib: float
+    kv_cache_gib: float
+    activations_gib: float
+    reserve_gib: float
+    load_gib: float
+    prefill_gib: float
+    decode_gib: float
+    total_gib: float
+    capacity_gib: float
+    fits: bool
+    reason: str
+    est_seconds: float
+    roofline_decode_tok_s: float
+
+    def contract(self) -> dict[str, object]:
+        keys = (
+            "model backend quantization kv_cache_dtype batch context output_tokens target gpu "
+            "weights_gib kv_cache_gib activations_gib reserve_gib total_gib fits reason"
+        ).split()
+        return {k: getattr(self, k) for k in keys}
+
+
+def card_for(point: Point, default_gpu: str | None) -> GpuSpec:
+    if point.target == "cpu":
+        return catalog.gpu("cpu")
+    if default_gpu:
+        return catalog.gpu(default_gpu)
+    return catalog.gpu("MI300X" if point.target == "rocm" else "H100-SXM-80GB")
+
+
+def plan_point(
+    point: Point, card: GpuSpec, *, gpu_memory_utilization: float = 0.9, warmups: int = 1
+) -> PointPlan:
+    arch = catalog.model(point.model)
+    weights = weights_bytes(arch, point.quantization)
+    kv_prefill = kv_cache_bytes(
+        arch, point.kv_cache_dtype, point.quantization, point.context, point.batch
+    )
+    kv_decode = kv_cache_bytes(
+        arch, point.kv_cache_dtype, point.quantization, point.context + point.output_tokens,
+        point.batch,
+    )  # fmt: skip
+    if point.backend == "vllm":
+        chunk = min(point.batch * point.context, VLLM_MAX_BATCHED_TOKENS)
+        acts = activation_bytes(arch, point.quantization, 1, chunk, all_logits=False)
+    else:
+        acts = activation_bytes(
+            arch, point.quantization, point.batch, point.context, all_logits=False
+        )
+    decode_acts = point.batch * arch.vocab_size * 4
+    reserve = runtime_reserve_bytes(point.target, weights + kv_decode + acts)
+    phases = {
+        "load": weights + reserve,
+        "prefill": weights + kv_prefill + acts + reserve,
+        "decode": weights + kv_decode + decode_acts + reserve,
+    }
+    total = max(phases.values())
+    capacity = card.memory_gib * GIB
+    terms = {"weights": weights, "kv_cache": kv_decode, "activations": acts, "reserve": reserve}
+    if point.backend == "vllm" and point.target != "cpu":
+        capacity *= gpu_memory_utilization
+    fits = total <= capacity
+    binding = max(terms, key=lambda t: terms[t])
+    reason = (
+        f"fits: {total / GIB:.2f} of {capacity / GIB:.2f} GiB"
+        if fits
+        else f"needs {total / GIB:.2f} GiB > {capacity / GIB:.2f} GiB on {card.name}; "
+        f"binding term: {binding} ({terms[binding] / GIB:.2f} GiB)"
+    )
+    ceiling = decode_ceiling_tok_s(card, weights, arch, point)
+    return PointPlan(
+        **point.model_dump(include=set(PointPlan.model_fields)),
+        gpu=card.name,
+        weights_gib=weights / GIB,
+        kv_cache_gib=kv_decode / GIB,
+        activations_gib=acts / GIB,
+        reserve_gib=reserve / GIB,
+        load_gib=phases["load"] / GIB,
+        prefill_gib=phases["prefill"] / GIB,
+        decode_gib=phases["decode"] / GIB,
+        total_gib=total / GIB,
+        capacity_gib=capacity / GIB,
+        fits=fits,
+        reason=reason,
+        est_seconds=estimate_seconds(point, card, arch, weights, ceiling, warmups),
+        roofline_decode_tok_s=ceiling,
+    )
+
+
+def decode_ceiling_tok_s(card: GpuSpec, weights: float, arch: ModelArch, point: Point) -> float:
+    """bandwidth × B / (weights + KV read per step), KV at the mean decode context."""
+    mean_tokens = point.context + point.output_tokens // 2
+    kv = kv_cache_bytes(arch, point.kv_cache_dtype, point.quantization, mean_tokens, point.batch)
+    return card.bandwidth_gb_s * 1e9 * point.batch / (weights + kv)
+
+
+def estimate_seconds(
+    point: Point, card: GpuSpec, arch: ModelArch, weights: float, ceiling: float, warmups: int
+) -> float:
+    """(warmups + repeats) × (prefill at peak FLOP/s + decode at the roofline) / efficiency."""
+    active = param_counts(arch).active_linear + param_counts(arch).embeddings
+    prefill_s = 2 * active * point.batch * point.context / (card.bf16_tflops * 1e12)
+    decode_s = point.batch * point.output_tokens / ceiling
+    per_run = (prefill_s + decode_s) / EFFICIENCY[point.target]
+    return (warmups + point.repeats) * per_run
+
+
+class Budget(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    points: int
+    skipped: int
+    groups: int
+    est_seconds: float
+    est_load_seconds: float
+    est_gpu_hours: float
+    est_cost_usd: float | None = None
+    tariff: str | None = None
+
+
+class Plan(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    points: list[PointPlan]
+    skipped: list[tuple[Skip, PointPlan | None]]
+    budget: Budget
+
+    def contract(self) -> dict[str, object]:
+        """The `harness plan --json` object (a contract: see README)."""
+        skipped = []
+        for skip, plan in self.skipped:
+            row: dict[str, object] = plan.contract() if plan else skip.point.model_dump()
+            row["reason"] = skip.reason
+            skipped.append(row)
+        return {
+            "points": [p.contract() for p in self.points],
+            "skipped": skipped,
+            "budget": self.budget.model_dump(),
+        }
+
+
+def plan_grid(grid: Grid, gpu: str | None = None, hourly_usd: float | None = None) -> Plan:
+    """Plan every point; what cannot fit joins the skips (with the binding term)."""
+    scenario: Scenario = grid.scenario
+    default_gpu = gpu or scenario.gpu
+    fitting: list[PointPlan] = []
+    skipped: list[tuple[Skip, PointPlan | None]] = [(s, None) for s in grid.skipped]
+    util = scenario.vllm.gpu_memory_utilization
+    for point in grid.points:
+        plan = plan_point(
+            point, card_for(point, default_gpu), gpu_memory_utilization=util,
+            warmups=scenario.warmups,
+        )  # fmt: skip
+        if plan.fits:
+            fitting.append(plan)
+        else:
+            skipped.append((Skip(point=point, reason=f"does not fit: {plan.reason}"), plan))
+    return Plan(points=fitting, skipped=skipped, budget=budget(fitting, skipped, hourly_usd))
+
+
+def budget(
+    fitting: Iterable[PointPlan],
+    skipped: list[tuple[Skip, PointPlan | None]],
+    hourly_usd: float | None,
+) -> Budget:
+    fitting = list(fitting)
+    first_of_group = {_group_of(p): p for p in reversed(fitting)}
+    load_s = sum(p.weights_gib * GIB / (LOAD_GB_S * 1e9) for p in first_of_group.values())
+    seconds = sum(p.est_seconds for p in fitting) + load_s
+    gpu_seconds = sum(p.est_seconds for p in fitting if p.target != "cpu")
+    gpu_hours = gpu_seconds / 3600
+    return Budget(
+        points=len(fitting),
+        skipped=len(skipped),
+        groups=len(first_of_group),
+        est_seconds=seconds,
+        est_load_seconds=load_s,
+        est_gpu_hours=gpu_hours,
+        est_cost_usd=gpu_hours * hourly_usd if hourly_usd is not None else None,
+    )
+
+
+def _group_of(p: PointPlan) -> tuple[str, ...]:
+    return (p.model, p.backend, p.quantization, p.kv_cache_dtype, p.target)
