@@ -6,15 +6,26 @@ Engines are imported only by the commands that measure.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import sys
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 import typer
 from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 from rich.table import Table
 
 from harness.errors import UserInputError
@@ -80,16 +91,42 @@ def plan(
 
 def print_plan(result: Any) -> None:
     table = Table(title="plan (GiB = 2^30 bytes)", show_lines=False)
-    for col in ("model", "backend", "quant", "kv", "batch", "context", "target", "gpu",
-                "weights", "kv cache", "activ.", "reserve", "total", "fits", "est s"):  # fmt: skip
+    for col in (
+        "model",
+        "backend",
+        "quant",
+        "kv",
+        "batch",
+        "context",
+        "target",
+        "gpu",
+        "weights",
+        "kv cache",
+        "activ.",
+        "reserve",
+        "total",
+        "fits",
+        "est s",
+    ):
         table.add_column(col, overflow="fold")
     for p in result.points:
         table.add_row(
-            p.model, p.backend, p.quantization, p.kv_cache_dtype, str(p.batch), str(p.context),
-            p.target, p.gpu, f"{p.weights_gib:.2f}", f"{p.kv_cache_gib:.2f}",
-            f"{p.activations_gib:.2f}", f"{p.reserve_gib:.2f}", f"{p.total_gib:.2f}",
-            "[green]yes[/]", f"{p.est_seconds:.1f}",
-        )  # fmt: skip
+            p.model,
+            p.backend,
+            p.quantization,
+            p.kv_cache_dtype,
+            str(p.batch),
+            str(p.context),
+            p.target,
+            p.gpu,
+            f"{p.weights_gib:.2f}",
+            f"{p.kv_cache_gib:.2f}",
+            f"{p.activations_gib:.2f}",
+            f"{p.reserve_gib:.2f}",
+            f"{p.total_gib:.2f}",
+            "[green]yes[/]",
+            f"{p.est_seconds:.1f}",
+        )
     console.print(table)
     if result.skipped:
         skips = Table(title=f"skipped ({len(result.skipped)})")
@@ -98,9 +135,15 @@ def print_plan(result: Any) -> None:
         for skip, _ in result.skipped:
             pt = skip.point
             skips.add_row(
-                pt.model, pt.backend, pt.quantization, pt.kv_cache_dtype, str(pt.batch),
-                str(pt.context), pt.target, skip.reason,
-            )  # fmt: skip
+                pt.model,
+                pt.backend,
+                pt.quantization,
+                pt.kv_cache_dtype,
+                str(pt.batch),
+                str(pt.context),
+                pt.target,
+                skip.reason,
+            )
         console.print(skips)
     b = result.budget
     cost = f", ≈ ${b.est_cost_usd:.2f} on {b.tariff}" if b.est_cost_usd is not None else ""
@@ -109,6 +152,56 @@ def print_plan(result: Any) -> None:
         f"≈ {b.est_seconds:.0f} s measured work (+{b.est_load_seconds:.0f} s loading), "
         f"{b.est_gpu_hours:.3f} GPU-h{cost}"
     )
+
+
+@app.command()
+@friendly
+def measure(
+    scenario: Annotated[Path, typer.Argument(help="scenario YAML")],
+    out: Annotated[Path, typer.Option(help="run folder: points/ and manifest.json go here")],
+    gpu: Annotated[str | None, typer.Option(help="catalog GPU, when the device is unknown")] = None,
+    resume: Annotated[bool, typer.Option(help="skip points already measured ok")] = True,
+) -> None:
+    """Run every group in this process (no Ray): for debugging, and the driver's building block."""
+    from harness import store, sweep
+    from harness.worker import measure_group
+
+    plan = sweep.prepare(scenario, out, gpu=gpu)
+    sweep.start_manifest(out, scenario, plan, mode="in-process")
+    for row in sweep.skipped_rows(plan):
+        store.write_row(out, row)
+    done = store.done_keys(out) if resume else set()
+    started = time.perf_counter()
+    with progress_bar(plan.total_points) as (progress, task):
+        progress.advance(task, sum(len(w.points) - len(sweep.pending(w, done)) for w in plan.work))
+        for work in plan.work:
+            todo = sweep.pending(work, done)
+            if not todo:
+                continue
+            progress.update(task, description=work.group.label)
+
+            def emit(row: Any) -> None:
+                store.write_row(out, row)
+                progress.advance(task)
+
+            measure_group(work.group, todo, plan.context, emit)
+    sweep.finish_manifest(out, wall_s=time.perf_counter() - started)
+    console.print(
+        f"results: {out}/points ({plan.total_points} points, {len(plan.skipped)} skipped)"
+    )
+
+
+@contextlib.contextmanager
+def progress_bar(total: int) -> Iterator[tuple[Progress, TaskID]]:
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+    )
+    with Progress(*columns, console=err_console, transient=False) as progress:
+        yield progress, progress.add_task("starting", total=total)
 
 
 def main() -> None:

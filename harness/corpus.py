@@ -134,7 +134,7 @@ def windows(
 
 
 class ArcItem(BaseModel):
-    """One ARC-Easy question: ``query`` (``"Question: ..."``), its choices, the index of the answer."""
+    """One ARC-Easy item: ``query`` (``"Question: ..."``), its choices, the index of the answer."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 

@@ -2,13 +2,15 @@
 
 Formulas (bytes; GiB = 2**30):
   params        = embeddings + layers × (attention + MLP × experts + router + norms) + lm_head
-  weights       = Σ quantized-linear params × (bits + overhead)/8  +  the rest × 16-bit (or model dtype)
+  weights       = Σ quantized-linear params × (bits + overhead)/8
+                  + the rest × 16-bit (or the model dtype)
   KV cache      = 2 × layers × kv_heads × head_dim × bytes(kv dtype) × tokens × batch,
                   tokens capped at the window on sliding-window layers
   activations   = prefill transient (hidden + MLP intermediates of B × S tokens, per layer) + logits
                   (fp32 over B × S positions when all are kept, else B × 1)
   reserve       = runtime context (CUDA/HIP context or the CPU process) + allocator margin
-  peak(phase)   = load: weights + reserve; prefill: + KV(context) + activations;
+  peak(phase)   = load: weights + reserve;
+                  prefill: + KV(context) + activations;
                   decode: + KV(context + output) + decode logits
 A vLLM point instead pre-allocates gpu_memory_utilization × card memory: it fits when weights +
 activations + the KV cache it needs fit inside that share.
@@ -130,6 +132,13 @@ def runtime_reserve_bytes(target: str, tensors_bytes: float) -> float:
     return context + ALLOCATOR_MARGIN * tensors_bytes
 
 
+PLAN_JSON_FIELDS = (
+    "model", "backend", "quantization", "kv_cache_dtype", "batch", "context", "output_tokens",
+    "target", "gpu", "weights_gib", "kv_cache_gib", "activations_gib", "reserve_gib", "total_gib",
+    "fits", "reason",
+)  # fmt: skip
+
+
 class PointPlan(BaseModel):
     """The plan of one point on one card, in GiB (2**30 bytes)."""
 
@@ -158,11 +167,7 @@ class PointPlan(BaseModel):
     roofline_decode_tok_s: float
 
     def contract(self) -> dict[str, object]:
-        keys = (
-            "model backend quantization kv_cache_dtype batch context output_tokens target gpu "
-            "weights_gib kv_cache_gib activations_gib reserve_gib total_gib fits reason"
-        ).split()
-        return {k: getattr(self, k) for k in keys}
+        return {k: getattr(self, k) for k in PLAN_JSON_FIELDS}
 
 
 def card_for(point: Point, default_gpu: str | None) -> GpuSpec:
@@ -182,9 +187,12 @@ def plan_point(
         arch, point.kv_cache_dtype, point.quantization, point.context, point.batch
     )
     kv_decode = kv_cache_bytes(
-        arch, point.kv_cache_dtype, point.quantization, point.context + point.output_tokens,
+        arch,
+        point.kv_cache_dtype,
+        point.quantization,
+        point.context + point.output_tokens,
         point.batch,
-    )  # fmt: skip
+    )
     if point.backend == "vllm":
         chunk = min(point.batch * point.context, VLLM_MAX_BATCHED_TOKENS)
         acts = activation_bytes(arch, point.quantization, 1, chunk, all_logits=False)
@@ -291,9 +299,11 @@ def plan_grid(grid: Grid, gpu: str | None = None, hourly_usd: float | None = Non
     util = scenario.vllm.gpu_memory_utilization
     for point in grid.points:
         plan = plan_point(
-            point, card_for(point, default_gpu), gpu_memory_utilization=util,
+            point,
+            card_for(point, default_gpu),
+            gpu_memory_utilization=util,
             warmups=scenario.warmups,
-        )  # fmt: skip
+        )
         if plan.fits:
             fitting.append(plan)
         else:

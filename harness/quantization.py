@@ -10,12 +10,19 @@ from typing import Literal, get_args
 from pydantic import BaseModel, ConfigDict
 
 Quantization = Literal[
-    "none", "fp32", "bf16", "fp16",
-    "bnb-int8", "bnb-nf4", "bnb-fp4",
+    "none",
+    "fp32",
+    "bf16",
+    "fp16",
+    "bnb-int8",
+    "bnb-nf4",
+    "bnb-fp4",
     "gptq-int4",
-    "quanto-int8", "quanto-int4", "quanto-int2",
+    "quanto-int8",
+    "quanto-int4",
+    "quanto-int2",
     "fp8",
-]  # fmt: skip
+]
 KvCacheDtype = Literal["auto", "fp16", "bf16", "fp8", "fp8_e4m3", "fp8_e5m2", "int8", "int4"]
 Backend = Literal["transformers", "vllm"]
 Target = Literal["cpu", "cuda", "rocm"]
@@ -56,21 +63,40 @@ WEIGHT_FORMATS: dict[str, WeightFormat] = {
         # LLM.int8: int8 weights, one fp32 absmax per output row.
         WeightFormat(name="bnb-int8", bits=8, per_row_overhead_bits=32, library="bitsandbytes"),
         # 4-bit bnb: blocks of 64 with an fp32 absmax each (no double quantization).
-        WeightFormat(name="bnb-nf4", bits=4, group_size=64, group_overhead_bits=32,
-                     library="bitsandbytes"),
-        WeightFormat(name="bnb-fp4", bits=4, group_size=64, group_overhead_bits=32,
-                     library="bitsandbytes"),
-        WeightFormat(name="gptq-int4", bits=4, group_size=128, group_overhead_bits=16 + 4,
-                     library="gptqmodel"),
-        WeightFormat(name="quanto-int8", bits=8, per_row_overhead_bits=16, library="optimum-quanto"),
+        WeightFormat(
+            name="bnb-nf4", bits=4, group_size=64, group_overhead_bits=32, library="bitsandbytes"
+        ),
+        WeightFormat(
+            name="bnb-fp4", bits=4, group_size=64, group_overhead_bits=32, library="bitsandbytes"
+        ),
+        WeightFormat(
+            name="gptq-int4",
+            bits=4,
+            group_size=128,
+            group_overhead_bits=16 + 4,
+            library="gptqmodel",
+        ),
+        WeightFormat(
+            name="quanto-int8", bits=8, per_row_overhead_bits=16, library="optimum-quanto"
+        ),
         # quanto int4/int2: groups of 128 with a 16-bit scale and a 16-bit shift.
-        WeightFormat(name="quanto-int4", bits=4, group_size=128, group_overhead_bits=32,
-                     library="optimum-quanto"),
-        WeightFormat(name="quanto-int2", bits=2, group_size=128, group_overhead_bits=32,
-                     library="optimum-quanto"),
+        WeightFormat(
+            name="quanto-int4",
+            bits=4,
+            group_size=128,
+            group_overhead_bits=32,
+            library="optimum-quanto",
+        ),
+        WeightFormat(
+            name="quanto-int2",
+            bits=2,
+            group_size=128,
+            group_overhead_bits=32,
+            library="optimum-quanto",
+        ),
         WeightFormat(name="fp8", bits=8, per_row_overhead_bits=32, library="vllm"),
     ]
-}  # fmt: skip
+}
 
 # Bytes per KV element; None = the model's compute dtype. int8/int4 add one 16-bit scale and
 # zero point per group of 64 elements (transformers' quantized cache, q_group_size=64).

@@ -10,7 +10,7 @@ import hashlib
 import itertools
 import json
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import yaml
 from pydantic import (
@@ -24,8 +24,7 @@ from pydantic import (
     model_validator,
 )
 
-from harness import __version__
-from harness import catalog
+from harness import __version__, catalog
 from harness.compat import rule_for
 from harness.errors import UserInputError, did_you_mean
 from harness.quantization import (
@@ -207,7 +206,8 @@ class GroupKey(Strict):
 
     @property
     def label(self) -> str:
-        return f"{self.model}|{self.backend}|{self.quantization}|kv={self.kv_cache_dtype}|{self.target}"
+        parts = (self.model, self.backend, self.quantization, f"kv={self.kv_cache_dtype}")
+        return "|".join((*parts, self.target))
 
 
 class Skip(Strict):
@@ -338,7 +338,9 @@ def _first_error(exc: ValidationError, root: yaml.Node | None, filename: str) ->
     top = str(loc[0]) if loc else ""
     if kind == "extra_forbidden":
         known = _known_fields(loc[:-1])
-        message = f"unknown field{did_you_mean(loc[-1], known)}; expected one of: {', '.join(known)}"
+        message = (
+            f"unknown field{did_you_mean(loc[-1], known)}; expected one of: {', '.join(known)}"
+        )
     elif kind == "literal_error":
         choices = CHOICES.get(top) or CHOICES.get(str(loc[-2]) if len(loc) > 1 else "", ())
         if not choices and len(loc) > 1:
@@ -350,7 +352,9 @@ def _first_error(exc: ValidationError, root: yaml.Node | None, filename: str) ->
     elif kind == "missing":
         message = "required field is missing"
     else:
-        message = f"{message} (got {value!r})" if value is not None and kind != "value_error" else message
+        message = (
+            f"{message} (got {value!r})" if value is not None and kind != "value_error" else message
+        )
         message = message.removeprefix("Value error, ")
     return UserInputError(message, file=filename, line=_line_of(root, loc), field=field)
 
@@ -388,12 +392,12 @@ def _line_of(root: yaml.Node | None, loc: tuple[Any, ...]) -> int | None:
                     child = val
                     line = key.start_mark.line + 1
                     break
-        elif isinstance(node, yaml.SequenceNode) and isinstance(part, int):
-            if part < len(node.value):
-                child = node.value[part]
+        elif (
+            isinstance(node, yaml.SequenceNode) and isinstance(part, int) and part < len(node.value)
+        ):
+            child = node.value[part]
         if child is None:
             break
         node = child
         line = node.start_mark.line + 1
     return line
-

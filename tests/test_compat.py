@@ -6,8 +6,12 @@ import pytest
 
 from harness.compat import RULES, rule_for
 
-COMPATIBLE = {"backend": "transformers", "quantization": "bf16", "kv_cache_dtype": "auto",
-              "target": "cuda"}  # fmt: skip
+COMPATIBLE = {
+    "backend": "transformers",
+    "quantization": "bf16",
+    "kv_cache_dtype": "auto",
+    "target": "cuda",
+}
 
 EXAMPLES: dict[str, dict[str, str]] = {
     "vllm-no-int-kv": {"backend": "vllm", "kv_cache_dtype": "int4"},

@@ -17,9 +17,16 @@ LLAMA8B = "meta-llama/Llama-3.1-8B-Instruct"
 
 
 def point(**kw: object) -> Point:
-    base: dict[str, object] = dict(model=LLAMA8B, backend="transformers", quantization="bf16",
-                                   kv_cache_dtype="auto", batch=1, context=1024,
-                                   output_tokens=128, target="cuda")  # fmt: skip
+    base: dict[str, object] = dict(
+        model=LLAMA8B,
+        backend="transformers",
+        quantization="bf16",
+        kv_cache_dtype="auto",
+        batch=1,
+        context=1024,
+        output_tokens=128,
+        target="cuda",
+    )
     return Point.model_validate({**base, **kw})
 
 
@@ -84,8 +91,9 @@ def test_all_position_logits_cost_fp32_over_every_token() -> None:
 
 
 def test_a_70b_model_in_bf16_does_not_fit_one_h100_and_names_weights() -> None:
-    result = plan.plan_point(point(model="meta-llama/Llama-3.1-70B-Instruct"),
-                             catalog.gpu("H100-SXM-80GB"))  # fmt: skip
+    result = plan.plan_point(
+        point(model="meta-llama/Llama-3.1-70B-Instruct"), catalog.gpu("H100-SXM-80GB")
+    )
     assert not result.fits
     assert "binding term: weights" in result.reason
     assert result.weights_gib == pytest.approx(70_553_706_496 * 2 / GIB)
@@ -118,9 +126,24 @@ def test_plan_json_matches_the_contract_and_is_fast() -> None:
     assert result.exit_code == 0, result.output
     data = json.loads(result.output)
     assert set(data) == {"points", "skipped", "budget"}
-    fields = {"model", "backend", "quantization", "kv_cache_dtype", "batch", "context",
-              "output_tokens", "target", "gpu", "weights_gib", "kv_cache_gib", "activations_gib",
-              "reserve_gib", "total_gib", "fits", "reason"}  # fmt: skip
+    fields = {
+        "model",
+        "backend",
+        "quantization",
+        "kv_cache_dtype",
+        "batch",
+        "context",
+        "output_tokens",
+        "target",
+        "gpu",
+        "weights_gib",
+        "kv_cache_gib",
+        "activations_gib",
+        "reserve_gib",
+        "total_gib",
+        "fits",
+        "reason",
+    }
     assert data["points"] and all(set(p) == fields for p in data["points"])
     assert all(p["fits"] for p in data["points"])
     assert all(s["reason"] for s in data["skipped"])

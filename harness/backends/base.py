@@ -93,7 +93,7 @@ class Backend(ABC):
     @abstractmethod
     def memory_facts(self) -> MemoryFacts: ...
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 — optional hook, a no-op by default
         """Release the model and the device memory it holds."""
 
 

@@ -1,4 +1,4 @@
-"""Memory per phase: torch peak stats plus NVML / amdsmi on CUDA and ROCm, a sampled RSS peak on CPU.
+"""Memory per phase: torch peak stats plus NVML / amdsmi on CUDA and ROCm, sampled RSS on CPU.
 
 Each phase (load, prefill, decode, ...) is measured in its own `measure_phase` block, so a peak
 belongs to one phase only. All figures are MiB (2**20 bytes). A figure that could not be read is
@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from types import ModuleType, TracebackType
 from typing import Any, Self
@@ -243,10 +243,13 @@ def _torch_pci_address(index: int) -> tuple[int, int, int] | None:
     import torch
 
     props = torch.cuda.get_device_properties(index)
-    fields = [getattr(props, name, None) for name in ("pci_domain_id", "pci_bus_id", "pci_device_id")]
-    if not all(isinstance(value, int) for value in fields):
+    names = ("pci_domain_id", "pci_bus_id", "pci_device_id")
+    fields = [
+        value for value in (getattr(props, name, None) for name in names) if isinstance(value, int)
+    ]
+    if len(fields) != len(names):
         return None
-    return (int(fields[0]), int(fields[1]), int(fields[2]))  # type: ignore[arg-type]
+    return (fields[0], fields[1], fields[2])
 
 
 def _parse_bdf(text: str) -> tuple[int, int, int] | None:
@@ -262,7 +265,7 @@ def _parse_bdf(text: str) -> tuple[int, int, int] | None:
 
 
 def _nvml_used_mib(index: int) -> tuple[float, bool] | None:
-    """(used MiB, global_fallback): this PID's usage, else the whole device's; None if unreadable."""
+    """(used MiB, global_fallback): this PID's usage, else the whole device's; None: unreadable."""
     try:
         import pynvml
     except ImportError:
@@ -337,10 +340,8 @@ def _amdsmi_handle(amdsmi: ModuleType, index: int) -> Any:
 
 
 def _quietly(fn: Callable[[], object]) -> None:
-    try:
+    with suppress(Exception):
         fn()
-    except Exception:
-        pass
 
 
 __all__ = ["PhaseHandle", "PhaseMemory", "RssPeakSampler", "device_total_mib", "measure_phase"]

@@ -1,0 +1,290 @@
+"""The transformers backend: eager HF models on CPU, CUDA or ROCm, quantized by bitsandbytes,
+gptqmodel or optimum-quanto, with the model-dtype or a quantized (quanto int4 / hqq int8) KV cache.
+
+torch, transformers and the quantization libraries are imported here only, inside methods.
+Generation runs under torch.no_grad() (optimum-quanto int4/int2 fail under inference_mode).
+"""
+
+from __future__ import annotations
+
+import gc
+import hashlib
+import json
+import os
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from harness.backends.base import Backend, Generation, MemoryFacts, WindowScores
+from harness.measure.timing import StepClock, step_timestamps_processor
+
+# KV dtype → transformers QuantizedCache settings. residual_length: the newest tokens kept in the
+# compute dtype until a re-quantization; 32 keeps most of a 128+ token context quantized.
+KV_CACHE_SETTINGS: dict[str, dict[str, Any]] = {
+    "int4": {"backend": "quanto", "nbits": 4, "q_group_size": 64, "residual_length": 32},
+    "int8": {
+        "backend": "hqq",
+        "nbits": 8,
+        "axis_key": 1,
+        "axis_value": 1,
+        "q_group_size": 64,
+        "residual_length": 32,
+    },
+}
+GPTQ_CALIBRATION_SAMPLES = 64
+GPTQ_GROUP_SIZE = 64
+
+
+def torch_dtype_name(quantization: str) -> str | None:
+    """The dtype weights load in (None = the checkpoint's own)."""
+    return {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}.get(quantization)
+
+
+def quantization_config(quantization: str, compute_dtype: Any) -> Any:
+    """The transformers quantization config of a format, or None for plain dtypes and GPTQ."""
+    if quantization.startswith("bnb-"):
+        from transformers import BitsAndBytesConfig
+
+        if quantization == "bnb-int8":
+            return BitsAndBytesConfig(load_in_8bit=True)
+        return BitsAndBytesConfig(
+            load_in_4bit=True,
+            bnb_4bit_quant_type=quantization.removeprefix("bnb-"),
+            bnb_4bit_compute_dtype=compute_dtype,
+        )
+    if quantization.startswith("quanto-"):
+        from transformers import QuantoConfig
+
+        return QuantoConfig(weights=quantization.removeprefix("quanto-"))
+    return None
+
+
+def tensor_bytes(tensor: Any) -> int:
+    """Bytes a (possibly quantized, subclassed) tensor really stores."""
+    flatten = getattr(tensor, "__tensor_flatten__", None)
+    if flatten is not None:
+        names, _ = flatten()
+        return sum(tensor_bytes(getattr(tensor, name)) for name in names)
+    return int(tensor.numel() * tensor.element_size())
+
+
+def module_bytes(model: Any) -> int:
+    seen: set[int] = set()
+    total = 0
+    for tensor in [*model.parameters(), *model.buffers()]:
+        if id(tensor) not in seen:
+            seen.add(id(tensor))
+            total += tensor_bytes(tensor)
+    return total
+
+
+class TransformersBackend(Backend):
+    name = "transformers"
+
+    def load(self) -> None:
+        import torch
+
+        warnings.filterwarnings("ignore", message=".*inputs will be cast from.*")
+        warnings.filterwarnings("ignore", message=".*Failed to load CPU gemm_4bit.*")
+        torch.manual_seed(self.options.seed)
+        self.torch = torch
+        self.device = self.options.device
+        self.tokenizer = self._load_tokenizer()
+        quant = self.group.quantization
+        if quant == "gptq-int4":
+            self.model = self._load_gptq()
+        else:
+            self.model = self._load_hf(quant)
+        self.model.eval()
+        self.compute_dtype = next(
+            (p.dtype for p in self.model.parameters() if p.dtype.is_floating_point), torch.float32
+        )
+
+    def _load_tokenizer(self) -> Any:
+        from transformers import AutoTokenizer
+
+        return AutoTokenizer.from_pretrained(self.options.model_path)
+
+    def _load_hf(self, quant: str) -> Any:
+        import torch
+        from transformers import AutoModelForCausalLM
+
+        dtype_name = torch_dtype_name(quant)
+        dtype = getattr(torch, dtype_name) if dtype_name else "auto"
+        compute = dtype if dtype != "auto" else self._checkpoint_dtype()
+        return AutoModelForCausalLM.from_pretrained(
+            self.options.model_path,
+            dtype=dtype,
+            device_map=self.device,
+            quantization_config=quantization_config(quant, compute),
+        )
+
+    def _checkpoint_dtype(self) -> Any:
+        config = json.loads((Path(self.options.model_path) / "config.json").read_text())
+        name = config.get("torch_dtype") or config.get("dtype") or "float32"
+        return getattr(self.torch, name)
+
+    def _load_gptq(self) -> Any:
+        """GPTQ 4-bit g64 with gptqmodel, calibrated on wiki.valid (disjoint from the eval
+        corpus); the quantized checkpoint is cached by model + calibration hash."""
+        os.environ.setdefault("GPTQMODEL_CPU_WORKERS", str(max(2, os.cpu_count() or 2)))
+        from gptqmodel import BACKEND, GPTQModel, QuantizeConfig
+
+        from harness import corpus
+
+        texts = corpus.calibration_texts(GPTQ_CALIBRATION_SAMPLES)
+        out = self._gptq_cache_dir(texts)
+        if not (out / "config.json").is_file():
+            model = GPTQModel.load(
+                self.options.model_path,
+                QuantizeConfig(bits=4, group_size=GPTQ_GROUP_SIZE),
+                device=self.device,
+            )
+            model.quantize(texts, batch_size=4)
+            tmp = out.with_name(out.name + ".tmp")
+            model.save(str(tmp))
+            tmp.rename(out)
+            del model
+            gc.collect()
+        loaded = GPTQModel.load(str(out), device=self.device, backend=BACKEND.AUTO)
+        return loaded.model
+
+    def _gptq_cache_dir(self, texts: list[str]) -> Path:
+        digest = hashlib.sha256()
+        digest.update(str(Path(self.options.model_path).resolve()).encode())
+        for name in ("config.json", "model.safetensors"):
+            path = Path(self.options.model_path) / name
+            if path.is_file():
+                digest.update(hashlib.sha256(path.read_bytes()).digest())
+        digest.update("\n".join(texts).encode())
+        digest.update(f"g{GPTQ_GROUP_SIZE}".encode())
+        root = Path(self.options.cache_dir or Path.home() / ".cache" / "harness" / "gptq")
+        root.mkdir(parents=True, exist_ok=True)
+        return root / digest.hexdigest()[:20]
+
+    # --- generation -----------------------------------------------------------------------
+
+    def encode(self, text: str) -> list[int]:
+        ids: list[int] = self.tokenizer(text, add_special_tokens=False)["input_ids"]
+        return ids
+
+    def _cache_kwargs(self) -> dict[str, Any]:
+        settings = KV_CACHE_SETTINGS.get(self.group.kv_cache_dtype)
+        if settings is None:
+            return {}
+        return {"cache_implementation": "quantized", "cache_config": dict(settings)}
+
+    def _new_cache(self) -> Any:
+        settings = KV_CACHE_SETTINGS.get(self.group.kv_cache_dtype)
+        if settings is None:
+            from transformers import DynamicCache
+
+            return DynamicCache(config=self.model.config)
+        from transformers import QuantizedCache
+
+        return QuantizedCache(config=self.model.config, **settings)
+
+    def generate(self, prompts: list[list[int]], new_tokens: int) -> Generation:
+        from transformers import LogitsProcessorList
+
+        torch = self.torch
+        ids = torch.tensor(prompts, dtype=torch.long, device=self.device)
+        mask = torch.ones_like(ids)
+        clock = StepClock(self.device)
+        pad = self.tokenizer.pad_token_id
+        with torch.no_grad():
+            clock.start()
+            out = self.model.generate(
+                input_ids=ids,
+                attention_mask=mask,
+                do_sample=False,
+                max_new_tokens=new_tokens,
+                min_new_tokens=new_tokens,
+                logits_processor=LogitsProcessorList([step_timestamps_processor(clock)]),
+                pad_token_id=pad if pad is not None else 0,
+                **self._cache_kwargs(),
+            )
+            clock.stop()
+        generated = out[:, ids.shape[1] :]
+        counts = [int(row.numel()) for row in generated]
+        return Generation(
+            new_tokens=counts, step_ms=clock.elapsed_ms(), e2e_ms=clock.total_ms(), timer=clock.name
+        )
+
+    # --- quality --------------------------------------------------------------------------
+
+    def score_windows(
+        self, windows: list[list[int]], ref_topk_ids: np.ndarray | None, k: int
+    ) -> WindowScores:
+        """Teacher-forced scores, each window in two passes: the first half fills the KV cache
+        (quantized when the group's KV dtype is), the second half is scored reading from it, so
+        a quantized KV cache shows in the second half's NLL. Model-dtype caches give the same
+        numbers as one pass."""
+        parts = [
+            self._score_window(w, None if ref_topk_ids is None else ref_topk_ids[i], k)
+            for i, w in enumerate(windows)
+        ]
+        return WindowScores(
+            nll_sum=np.array([p[0] for p in parts], dtype=np.float64),
+            tokens=np.array([len(w) - 1 for w in windows], dtype=np.int64),
+            argmax=np.stack([p[1] for p in parts]),
+            topk_ids=np.stack([p[2] for p in parts]),
+            topk_logprobs=np.stack([p[3] for p in parts]),
+            logprobs_at_ref=None if ref_topk_ids is None else np.stack([p[4] for p in parts]),
+        )
+
+    def _score_window(
+        self, window: list[int], ref_ids: np.ndarray | None, k: int
+    ) -> tuple[float, np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
+        torch = self.torch
+        ids = torch.tensor([window], dtype=torch.long, device=self.device)
+        half = len(window) // 2
+        with torch.no_grad():
+            cache = self._new_cache()
+            first = self.model(input_ids=ids[:, :half], past_key_values=cache, use_cache=True)
+            second = self.model(
+                input_ids=ids[:, half:], past_key_values=first.past_key_values, use_cache=True
+            )
+            logits = torch.cat([first.logits, second.logits], dim=1)[0, :-1].float()
+            logprobs = torch.log_softmax(logits, dim=-1)
+            targets = ids[0, 1:]
+            nll = -logprobs.gather(1, targets[:, None]).sum().item()
+            top = logprobs.topk(k, dim=-1)
+            at_ref = None
+            if ref_ids is not None:
+                ref = torch.as_tensor(ref_ids, device=logprobs.device, dtype=torch.long)
+                at_ref = logprobs.gather(1, ref).cpu().numpy()
+        return (
+            float(nll),
+            logprobs.argmax(-1).cpu().numpy().astype(np.int32),
+            top.indices.cpu().numpy().astype(np.int32),
+            top.values.cpu().numpy().astype(np.float32),
+            at_ref,
+        )
+
+    def score_continuations(self, pairs: list[tuple[str, str]]) -> list[float]:
+        torch = self.torch
+        scores: list[float] = []
+        with torch.no_grad():
+            for context, continuation in pairs:
+                ctx = self.encode(context)
+                cont = self.encode(continuation)
+                ids = torch.tensor([ctx + cont], dtype=torch.long, device=self.device)
+                logprobs = torch.log_softmax(self.model(input_ids=ids).logits[0].float(), dim=-1)
+                positions = torch.arange(len(ctx) - 1, len(ctx) + len(cont) - 1)
+                targets = ids[0, len(ctx) :]
+                scores.append(float(logprobs[positions, targets].sum().item()))
+        return scores
+
+    # --- memory ---------------------------------------------------------------------------
+
+    def memory_facts(self) -> MemoryFacts:
+        return MemoryFacts(weights_bytes=module_bytes(self.model))
+
+    def close(self) -> None:
+        self.model = None
+        gc.collect()
+        if self.device.startswith("cuda"):
+            self.torch.cuda.empty_cache()
