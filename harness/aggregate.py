@@ -38,6 +38,7 @@ import types
 import typing
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -137,10 +138,12 @@ FLOAT_COLUMNS, BOOL_COLUMNS = _column_kinds()
 
 @dataclass
 class Aggregate:
-    """Every table of one aggregation; ``points`` keeps every row, priced or not."""
+    """Every table of one aggregation. ``points`` keeps every row, priced or not; ``cost`` (one
+    row per priced row × package) is built on first use, as it is the one table that grows with
+    rows × packages and nothing else here needs it whole."""
 
     points: pd.DataFrame
-    cost: pd.DataFrame
+    packages: pd.DataFrame
     cheapest: pd.DataFrame
     gpu_ratios: pd.DataFrame
     pareto_cost_quality: pd.DataFrame
@@ -150,6 +153,10 @@ class Aggregate:
     utilisation: float
     counts: dict[str, Any] = field(default_factory=dict)
     unreadable: list[tuple[str, str]] = field(default_factory=list)
+
+    @cached_property
+    def cost(self) -> pd.DataFrame:
+        return cost_table(self.points, self.packages, self.utilisation)
 
 
 # --- rows → frame -----------------------------------------------------------------------------
@@ -167,8 +174,9 @@ def frame_from_rows(rows: Iterable[ResultRow]) -> pd.DataFrame:
 
 
 def normalise(frame: pd.DataFrame) -> pd.DataFrame:
-    """Every schema column present with one dtype: floats float64, flags bool, ints int64."""
-    out = frame.copy()
+    """A copy with every schema column present, in one dtype: floats float64 (NaN = not
+    measured), ``is_reference`` bool, the plain ints int64, the rest as given."""
+    out = frame.copy(deep=False)  # copy-on-write: the caller's frame is never changed
     n = len(out)
     for name in FLOAT_COLUMNS:
         if name not in out:
@@ -179,14 +187,14 @@ def normalise(frame: pd.DataFrame) -> pd.DataFrame:
         if name not in out:
             out[name] = np.zeros(n, dtype=bool)
         elif out[name].dtype != bool:
-            out[name] = out[name].fillna(False).astype(bool)
+            out[name] = out[name].astype("object").fillna(False).astype(bool)
     for name in INT_COLUMNS:
         if name in out and out[name].dtype != np.int64:
             out[name] = pd.to_numeric(out[name], errors="coerce").fillna(0).astype(np.int64)
     for name in (*POINT_FIELDS, "status", "gpu", "run", "key"):
         if name not in out:
             out[name] = pd.Series([None] * n, dtype="object", index=out.index)
-    return out
+    return out.reset_index(drop=True)
 
 
 def load_run(run_dir: Path) -> tuple[pd.DataFrame, list[tuple[str, str]]]:
@@ -196,7 +204,9 @@ def load_run(run_dir: Path) -> tuple[pd.DataFrame, list[tuple[str, str]]]:
         raise UserInputError("run folder not found", file=str(run_dir))
     rows, bad = read_rows(run_dir)
     if not rows and not bad:
-        raise UserInputError("no point files under points/ (is this a run folder?)", file=str(run_dir))
+        raise UserInputError(
+            "no point files under points/ (is this a run folder?)", file=str(run_dir)
+        )
     return frame_from_rows(rows), [(str(path), why) for path, why in bad]
 
 
@@ -213,6 +223,30 @@ def check_utilisation(utilisation: float) -> float:
     return float(utilisation)
 
 
+def packages_frame(tariffs: TariffTable | None) -> pd.DataFrame:
+    """One row per (tariff, package); empty (with its columns) when there are no tariffs."""
+    rows = tariffs.package_rows() if tariffs is not None else []
+    if rows:
+        return pd.DataFrame(rows).assign(package_index=np.arange(len(rows)))
+    return pd.DataFrame({c: pd.Series(dtype="object") for c in PACKAGE_COLUMNS})
+
+
+PACKAGE_COLUMNS = (
+    "package_index",
+    "tariff_index",
+    "provider",
+    "gpu",
+    "gpus_in_package",
+    "hourly_usd",
+    "package_days",
+    "package_price_usd",
+    "package_rule",
+    "tariff_source",
+    "tariff_date",
+    "tariff_example",
+)
+
+
 def aggregate(
     frame: pd.DataFrame,
     tariffs: TariffTable | None = None,
@@ -221,21 +255,23 @@ def aggregate(
 ) -> Aggregate:
     """All tables from one frame of rows (see the module docstring for every formula)."""
     utilisation = check_utilisation(utilisation)
-    points = quality_gate(flag_rows(normalise(frame)))
-    cost = cost_table(points, tariffs, utilisation)
-    cheapest = cheapest_passing(cost)
-    counts = _counts(points, cost, unreadable)
+    points = flag_rows(normalise(frame))
+    codes = Codes(points)
+    points = quality_gate(points, codes)
+    packages = packages_frame(tariffs)
+    cheapest = cheapest_passing(points, packages, utilisation, codes)
+    factors = _Factors(points, codes)
     return Aggregate(
         points=points,
-        cost=cost,
+        packages=packages,
         cheapest=cheapest,
         gpu_ratios=gpu_ratios(cheapest),
-        pareto_cost_quality=pareto_cost_quality(cost),
-        pareto_throughput_latency=pareto_throughput_latency(points),
-        main_effects=main_effects(points),
-        interactions=interactions(points),
+        pareto_cost_quality=pareto_cost_quality(points, packages, utilisation, codes),
+        pareto_throughput_latency=pareto_throughput_latency(points, codes),
+        main_effects=main_effects(points, factors),
+        interactions=interactions(points, factors),
         utilisation=utilisation,
-        counts=counts,
+        counts=_counts(points, packages, unreadable),
         unreadable=list(unreadable),
     )
 
@@ -245,6 +281,70 @@ def aggregate_run(
 ) -> Aggregate:
     frame, bad = load_run(run_dir)
     return aggregate(frame, tariffs, utilisation, bad)
+
+
+# --- integer group keys (hashing strings once, then numpy) ------------------------------------
+
+
+def _codes(values: pd.Series | np.ndarray) -> np.ndarray:
+    """Dense integer codes of a column; missing values get -1."""
+    return np.asarray(pd.factorize(values, use_na_sentinel=True)[0], dtype=np.int64)
+
+
+class Codes:
+    """Integer codes of the points' columns, each column hashed once per aggregation."""
+
+    def __init__(self, points: pd.DataFrame) -> None:
+        self._points = points
+        self._done: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+
+    def _get(self, column: str) -> tuple[np.ndarray, np.ndarray]:
+        if column not in self._done:
+            codes, uniques = pd.factorize(self._points[column], use_na_sentinel=True)
+            self._done[column] = (np.asarray(codes, dtype=np.int64), np.asarray(uniques))
+        return self._done[column]
+
+    def __call__(self, column: str) -> np.ndarray:
+        return self._get(column)[0]
+
+    def labels(self, column: str, rows: np.ndarray) -> np.ndarray:
+        """The column's values at ``rows`` (rows whose value is missing are not asked for)."""
+        codes, uniques = self._get(column)
+        return uniques[codes[rows]]
+
+
+def _key(*codes: np.ndarray) -> np.ndarray:
+    """One int64 per row that is equal exactly when every code is equal (mixed radix)."""
+    key = np.zeros(len(codes[0]), dtype=np.int64)
+    for code in codes:
+        key = key * (int(code.max(initial=-1)) + 2) + (code + 1)
+    return key
+
+
+def _groups(key: np.ndarray) -> tuple[np.ndarray, int, np.ndarray]:
+    """(group of each row, number of groups, one representative row of each group)."""
+    inverse = np.asarray(pd.factorize(key)[0], dtype=np.int64)
+    count = int(inverse.max(initial=-1)) + 1
+    representative = np.empty(count, dtype=np.int64)
+    representative[inverse] = np.arange(len(inverse))
+    return inverse, count, representative
+
+
+def _group_mean(inverse: np.ndarray, count: int, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Mean and count of the non-NaN values of each group (NaN where a group has none)."""
+    ok = ~np.isnan(values)
+    sums = np.bincount(inverse[ok], weights=values[ok], minlength=count)
+    n = np.bincount(inverse[ok], minlength=count)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(n > 0, sums / n, np.nan), n
+
+
+def _best_per_group(key: np.ndarray, score: np.ndarray) -> np.ndarray:
+    """Position of the highest score in each key group (first one on ties)."""
+    return np.asarray(pd.Series(score).groupby(key, sort=False).idxmax().to_numpy(), dtype=np.int64)
+
+
+# --- flags and the quality gate ---------------------------------------------------------------
 
 
 def flag_rows(frame: pd.DataFrame) -> pd.DataFrame:
@@ -260,33 +360,40 @@ def flag_rows(frame: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def _reference_values(frame: pd.DataFrame, column: str) -> np.ndarray:
-    """Per row: the median ``column`` of its model's reference rows (same target preferred)."""
-    refs = frame.loc[
-        frame["is_reference"] & (frame["status"] == "ok") & frame[column].notna(),
-        ["run", "model", "target", column],
-    ]
-    n = len(frame)
-    if refs.empty:
-        return np.full(n, np.nan)
-    run = frame["run"].astype("object").fillna("")
-    refs = refs.assign(run=refs["run"].astype("object").fillna(""))
-    by_target = refs.groupby(["run", "model", "target"], sort=False)[column].median()
-    by_model = refs.groupby(["run", "model"], sort=False)[column].median()
-    idx3 = pd.MultiIndex.from_arrays([run, frame["model"], frame["target"]])
-    idx2 = pd.MultiIndex.from_arrays([run, frame["model"]])
-    same_target = by_target.reindex(idx3).to_numpy(dtype=np.float64)
-    any_target = by_model.reindex(idx2).to_numpy(dtype=np.float64)
-    return np.where(np.isnan(same_target), any_target, same_target)
+def _reference_values(
+    frame: pd.DataFrame, column: str, keys: tuple[np.ndarray, np.ndarray]
+) -> np.ndarray:
+    """Per row: the median ``column`` of its model's reference rows in the same run, measured on
+    the same target when there is such a reference, else on any target. ``keys``: the
+    (run, model, target) and (run, model) keys of every row."""
+    values = frame[column].to_numpy(dtype=np.float64)
+    is_ref = (
+        frame["is_reference"].to_numpy(dtype=bool)
+        & (frame["status"] == "ok").to_numpy(dtype=bool)
+        & ~np.isnan(values)
+    )
+    out = np.full(len(frame), np.nan)
+    if not is_ref.any():
+        return out
+    for key in keys:
+        inverse, count, _ = _groups(key)
+        medians = pd.Series(values[is_ref]).groupby(inverse[is_ref]).median()
+        table = np.full(count, np.nan)
+        table[medians.index.to_numpy(dtype=np.int64)] = medians.to_numpy(dtype=np.float64)
+        out = np.where(np.isnan(out), table[inverse], out)
+    return out
 
 
-def quality_gate(frame: pd.DataFrame) -> pd.DataFrame:
+def quality_gate(frame: pd.DataFrame, codes: Codes | None = None) -> pd.DataFrame:
     """Adds ppl_ref, arc_acc_ref, quality_pct, pass_99, pass_99_9, quality_class, dppl_pct (+CI)."""
     out = frame
+    codes = codes or Codes(frame)
+    run, model, target = codes("run"), codes("model"), codes("target")
+    keys = (_key(run, model, target), _key(run, model))
     ppl = out["ppl"].to_numpy()
-    ppl_ref = _reference_values(out, "ppl")
+    ppl_ref = _reference_values(out, "ppl", keys)
     arc = out["arc_acc"].to_numpy()
-    arc_ref = _reference_values(out, "arc_acc")
+    arc_ref = _reference_values(out, "arc_acc", keys)
     out["ppl_ref"] = ppl_ref
     out["arc_acc_ref"] = arc_ref
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -295,12 +402,13 @@ def quality_gate(frame: pd.DataFrame) -> pd.DataFrame:
         for name, level in QUALITY_CLASSES.items():
             ppl_ok = ppl <= ppl_ref / level  # False when either is NaN
             arc_ok = ~arc_known | (arc >= level * arc_ref)
-            out[f"pass_{name.replace('.', '_')}"] = ppl_ok & arc_ok
+            out[_pass(name)] = ppl_ok & arc_ok
     known = ~np.isnan(ppl) & ~np.isnan(ppl_ref)
-    out["quality_class"] = np.select(
-        [out["pass_99_9"].to_numpy(), out["pass_99"].to_numpy(), known],
-        ["99.9", "99", "below"],
-        default="unknown",
+    code = np.select(
+        [out["pass_99_9"].to_numpy(), out["pass_99"].to_numpy(), known], [0, 1, 2], default=3
+    )
+    out["quality_class"] = pd.Categorical.from_codes(
+        code, categories=["99.9", "99", "below", "unknown"]
     )
     for suffix in ("", "_ci_low", "_ci_high"):
         source = "dnll_vs_ref" if not suffix else f"dnll{suffix}"
@@ -308,256 +416,373 @@ def quality_gate(frame: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
+def _pass(quality_class: str) -> str:
+    return f"pass_{quality_class.replace('.', '_')}"
+
+
+# --- cost -------------------------------------------------------------------------------------
+
+
+def _priceable(points: pd.DataFrame, packages: pd.DataFrame) -> np.ndarray:
+    gpus = packages["gpu"].dropna().unique()
+    return points["cost_eligible"].to_numpy(dtype=bool) & points["gpu"].isin(gpus).to_numpy(
+        dtype=bool
+    )
+
+
+def _gpus_used(points: pd.DataFrame) -> np.ndarray:
+    if "gpus_used" in points:
+        return points["gpus_used"].fillna(1).to_numpy(dtype=np.float64)
+    return np.ones(len(points))
+
+
 def cost_table(
-    points: pd.DataFrame, tariffs: TariffTable | None, utilisation: float
+    points: pd.DataFrame,
+    packages: pd.DataFrame,
+    utilisation: float,
+    rows: np.ndarray | None = None,
 ) -> pd.DataFrame:
-    """One row per (priced row, tariff of its GPU, package); see the module docstring."""
-    packages = pd.DataFrame(tariffs.package_rows() if tariffs else [])
-    if packages.empty:
-        return pd.DataFrame({c: pd.Series(dtype="float64") for c in COST_COLUMNS})
-    wanted = [
-        c
-        for c in [*COST_COLUMNS, "gpus_used"]
-        if c in points.columns and (c == "gpu" or c not in packages.columns)
-    ]
-    eligible = points.loc[
-        points["cost_eligible"] & points["gpu"].isin(packages["gpu"].unique()), wanted
-    ]
-    table = eligible.merge(packages, on="gpu", how="inner", sort=False)
-    if "gpus_used" not in table:
-        table["gpus_used"] = 1
-    table = table[table["gpus_used"] <= table["gpus_in_package"]]
+    """One row per (priced row, tariff package of its GPU): every COST_COLUMN, formulas in the
+    module docstring. ``rows`` restricts it to those positions of ``points``."""
+    mask = _priceable(points, packages)
+    if rows is not None:
+        keep = np.zeros(len(points), dtype=bool)
+        keep[rows] = True
+        mask &= keep
+    if packages.empty or not mask.any():
+        return pd.DataFrame({c: pd.Series(dtype="float64") for c in [*COST_COLUMNS, "point_index", "package_index"]})
+    wanted = [c for c in COST_COLUMNS if c in points.columns and c not in packages.columns]
+    chosen = points.loc[mask, wanted].assign(
+        gpu=points.loc[mask, "gpu"].astype("object"),
+        gpus_used=_gpus_used(points)[mask],
+        point_index=np.flatnonzero(mask),
+    )
+    table = chosen.merge(packages, on="gpu", how="inner", sort=False)
+    table = table[table["gpus_used"] <= table["gpus_in_package"]].reset_index(drop=True)
     hours = table["package_days"].to_numpy(dtype=np.float64) * HOURS_PER_DAY
     price = table["package_price_usd"].to_numpy(dtype=np.float64)
+    hourly = table["hourly_usd"].to_numpy(dtype=np.float64)
     share = table["gpus_used"].to_numpy(dtype=np.float64) / table["gpus_in_package"].to_numpy(
         dtype=np.float64
     )
-    decode = table["decode_tok_s"].to_numpy()
-    total = table["total_tok_s"].to_numpy()
+    decode = table["decode_tok_s"].to_numpy(dtype=np.float64)
+    total = table["total_tok_s"].to_numpy(dtype=np.float64)
     usd_per_hour = price / hours / utilisation * share
     with np.errstate(invalid="ignore", divide="ignore"):
         table["usd_per_mtok_output"] = usd_per_hour / (decode * 3600) * 1e6
         table["usd_per_mtok_total"] = np.where(total > 0, usd_per_hour / (total * 3600) * 1e6, np.nan)
-        hourly = table["hourly_usd"].to_numpy()
         table["usd_per_mtok_output_hourly"] = hourly * share / (decode * 3600) * 1e6
         table["tokens_per_package"] = decode * 3600 * hours * utilisation / share
         table["total_tokens_per_package"] = total * 3600 * hours * utilisation / share
         table["breakeven_utilisation"] = price / (hourly * hours)
     table["package_beats_hourly"] = utilisation > table["breakeven_utilisation"]
     table["utilisation"] = utilisation
-    return table.reset_index(drop=True)[[c for c in COST_COLUMNS if c in table]]
+    return table[[*COST_COLUMNS, "point_index", "package_index"]]
 
 
-def cheapest_passing(cost: pd.DataFrame) -> pd.DataFrame:
+def cheapest_passing(
+    points: pd.DataFrame,
+    packages: pd.DataFrame,
+    utilisation: float,
+    codes: Codes | None = None,
+) -> pd.DataFrame:
     """The cheapest (decode $/Mtok) configuration per (model, class, GPU, package), with its
-    ratio to the cheapest GPU of the same (model, class, package)."""
+    ratio to the cheapest GPU of the same (model, class, package).
+
+    For one package the cost is a constant × gpus_used ÷ decode tok/s, so the cheapest row of a
+    (model, GPU, gpus_used) is the one with the highest decode tok/s; only those are priced.
+    """
+    columns = [*COST_COLUMNS, "point_index", "package_index", "achieved_class",
+               "ratio_to_cheapest_gpu"]  # fmt: skip
+    priceable = _priceable(points, packages)
+    if not priceable.any():
+        return pd.DataFrame(columns=columns)
+    efficiency = points["decode_tok_s"].to_numpy(dtype=np.float64) / _gpus_used(points)
+    codes = codes or Codes(points)
+    key = _key(codes("model"), codes("gpu"), _codes(_gpus_used(points)))
     parts = []
-    keys = ["model", "gpu", "package_days"]
     for name in QUALITY_CLASSES:
-        passing = cost[cost[f"pass_{name.replace('.', '_')}"].astype(bool)]
-        if passing.empty:
+        rows = np.flatnonzero(priceable & points[_pass(name)].to_numpy(dtype=bool))
+        if rows.size == 0:
             continue
-        best = passing.loc[passing.groupby(keys, sort=False)["usd_per_mtok_output"].idxmin()]
-        parts.append(best.assign(quality_class=name, achieved_class=best["quality_class"]))
+        best = rows[_best_per_group(key[rows], efficiency[rows])]
+        cost = cost_table(points, packages, utilisation, best)
+        if cost.empty:
+            continue
+        pick = cost.groupby(["model", "gpu", "package_days"], sort=False)[
+            "usd_per_mtok_output"
+        ].idxmin()
+        chosen = cost.loc[pick.to_numpy()]
+        parts.append(chosen.assign(achieved_class=chosen["quality_class"], quality_class=name))
     if not parts:
-        return pd.DataFrame(columns=[*COST_COLUMNS, "achieved_class", "ratio_to_cheapest_gpu"])
+        return pd.DataFrame(columns=columns)
     out = pd.concat(parts, ignore_index=True)
     floor = out.groupby(["model", "quality_class", "package_days"])["usd_per_mtok_output"]
     out["ratio_to_cheapest_gpu"] = out["usd_per_mtok_output"] / floor.transform("min")
-    return out.sort_values(["model", "quality_class", "package_days", "usd_per_mtok_output"])
+    out = out.sort_values(["model", "quality_class", "package_days", "usd_per_mtok_output"])
+    return out.reset_index(drop=True)[columns]
 
 
 def gpu_ratios(cheapest: pd.DataFrame) -> pd.DataFrame:
     """Every ordered GPU pair at equal quality: cost_a ÷ cost_b (> 1: GPU a is dearer)."""
-    cols = ["model", "quality_class", "package_days", "gpu", "usd_per_mtok_output"]
+    columns = ["model", "quality_class", "package_days", "gpu_a", "gpu_b", "usd_per_mtok_a",
+               "usd_per_mtok_b", "cost_ratio_a_over_b"]  # fmt: skip
     if cheapest.empty:
-        return pd.DataFrame(
-            columns=["model", "quality_class", "package_days", "gpu_a", "gpu_b",
-                     "usd_per_mtok_a", "usd_per_mtok_b", "cost_ratio_a_over_b"]
-        )  # fmt: skip
-    small = cheapest[cols]
+        return pd.DataFrame(columns=columns)
+    small = cheapest[["model", "quality_class", "package_days", "gpu", "usd_per_mtok_output"]]
     pairs = small.merge(small, on=["model", "quality_class", "package_days"], suffixes=("_a", "_b"))
     pairs = pairs[pairs["gpu_a"] != pairs["gpu_b"]].rename(
-        columns={
-            "usd_per_mtok_output_a": "usd_per_mtok_a",
-            "usd_per_mtok_output_b": "usd_per_mtok_b",
-        }
+        columns={"usd_per_mtok_output_a": "usd_per_mtok_a", "usd_per_mtok_output_b": "usd_per_mtok_b"}
     )
     pairs["cost_ratio_a_over_b"] = pairs["usd_per_mtok_a"] / pairs["usd_per_mtok_b"]
-    return pairs.reset_index(drop=True)
+    return pairs.reset_index(drop=True)[columns]
 
 
 # --- Pareto fronts ----------------------------------------------------------------------------
 
 
 def pareto_mask(
-    frame: pd.DataFrame, groups: Sequence[str], x: str, y: str, *, maximise_y: bool = False
+    group: np.ndarray, x: np.ndarray, y: np.ndarray, *, maximise_y: bool = False
 ) -> np.ndarray:
-    """True for the rows on the front of each group: minimal x, and minimal (or maximal) y.
+    """True for the rows on the front of their group: x minimal, y minimal (or maximal).
 
-    Sort by (group, x, better y first); a row is on the front when its y beats every y before
-    it in its group. Done in one pass: y is turned into a dense rank offset by the group number,
-    so a single running maximum never crosses a group boundary.
+    Sort by (group, x); rows of equal (group, x) form a run whose best y alone can count. A run
+    is on the front when its best y beats every earlier run of its group: y is turned into a
+    dense rank offset by the group's ordinal, so one running maximum never crosses groups.
     """
-    n = len(frame)
-    if n == 0:
-        return np.zeros(0, dtype=bool)
-    xv = frame[x].to_numpy(dtype=np.float64)
-    yv = frame[y].to_numpy(dtype=np.float64)
-    valid = ~np.isnan(xv) & ~np.isnan(yv)
-    codes = [pd.factorize(frame[g].astype("object").fillna(""))[0] for g in groups]
-    group = np.zeros(n, dtype=np.int64)
-    for c in codes:
-        group = group * (int(c.max()) + 1) + c
-    group = np.where(valid, group, -1)
-    goodness = yv if maximise_y else -yv  # larger is better
-    rank = np.unique(np.where(valid, goodness, 0), return_inverse=True)[1].astype(np.int64)
-    order = np.lexsort((-rank, xv, group))  # last key sorts first
-    offset = (pd.factorize(group[order])[0]).astype(np.int64) * (int(rank.max()) + 2)
-    score = rank[order] + offset
-    running = np.maximum.accumulate(score)
-    before = np.concatenate(([-1], running[:-1]))
-    on_front = score > before
-    mask = np.zeros(n, dtype=bool)
-    mask[order] = on_front
-    return mask & valid
+    x = np.asarray(x, dtype=np.float64)
+    y = np.asarray(y, dtype=np.float64)
+    mask = np.zeros(len(x), dtype=bool)
+    idx = np.flatnonzero(~np.isnan(x) & ~np.isnan(y) & (np.asarray(group) >= 0))
+    if idx.size == 0:
+        return mask
+    xs, gs = x[idx], np.asarray(group)[idx]
+    good = y[idx] if maximise_y else -y[idx]  # larger is better
+    gs = np.asarray(pd.factorize(gs)[0])
+    small = gs.astype(np.int16) if gs.max() < np.iinfo(np.int16).max else gs
+    order = np.argsort(xs)
+    order = order[np.argsort(small[order], kind="stable")]  # by group, then x
+    xs, gs, good = xs[order], gs[order], good[order]
+    new_run = np.concatenate(([True], (gs[1:] != gs[:-1]) | (xs[1:] != xs[:-1])))
+    starts = np.flatnonzero(new_run)
+    run_of = np.cumsum(new_run) - 1
+    run_best = np.maximum.reduceat(good, starts)
+    rank = np.unique(run_best, return_inverse=True)[1].astype(np.int64)
+    ordinal = np.cumsum(np.concatenate(([True], gs[starts][1:] != gs[starts][:-1]))) - 1
+    score = rank + ordinal.astype(np.int64) * (int(rank.max()) + 2)
+    before = np.concatenate(([-1], np.maximum.accumulate(score)[:-1]))
+    run_on_front = score > before
+    on_front = run_on_front[run_of] & (good == run_best[run_of])
+    mask[idx[order]] = on_front
+    return mask
 
 
-def pareto_cost_quality(cost: pd.DataFrame) -> pd.DataFrame:
-    """Per (model, package): the configurations no other beats on both $/Mtok (out) and ppl."""
-    cols = ["model", "package_days", "gpu", "provider", "backend", "quantization",
-            "kv_cache_dtype", "batch", "context", "target", "usd_per_mtok_output", "ppl",
-            "quality_class", "dnll_ci_low", "dnll_ci_high"]  # fmt: skip
-    if cost.empty:
-        return pd.DataFrame(columns=cols)
-    priced = cost.loc[cost["ppl"].notna(), cols]
-    mask = pareto_mask(priced, ["model", "package_days"], "usd_per_mtok_output", "ppl")
-    front = priced[mask]
-    return front.sort_values(["model", "package_days", "usd_per_mtok_output"]).reset_index(drop=True)
+def _pairs(
+    points: pd.DataFrame, packages: pd.DataFrame, utilisation: float, rows: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(row, package, usd_per_mtok_output) for every package of each row's GPU that fits it,
+    as plain arrays (the same formula as ``cost_table``, without building its frame)."""
+    gpu = points["gpu"].to_numpy()[rows]
+    used = _gpus_used(points)[rows]
+    decode = points["decode_tok_s"].to_numpy(dtype=np.float64)[rows]
+    row_parts, package_parts, cost_parts = [], [], []
+    for j, package in enumerate(packages.itertuples(index=False)):
+        fits = (gpu == package.gpu) & (used <= package.gpus_in_package)
+        at = np.flatnonzero(fits)
+        hours = float(package.package_days) * HOURS_PER_DAY
+        usd_per_hour = float(package.package_price_usd) / hours / utilisation
+        share = used[at] / float(package.gpus_in_package)
+        row_parts.append(rows[at])
+        package_parts.append(np.full(at.size, j, dtype=np.int64))
+        cost_parts.append(usd_per_hour * share / (decode[at] * 3600) * 1e6)
+    if not row_parts:
+        empty = np.zeros(0, dtype=np.int64)
+        return empty, empty, np.zeros(0)
+    return np.concatenate(row_parts), np.concatenate(package_parts), np.concatenate(cost_parts)
 
 
-def pareto_throughput_latency(points: pd.DataFrame) -> pd.DataFrame:
-    """Per (model, device): the points no other beats on both decode tok/s (max) and TPOT (min)."""
-    cols = ["model", "device", "backend", "quantization", "kv_cache_dtype", "batch", "context",
-            "decode_tok_s", "tpot_ms_p50", "key"]  # fmt: skip
-    ok = points.loc[points["cost_eligible"] & points["tpot_ms_p50"].notna(), cols]
-    if ok.empty:
-        return pd.DataFrame(columns=cols)
-    mask = pareto_mask(ok, ["model", "device"], "tpot_ms_p50", "decode_tok_s", maximise_y=True)
-    return ok[mask].sort_values(["model", "device", "tpot_ms_p50"]).reset_index(drop=True)
+def pareto_cost_quality(
+    points: pd.DataFrame,
+    packages: pd.DataFrame,
+    utilisation: float,
+    codes: Codes | None = None,
+) -> pd.DataFrame:
+    """Per (model, package length): configurations no other beats on both $/Mtok out and ppl.
+
+    On one package a row's cost is a constant × gpus_used ÷ decode tok/s, so a row beaten on
+    both decode tok/s and ppl by another of the same (model, GPU, gpus_used) is beaten on every
+    package: only that front is priced, then the front of each (model, package length) is taken.
+    """
+    columns = ["model", "package_days", "gpu", "provider", "backend", "quantization",
+               "kv_cache_dtype", "batch", "context", "target", "usd_per_mtok_output", "ppl",
+               "quality_class", "dnll_ci_low", "dnll_ci_high", "point_index"]  # fmt: skip
+    ppl = points["ppl"].to_numpy(dtype=np.float64)
+    rows = np.flatnonzero(_priceable(points, packages) & ~np.isnan(ppl))
+    if rows.size == 0:
+        return pd.DataFrame(columns=columns)
+    codes = codes or Codes(points)
+    model = codes("model")
+    used = _gpus_used(points)
+    key = _key(model[rows], codes("gpu")[rows], _codes(used[rows]))
+    efficiency = (points["decode_tok_s"].to_numpy(dtype=np.float64) / used)[rows]
+    rows = rows[pareto_mask(key, -efficiency, ppl[rows])]
+    row, package, usd = _pairs(points, packages, utilisation, rows)
+    days = _codes(packages["package_days"].to_numpy())
+    mask = pareto_mask(_key(model[row], days[package]), usd, ppl[row])
+    if not mask.any():
+        return pd.DataFrame(columns=columns)
+    cost = cost_table(points, packages, utilisation, np.unique(row[mask]))
+    wanted = pd.DataFrame({"point_index": row[mask], "package_index": package[mask]})
+    cost = cost.merge(wanted, on=["point_index", "package_index"], how="inner")
+    return cost[columns].sort_values(["model", "package_days", "usd_per_mtok_output"]).reset_index(
+        drop=True
+    )
+
+
+def pareto_throughput_latency(points: pd.DataFrame, codes: Codes | None = None) -> pd.DataFrame:
+    """Per (model, device): points no other beats on both decode tok/s (max) and TPOT (min)."""
+    columns = ["model", "device", "backend", "quantization", "kv_cache_dtype", "batch",
+               "context", "decode_tok_s", "tpot_ms_p50", "key"]  # fmt: skip
+    codes = codes or Codes(points)
+    group = _key(codes("model"), codes("device"))
+    group = np.where(points["cost_eligible"].to_numpy(dtype=bool), group, -1)
+    mask = pareto_mask(
+        group,
+        points["tpot_ms_p50"].to_numpy(dtype=np.float64),
+        points["decode_tok_s"].to_numpy(dtype=np.float64),
+        maximise_y=True,
+    )
+    front = points.loc[mask, columns]
+    return front.sort_values(["model", "device", "tpot_ms_p50"]).reset_index(drop=True)
 
 
 # --- factor effects ---------------------------------------------------------------------------
 
 
-def _measured(points: pd.DataFrame) -> pd.DataFrame:
-    ok = points["cost_eligible"] | ((points["status"] == "ok") & points["decode_tok_s"].isna())
-    return points.loc[ok, [*STRATUM, *AXES, *EFFECT_METRICS]]
+def _measured_rows(points: pd.DataFrame) -> np.ndarray:
+    """Rows whose figures can be averaged: ok, and not above the roofline."""
+    ok = (points["status"] == "ok").to_numpy(dtype=bool)
+    return np.flatnonzero(ok & ~points["exceeds_roofline"].to_numpy(dtype=bool))
 
 
-def main_effects(points: pd.DataFrame) -> pd.DataFrame:
-    """Per (model, device) and axis: each level's mean of every metric minus the mean over the
-    axis's levels (a level effect: how far that level moves the metric from the axis average)."""
-    data = _measured(points)
+class _Factors:
+    """The measured rows' stratum (model, device) and axis levels as integer codes, hashed once."""
+
+    def __init__(self, points: pd.DataFrame, codes: Codes | None = None) -> None:
+        self.codes = codes or Codes(points)
+        self.rows = _measured_rows(points)
+        self.stratum = _key(self.codes("model")[self.rows], self.codes("device")[self.rows])
+        self.levels = {axis: self.codes(axis)[self.rows] for axis in AXES}
+        self.metrics = {
+            m: points[m].to_numpy(dtype=np.float64)[self.rows] for m in EFFECT_METRICS
+        }
+
+    def labels(self, rep: np.ndarray) -> dict[str, np.ndarray]:
+        at = self.rows[rep]
+        return {"model": self.codes.labels("model", at), "device": self.codes.labels("device", at)}
+
+    def level(self, axis: str, rep: np.ndarray) -> list[str]:
+        return [str(v) for v in self.codes.labels(axis, self.rows[rep])]
+
+
+def main_effects(points: pd.DataFrame, factors: _Factors | None = None) -> pd.DataFrame:
+    """Per (model, device) and axis: each level's mean of every metric, and its effect = that
+    mean minus the mean over the axis's levels (how far the level moves the metric)."""
+    columns = ["model", "device", "axis", "level", "metric", "mean", "effect", "n"]
+    f = factors or _Factors(points)
+    if f.rows.size == 0:
+        return pd.DataFrame(columns=columns)
     parts = []
     for axis in AXES:
-        cells = data.groupby([*STRATUM, axis], sort=True, observed=True)[list(EFFECT_METRICS)]
-        means = cells.mean()
-        counts = cells.count()
-        if means.empty:
-            continue
-        base = means.groupby(level=list(STRATUM)).transform("mean")
-        effect = means - base
-        levels = means.index.get_level_values(axis)
+        inverse, count, rep = _groups(_key(f.stratum, f.levels[axis]))
+        level = f.level(axis, rep)
         for metric in EFFECT_METRICS:
+            mean, n = _group_mean(inverse, count, f.metrics[metric])
             parts.append(
                 pd.DataFrame(
-                    {
-                        "model": means.index.get_level_values("model"),
-                        "device": means.index.get_level_values("device"),
-                        "axis": axis,
-                        "level": [str(v) for v in levels],
-                        "metric": metric,
-                        "mean": means[metric].to_numpy(),
-                        "effect": effect[metric].to_numpy(),
-                        "n": counts[metric].to_numpy(),
-                    }
-                )
+                    {**f.labels(rep), "axis": axis, "level": level, "metric": metric,
+                     "mean": mean, "n": n, "_stratum": f.stratum[rep]}
+                )  # fmt: skip
             )
-    cols = ["model", "device", "axis", "level", "metric", "mean", "effect", "n"]
-    if not parts:
-        return pd.DataFrame(columns=cols)
     out = pd.concat(parts, ignore_index=True)
-    return out[out["n"] > 0].reset_index(drop=True)
+    out = out[out["n"] > 0]
+    base = out.groupby(["_stratum", "axis", "metric"], sort=False)["mean"].transform("mean")
+    out = out.assign(effect=out["mean"] - base)
+    out = out.sort_values(["model", "device", "axis", "metric", "level"])
+    return out.reset_index(drop=True)[columns]
 
 
-def interactions(points: pd.DataFrame) -> pd.DataFrame:
-    """Two-way interactions per (model, device), only where the pair's grid is complete.
+def interactions(points: pd.DataFrame, factors: _Factors | None = None) -> pd.DataFrame:
+    """Two-way interactions per (model, device), only where that pair's grid is complete.
 
     From the cell means m[a, b] (every level pair measured): interaction = m[a, b] − m[a, ·] −
     m[·, b] + m[·, ·], the margins being means of cell means. Zero everywhere ⇔ additive effects.
     """
-    data = _measured(points)
-    cols = ["model", "device", "axis_a", "level_a", "axis_b", "level_b", "metric", "cell_mean",
-            "interaction"]  # fmt: skip
+    columns = ["model", "device", "axis_a", "level_a", "axis_b", "level_b", "metric",
+               "cell_mean", "interaction"]  # fmt: skip
+    f = factors or _Factors(points)
+    if f.rows.size == 0:
+        return pd.DataFrame(columns=columns)
     parts = []
     for a, b in itertools.combinations(AXES, 2):
+        ca, cb = f.levels[a], f.levels[b]
+        inverse, count, rep = _groups(_key(f.stratum, ca, cb))
         for metric in EFFECT_METRICS:
-            cells = data.groupby([*STRATUM, a, b], sort=True, observed=True)[metric].mean().dropna()
+            mean, n = _group_mean(inverse, count, f.metrics[metric])
+            keep = n > 0
+            cells = pd.DataFrame(
+                {"s": f.stratum[rep], "a": ca[rep], "b": cb[rep], "cell_mean": mean, "rep": rep}
+            )[keep]
             if cells.empty:
                 continue
-            frame = cells.rename("cell_mean").reset_index()
-            per = frame.groupby(list(STRATUM), sort=False)
-            n_a = per[a].transform("nunique")
-            n_b = per[b].transform("nunique")
-            n_cells = per["cell_mean"].transform("size")
-            complete = (n_cells == n_a * n_b) & (n_a > 1) & (n_b > 1)
-            frame = frame[complete.to_numpy()]
-            if frame.empty:
+            per = cells.groupby("s", sort=False)
+            n_a, n_b = per["a"].transform("nunique"), per["b"].transform("nunique")
+            complete = (per["cell_mean"].transform("size") == n_a * n_b) & (n_a > 1) & (n_b > 1)
+            cells = cells[complete]
+            if cells.empty:
                 continue
-            margin_a = frame.groupby([*STRATUM, a])["cell_mean"].transform("mean")
-            margin_b = frame.groupby([*STRATUM, b])["cell_mean"].transform("mean")
-            grand = frame.groupby(list(STRATUM))["cell_mean"].transform("mean")
+            margin_a = cells.groupby(["s", "a"])["cell_mean"].transform("mean")
+            margin_b = cells.groupby(["s", "b"])["cell_mean"].transform("mean")
+            grand = cells.groupby("s")["cell_mean"].transform("mean")
+            at = cells["rep"].to_numpy()
             parts.append(
                 pd.DataFrame(
                     {
-                        "model": frame["model"].to_numpy(),
-                        "device": frame["device"].to_numpy(),
+                        **f.labels(at),
                         "axis_a": a,
-                        "level_a": frame[a].astype(str).to_numpy(),
+                        "level_a": f.level(a, at),
                         "axis_b": b,
-                        "level_b": frame[b].astype(str).to_numpy(),
+                        "level_b": f.level(b, at),
                         "metric": metric,
-                        "cell_mean": frame["cell_mean"].to_numpy(),
-                        "interaction": (frame["cell_mean"] - margin_a - margin_b + grand).to_numpy(),
+                        "cell_mean": cells["cell_mean"].to_numpy(),
+                        "interaction": (cells["cell_mean"] - margin_a - margin_b + grand).to_numpy(),
                     }
                 )
             )
     if not parts:
-        return pd.DataFrame(columns=cols)
-    return pd.concat(parts, ignore_index=True)
+        return pd.DataFrame(columns=columns)
+    return pd.concat(parts, ignore_index=True)[columns]
 
 
 # --- counts -----------------------------------------------------------------------------------
 
 
 def _counts(
-    points: pd.DataFrame, cost: pd.DataFrame, unreadable: Sequence[tuple[str, str]]
+    points: pd.DataFrame, packages: pd.DataFrame, unreadable: Sequence[tuple[str, str]]
 ) -> dict[str, Any]:
-    status = points["status"].astype("object").fillna("unknown").value_counts()
-    eligible = points["cost_eligible"].to_numpy()
-    priced = eligible & points["gpu"].isin(cost["gpu"].dropna().unique()).to_numpy()
-    refs = points.loc[points["is_reference"] & points["ppl"].notna(), "model"].unique()
+    status = points["status"].value_counts(dropna=False)
+    eligible = points["cost_eligible"].to_numpy(dtype=bool)
+    priced = _priceable(points, packages)
+    with_ref = points.loc[points["ppl_ref"].notna(), "model"].unique()
     models = points["model"].dropna().unique()
     return {
         "rows": len(points),
-        "by_status": {str(k): int(v) for k, v in status.items()},
+        "by_status": {("unknown" if pd.isna(k) else str(k)): int(v) for k, v in status.items()},
         "excluded_not_ok": int((points["status"] != "ok").sum()),
         "flagged_above_roofline": int(points["exceeds_roofline"].sum()),
         "eligible_for_cost": int(eligible.sum()),
         "priced_rows": int(priced.sum()),
         "eligible_without_tariff": int(eligible.sum() - priced.sum()),
-        "cost_rows": len(cost),
         "unreadable_files": len(unreadable),
-        "models_without_reference": sorted(str(m) for m in set(models) - set(refs)),
+        "models_without_reference": sorted(str(m) for m in set(models) - set(with_ref)),
     }

@@ -30,7 +30,9 @@ from rich.table import Table
 
 from harness.errors import UserInputError
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__)
+app = typer.Typer(
+    add_completion=False, no_args_is_help=True, help=__doc__, pretty_exceptions_show_locals=False
+)
 node_app = typer.Typer(no_args_is_help=True, help="Start a Ray node with detected resources.")
 app.add_typer(node_app, name="node")
 console = Console()
@@ -189,6 +191,136 @@ def measure(
     console.print(
         f"results: {out}/points ({plan.total_points} points, {len(plan.skipped)} skipped)"
     )
+
+
+@app.command()
+@friendly
+def run(
+    scenario: Annotated[Path, typer.Argument(help="scenario YAML")],
+    address: Annotated[
+        str | None, typer.Option(help="Ray cluster: auto or HOST:PORT; none starts a local node")
+    ] = None,
+    out: Annotated[Path | None, typer.Option(help="run folder (default results/<name>)")] = None,
+    resume: Annotated[bool, typer.Option(help="skip points already measured ok")] = True,
+    gpu: Annotated[str | None, typer.Option(help="catalog GPU, when the device is unknown")] = None,
+    simulate_on_cpu: Annotated[bool, typer.Option(hidden=True)] = False,
+) -> None:
+    """Fan the sweep out over Ray: one actor per group, on a node that matches its target."""
+    run_dir, _ = run_sweep(scenario, address, out, resume, gpu, simulate_on_cpu)
+    console.print(f"results: {run_dir}")
+
+
+def run_sweep(
+    scenario: Path,
+    address: str | None,
+    out: Path | None,
+    resume: bool,
+    gpu: str | None,
+    simulate_on_cpu: bool = False,
+) -> tuple[Path, dict[str, Any]]:
+    from harness import driver, store, sweep
+    from harness import scenario as scen
+
+    if not resume and out is not None and (out / store.POINTS).exists():
+        raise UserInputError(
+            f"{out} already holds points; choose a new --out or keep resume on", field="--out"
+        )
+    run_dir = out or Path("results") / scen.load(scenario).name
+    plan = sweep.prepare(scenario, run_dir, gpu=gpu)
+    started = time.perf_counter()
+    cluster = driver.connect(address)
+    sweep.start_manifest(run_dir, scenario, plan, mode="ray")
+    manifest = store.read_manifest(run_dir)
+    manifest["runs"][-1]["nodes"] = driver.node_inventory()
+    manifest["runs"][-1]["cluster"] = cluster
+    store.write_manifest(run_dir, manifest)
+    for row in sweep.skipped_rows(plan):
+        store.write_row(run_dir, row)
+    done = store.done_keys(run_dir) if resume else set()
+    todo = [(w, sweep.pending(w, done)) for w in plan.work]
+    todo = [(w, pts) for w, pts in todo if pts]
+    with progress_bar(plan.total_points) as (progress, task):
+        progress.advance(task, plan.total_points - sum(len(pts) for _, pts in todo))
+        plan_s = sum(w.est_seconds for w, _ in todo)
+        progress.update(task, description=f"sweep (plan ≈ {plan_s:.0f} s)")
+        groups: dict[str, TaskID] = {}
+
+        def on_row(row: Any, node_id: str | None) -> None:
+            progress.advance(task)
+            if row.group in groups:
+                progress.advance(groups[row.group])
+
+        def on_group(label: str, node_id: str | None) -> None:
+            size = next(len(p) for w, p in todo if w.group.label == label)
+            where = (node_id or "?")[:8]
+            groups[label] = progress.add_task(f"  {label} @ node {where}", total=size)
+
+        runner = driver.Driver(
+            run_dir, plan.context, simulate_on_cpu=simulate_on_cpu, on_row=on_row,
+            on_group=on_group,
+        )  # fmt: skip
+        references = [(w, p) for w, p in todo if w.reference]
+        others = [(w, p) for w, p in todo if not w.reference]
+        for wave in (references, others):
+            if wave:
+                runner.run_wave(wave)
+    wall_s = time.perf_counter() - started
+    sweep.finish_manifest(run_dir, wall_s=wall_s, failures=runner.failures if todo else [])
+    return run_dir, {"wall_s": wall_s}
+
+
+@app.command()
+@friendly
+def bench(
+    scenario: Annotated[Path, typer.Argument(help="scenario YAML")] = Path(
+        "scenarios/default.yaml"
+    ),
+    out: Annotated[Path | None, typer.Option(help="run folder")] = None,
+    tariffs: Annotated[Path, typer.Option(help="tariff YAML")] = Path("tariffs/example.yaml"),
+    address: Annotated[str | None, typer.Option(help="Ray cluster address")] = None,
+) -> None:
+    """Plan, run (Ray), publish; print the headline cost table and where everything is."""
+    from harness import plan as planner
+    from harness import scenario as scen
+
+    result = planner.plan_grid(scen.expand(scen.load(scenario)))
+    print_plan(result)
+    run_dir, stats = run_sweep(scenario, address, out, True, None)
+    console.print(f"sweep wall time: {stats['wall_s']:.1f} s")
+    publish_run(run_dir, tariffs)
+
+
+def publish_run(run_dir: Path, tariffs: Path) -> None:
+    from harness import cli_results
+
+    cli_results.report_cmd(run_dir, tariffs=tariffs)
+
+
+@node_app.command("start")
+@friendly
+def node_start(
+    head: Annotated[bool, typer.Option("--head", help="start a new cluster here")] = False,
+    address: Annotated[str | None, typer.Option(help="join the head at HOST:PORT")] = None,
+    port: Annotated[int, typer.Option(help="head port")] = 6379,
+    block: Annotated[bool, typer.Option(help="stay in the foreground (containers)")] = False,
+    dry_run: Annotated[bool, typer.Option(help="print the ray start command only")] = False,
+) -> None:
+    """`ray start` with this node's detected accelerators as Ray resources and labels."""
+    import os
+    import subprocess
+
+    from harness import node
+
+    if head == bool(address):
+        raise UserInputError("give exactly one of --head or --address HOST:PORT", field="node")
+    inventory = node.detect()
+    argv = node.start_command(head, address, inventory, port=port, block=block)
+    console.print(" ".join(argv), highlight=False)
+    if dry_run:
+        return
+    if block:
+        os.execvp(argv[0], argv)
+    raise typer.Exit(subprocess.run(argv, check=False).returncode)
 
 
 @contextlib.contextmanager

@@ -7,6 +7,7 @@ import os
 import platform
 import socket
 import subprocess
+import sys
 from importlib import metadata
 from pathlib import Path
 
@@ -78,6 +79,13 @@ def driver_version(device: str) -> str | None:
         return None
 
 
+def ray_node_id() -> str | None:
+    ray = sys.modules.get("ray")  # only when this process already runs under Ray
+    if ray is None or not ray.is_initialized():
+        return None
+    return str(ray.get_runtime_context().get_node_id())
+
+
 def collect(device: str, corpus_hash: str) -> Provenance:
     torch_version = package_version("torch")
     cuda = rocm = None
@@ -97,6 +105,7 @@ def collect(device: str, corpus_hash: str) -> Provenance:
         vllm=package_version("vllm"),
         python=platform.python_version(),
         hostname=socket.gethostname(),
+        node_id=ray_node_id(),
         git_sha=git_sha(),
         container_image=os.environ.get("HARNESS_IMAGE"),
         harness=__version__,

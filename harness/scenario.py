@@ -107,6 +107,9 @@ class Exclude(Strict):
         return all(fields[k] == v for k, v in self.model_dump(exclude_none=True).items())
 
 
+_AUTO_KV: list[KvCacheDtype] = ["auto"]
+
+
 def _unique(values: list[Any]) -> list[Any]:
     seen = [v for i, v in enumerate(values) if v in values[:i]]
     if seen:
@@ -119,7 +122,7 @@ class Scenario(Strict):
     models: list[ModelRef] = Field(min_length=1)
     backend: list[Backend] = Field(min_length=1)
     quantization: list[Quantization] = Field(min_length=1)
-    kv_cache_dtype: list[KvCacheDtype] = Field(default_factory=lambda: ["auto"], min_length=1)
+    kv_cache_dtype: list[KvCacheDtype] = Field(default_factory=lambda: list(_AUTO_KV), min_length=1)
     batch: list[PositiveInt] = Field(min_length=1)
     context: list[PositiveInt] = Field(min_length=1)
     output_tokens: PositiveInt

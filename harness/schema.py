@@ -27,6 +27,7 @@ class Provenance(BaseModel):
     vllm: str | None = None
     python: str | None = None
     hostname: str | None = None
+    node_id: str | None = None  # the Ray node that measured it, when run under Ray
     git_sha: str | None = None
     container_image: str | None = None
     harness: str | None = None

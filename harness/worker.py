@@ -109,7 +109,7 @@ def measure_quality(
     scores = backend.score_windows(wins, None if ref is None else ref.topk_ids, TOPK)
     if reference:
         ref = scores
-        at_ref = scores.topk_logprobs  # its own logprobs at its own top-k ids: KL is exactly 0
+        at_ref: Any = scores.topk_logprobs  # its own logprobs at its own top-k ids: KL is exactly 0
     else:
         at_ref = scores.logprobs_at_ref
     samples, seed = settings.bootstrap_samples, 0
@@ -157,15 +157,18 @@ def measure_arc(backend: Backend, n: int) -> dict[str, Any]:
 def time_point(
     backend: Backend, point: Point, prompts: list[list[int]], device: str
 ) -> tuple[dict[str, Any], PhaseMemory, PhaseMemory]:
+    """Memory in its own passes (a prefill-only call, then the first full call, which is also
+    the first warm-up); timing afterwards, with no sampler thread competing for the cores."""
     with measure_phase(device) as prefill_phase:
         backend.generate(prompts, 1)
     with measure_phase(device) as decode_phase:
-        runs: list[Generation] = timing.repeat_until(
-            lambda: backend.generate(prompts, point.output_tokens),
-            warmups=point.warmups,
-            min_repeats=point.repeats,
-            min_duration_s=point.min_duration_s,
-        )
+        backend.generate(prompts, point.output_tokens)
+    runs: list[Generation] = timing.repeat_until(
+        lambda: backend.generate(prompts, point.output_tokens),
+        warmups=max(point.warmups - 1, 0),
+        min_repeats=point.repeats,
+        min_duration_s=point.min_duration_s,
+    )
     return summarize_runs(runs, point), prefill_phase.result, decode_phase.result
 
 

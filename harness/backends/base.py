@@ -15,11 +15,12 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from pydantic import BaseModel, ConfigDict
 
 from harness.errors import UserInputError, did_you_mean
+from harness.scenario import VllmOptions
 
 if TYPE_CHECKING:
-    import numpy as np
+    from numpy.typing import NDArray
 
-    from harness.scenario import GroupKey, VllmOptions
+    from harness.scenario import GroupKey
 
 
 class BackendOptions(BaseModel):
@@ -46,12 +47,12 @@ class Generation:
 class WindowScores:
     """Teacher-forced scores of fixed corpus windows; positions are predicted tokens (T − 1)."""
 
-    nll_sum: np.ndarray  # [W] nats, float64
-    tokens: np.ndarray  # [W] predicted tokens per window
-    argmax: np.ndarray  # [W, T-1] the most likely next token
-    topk_ids: np.ndarray  # [W, T-1, k] own top-k ids (what a reference caches)
-    topk_logprobs: np.ndarray  # [W, T-1, k]
-    logprobs_at_ref: np.ndarray | None = None  # [W, T-1, k] own logprobs at the reference's ids
+    nll_sum: NDArray[Any]  # [W] nats, float64
+    tokens: NDArray[Any]  # [W] predicted tokens per window
+    argmax: NDArray[Any]  # [W, T-1] the most likely next token
+    topk_ids: NDArray[Any]  # [W, T-1, k] own top-k ids (what a reference caches)
+    topk_logprobs: NDArray[Any]  # [W, T-1, k]
+    logprobs_at_ref: NDArray[Any] | None = None  # [W, T-1, k] own logprobs at the reference's ids
 
 
 @dataclass
@@ -83,7 +84,7 @@ class Backend(ABC):
 
     @abstractmethod
     def score_windows(
-        self, windows: list[list[int]], ref_topk_ids: np.ndarray | None, k: int
+        self, windows: list[list[int]], ref_topk_ids: NDArray[Any] | None, k: int
     ) -> WindowScores: ...
 
     @abstractmethod

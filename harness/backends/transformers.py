@@ -10,12 +10,14 @@ from __future__ import annotations
 import gc
 import hashlib
 import json
+import logging
 import os
 import warnings
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 
 from harness.backends.base import Backend, Generation, MemoryFacts, WindowScores
 from harness.measure.timing import StepClock, step_timestamps_processor
@@ -80,13 +82,24 @@ def module_bytes(model: Any) -> int:
     return total
 
 
+def count_new_tokens(rows: list[list[int]], eos_id: int | None) -> list[int]:
+    """Tokens each row really generated: up to and including its first EOS (padding after it
+    is not output). With min_new_tokens = max_new_tokens no row stops early."""
+    counts = []
+    for row in rows:
+        end = row.index(eos_id) + 1 if eos_id is not None and eos_id in row else len(row)
+        counts.append(end)
+    return counts
+
+
 class TransformersBackend(Backend):
     name = "transformers"
 
     def load(self) -> None:
         import torch
 
-        warnings.filterwarnings("ignore", message=".*inputs will be cast from.*")
+        # bitsandbytes logs a cast warning on every int8 matmul; it is known and not actionable.
+        logging.getLogger("bitsandbytes.autograd._functions").setLevel(logging.ERROR)
         warnings.filterwarnings("ignore", message=".*Failed to load CPU gemm_4bit.*")
         torch.manual_seed(self.options.seed)
         self.torch = torch
@@ -207,8 +220,7 @@ class TransformersBackend(Backend):
                 **self._cache_kwargs(),
             )
             clock.stop()
-        generated = out[:, ids.shape[1] :]
-        counts = [int(row.numel()) for row in generated]
+        counts = count_new_tokens(out[:, ids.shape[1] :].tolist(), self.tokenizer.eos_token_id)
         return Generation(
             new_tokens=counts, step_ms=clock.elapsed_ms(), e2e_ms=clock.total_ms(), timer=clock.name
         )
@@ -216,7 +228,7 @@ class TransformersBackend(Backend):
     # --- quality --------------------------------------------------------------------------
 
     def score_windows(
-        self, windows: list[list[int]], ref_topk_ids: np.ndarray | None, k: int
+        self, windows: list[list[int]], ref_topk_ids: NDArray[Any] | None, k: int
     ) -> WindowScores:
         """Teacher-forced scores, each window in two passes: the first half fills the KV cache
         (quantized when the group's KV dtype is), the second half is scored reading from it, so
@@ -232,12 +244,14 @@ class TransformersBackend(Backend):
             argmax=np.stack([p[1] for p in parts]),
             topk_ids=np.stack([p[2] for p in parts]),
             topk_logprobs=np.stack([p[3] for p in parts]),
-            logprobs_at_ref=None if ref_topk_ids is None else np.stack([p[4] for p in parts]),
+            logprobs_at_ref=None
+            if ref_topk_ids is None
+            else np.stack([p[4] for p in parts if p[4] is not None]),
         )
 
     def _score_window(
-        self, window: list[int], ref_ids: np.ndarray | None, k: int
-    ) -> tuple[float, np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
+        self, window: list[int], ref_ids: NDArray[Any] | None, k: int
+    ) -> tuple[float, NDArray[Any], NDArray[Any], NDArray[Any], NDArray[Any] | None]:
         torch = self.torch
         ids = torch.tensor([window], dtype=torch.long, device=self.device)
         half = len(window) // 2

@@ -38,8 +38,10 @@ is reported apart from what the weights and the KV blocks need, both read from t
 (`num_gpu_blocks` × bytes per block; the worker's own weight figure through a worker extension
 called by name, so nothing is pickled).
 
-Ray. The group's actor already holds its GPU; with one GPU per engine the executor is "uni"
-(in-process worker), so vLLM starts no Ray of its own (vLLM picks Ray only for world sizes > 1).
+Ray. The group's actor already holds its GPU. With one GPU per engine the executor is "uni": the
+GPU worker lives inside vLLM's engine-core process, which vLLM spawns as a plain child (inside a
+Ray actor it forces the spawn start method and only passes RAY_ADDRESS on); vLLM chooses its Ray
+executor only for world sizes > 1, and `close` never shuts Ray down.
 """
 
 from __future__ import annotations
@@ -220,11 +222,15 @@ def sampling_params_kwargs(
 def parse_generation(
     outputs: Sequence[Any], e2e_ms: float, *, prefill_ms: float | None = None
 ) -> Generation:
-    """A Generation from `LLM.generate`'s RequestOutputs: counts from `outputs[0].token_ids`."""
+    """A Generation from `LLM.generate`'s RequestOutputs: counts from `outputs[0].token_ids`.
+
+    `prefill_ms` comes from a separate max_tokens=1 pass; one slower than the whole full pass
+    (noise, on very short outputs) is capped at `e2e_ms` so the marks stay ordered.
+    """
     new_tokens = [len(out.outputs[0].token_ids) if out.outputs else 0 for out in outputs]
     return Generation(
         new_tokens=new_tokens,
-        step_ms=[] if prefill_ms is None else [prefill_ms],
+        step_ms=[] if prefill_ms is None else [min(prefill_ms, e2e_ms)],
         e2e_ms=e2e_ms,
         timer="perf_counter",
     )
@@ -316,23 +322,18 @@ def parse_prompt_logprobs(
 def split_pair(
     encode: Callable[[str], list[int]], context: str, continuation: str
 ) -> tuple[list[int], int]:
-    """Token ids of context + continuation and the number that belong to the context.
+    """Token ids of context + continuation, each encoded on its own, and the context's count.
 
-    Trailing whitespace of the context moves to the continuation and the continuation's tokens
-    are whole[len(encode(context)):], as lm-evaluation-harness does, so that a space-prefixed
-    word stays one token.
+    The transformers backend scores `encode(context) + encode(continuation)` the same way, so the
+    two backends score the same token ids.
     """
-    spaces = len(context) - len(context.rstrip())
-    if spaces:
-        context, continuation = context[:-spaces], context[-spaces:] + continuation
-    whole = encode(context + continuation)
-    n_context = len(encode(context))
-    if not 1 <= n_context < len(whole):
+    ids_context, ids_continuation = encode(context), encode(continuation)
+    if not ids_context or not ids_continuation:
         raise ValueError(
-            f"cannot split {context[-30:]!r} + {continuation[:30]!r} into a non-empty context "
-            f"and continuation ({n_context} of {len(whole)} tokens)"
+            f"cannot score {context[-30:]!r} + {continuation[:30]!r}: the context and the "
+            f"continuation need a token each ({len(ids_context)}, {len(ids_continuation)})"
         )
-    return whole, n_context
+    return ids_context + ids_continuation, len(ids_context)
 
 
 def continuation_logprob(
@@ -450,7 +451,7 @@ class VllmBackend(Backend):
         return self._llm
 
     def encode(self, text: str) -> list[int]:
-        return list(self._engine().get_tokenizer().encode(text))
+        return list(self._engine().get_tokenizer().encode(text, add_special_tokens=False))
 
     def _generate(self, prompts: Sequence[Sequence[int]], params: Any) -> list[Any]:
         from vllm.inputs import TokensPrompt
