@@ -33,10 +33,10 @@ RULES: tuple[Rule, ...] = (
         kv_cache_dtype={"int8", "int4"},
     ),
     _rule(
-        "vllm-no-fp16-kv",
-        "vLLM's kv_cache_dtype has no fp16 value ('auto' follows the model dtype)",
+        "vllm-16bit-kv-follows-model",
+        "vLLM's 16-bit KV cache must be the model dtype; 'auto' selects it",
         backend={"vllm"},
-        kv_cache_dtype={"fp16"},
+        kv_cache_dtype={"fp16", "bf16"},
     ),
     _rule(
         "rocm-no-fp8-e5m2-kv",

@@ -15,7 +15,7 @@ COMPATIBLE = {
 
 EXAMPLES: dict[str, dict[str, str]] = {
     "vllm-no-int-kv": {"backend": "vllm", "kv_cache_dtype": "int4"},
-    "vllm-no-fp16-kv": {"backend": "vllm", "kv_cache_dtype": "fp16"},
+    "vllm-16bit-kv-follows-model": {"backend": "vllm", "kv_cache_dtype": "fp16"},
     "rocm-no-fp8-e5m2-kv": {"backend": "vllm", "kv_cache_dtype": "fp8_e5m2", "target": "rocm"},
     "bnb-transformers-only": {"backend": "vllm", "quantization": "bnb-nf4"},
     "quanto-transformers-only": {"backend": "vllm", "quantization": "quanto-int4"},
