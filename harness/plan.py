@@ -241,10 +241,12 @@ def plan_point(
 
 
 def decode_ceiling_tok_s(card: GpuSpec, weights: float, arch: ModelArch, point: Point) -> float:
-    """bandwidth × B / (weights + KV read per step), KV at the mean decode context."""
+    """bandwidth × B / (weight bytes read per step + KV read per step), KV at the mean decode
+    context. An untied input embedding is a lookup of B rows, not a read of the whole table."""
     mean_tokens = point.context + point.output_tokens // 2
     kv = kv_cache_bytes(arch, point.kv_cache_dtype, point.quantization, mean_tokens, point.batch)
-    return card.bandwidth_gb_s * 1e9 * point.batch / (weights + kv)
+    lookup_only = 0 if arch.tie_embeddings else param_counts(arch).embeddings * 2
+    return card.bandwidth_gb_s * 1e9 * point.batch / (weights - lookup_only + kv)
 
 
 def estimate_seconds(

@@ -38,6 +38,8 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
+from harness.measure.quality import perplexity  # noqa: E402  (numpy only)
+
 TINY_MODEL = REPO / "harness" / "data" / "tiny-llama"
 PPL_TOLERANCE = 0.01  # relative
 ROOFLINE_SLACK = 1.05  # a measured rate above 105 % of the ceiling is a measurement error
@@ -64,57 +66,8 @@ class Check:
 # --- pure helpers (tested on CPU) ---------------------------------------------------------------
 
 
-def perplexity(nll_sum: Sequence[float], tokens: Sequence[int]) -> float:
-    """exp(total NLL / total predicted tokens), over all windows together."""
-    total = float(sum(tokens))
-    if total <= 0:
-        raise ValueError("no predicted tokens")
-    return math.exp(float(sum(nll_sum)) / total)
-
-
 def relative_difference(value: float, reference: float) -> float:
     return abs(value - reference) / abs(reference)
-
-
-def llama_param_counts(cfg: dict[str, int | bool]) -> tuple[int, int]:
-    """(all parameters, input-embedding parameters) of a Llama without biases."""
-    hidden, inter, vocab = (
-        int(cfg["hidden_size"]),
-        int(cfg["intermediate_size"]),
-        int(cfg["vocab_size"]),
-    )
-    heads, kv_heads = int(cfg["num_attention_heads"]), int(cfg["num_key_value_heads"])
-    head_dim = hidden // heads
-    attention = hidden * heads * head_dim * 2 + hidden * kv_heads * head_dim * 2
-    mlp = 3 * hidden * inter
-    per_layer = attention + mlp + 2 * hidden
-    embedding = vocab * hidden
-    lm_head = 0 if cfg.get("tie_word_embeddings") else vocab * hidden
-    total = int(cfg["num_hidden_layers"]) * per_layer + embedding + lm_head + hidden
-    return total, embedding
-
-
-def kv_bytes_per_token(cfg: dict[str, int | bool], dtype_bytes: int) -> int:
-    """2 (K and V) × layers × kv_heads × head_dim × bytes: one token of one row."""
-    head_dim = int(cfg["hidden_size"]) // int(cfg["num_attention_heads"])
-    return (
-        2 * int(cfg["num_hidden_layers"]) * int(cfg["num_key_value_heads"]) * head_dim * dtype_bytes
-    )
-
-
-def decode_ceiling_tok_s(
-    *,
-    bandwidth_gb_s: float,
-    weight_bytes_read: float,
-    kv_bytes_per_token: float,
-    batch: int,
-    context: int,
-    new_tokens: int,
-) -> float:
-    """Bandwidth × B / (weights read + KV read per step), KV at the mean decode length."""
-    mean_len = context + new_tokens / 2
-    per_step = weight_bytes_read + kv_bytes_per_token * mean_len * batch
-    return bandwidth_gb_s * 1e9 * batch / per_step
 
 
 def decode_tok_s(new_tokens: Sequence[int], step_ms: Sequence[float], e2e_ms: float) -> float:
@@ -186,7 +139,7 @@ def _small_model_run(
     finally:
         backend.close()
     counts_ok = gen.new_tokens == [16] * len(prompts)
-    ppl = perplexity(scores.nll_sum.tolist(), scores.tokens.tolist())
+    ppl = perplexity(scores.nll_sum, scores.tokens)
     check = Check(
         f"{name}-tiny",
         counts_ok and math.isfinite(ppl),
@@ -232,7 +185,8 @@ def _worker_check(out: Path, names: list[str], args: argparse.Namespace) -> Chec
 def _throughput(name: str, model_dir: Path, cfg: dict[str, Any], args: argparse.Namespace) -> Check:
     import torch
 
-    from harness import catalog
+    from harness import catalog, plan
+    from harness.scenario import Point
 
     batch, context, new = args.batch, args.context, args.new_tokens
     backend = _backend(
@@ -247,21 +201,17 @@ def _throughput(name: str, model_dir: Path, cfg: dict[str, Any], args: argparse.
     finally:
         backend.close()
     rate = decode_tok_s(gen.new_tokens, gen.step_ms, gen.e2e_ms)
-    total, embedding = llama_param_counts(cfg)
+    arch = catalog.arch_from_config("llama-1b-random", {**cfg, "torch_dtype": "bfloat16"})
     figures: dict[str, Any] = {"decode_tok_s": rate, "batch": batch, "context": context,
                                "new_tokens": gen.new_tokens[:1], "e2e_ms": gen.e2e_ms,
-                               "first_token_ms": gen.step_ms[:1], "params": total}  # fmt: skip
+                               "first_token_ms": gen.step_ms[:1],
+                               "params": plan.param_counts(arch).total}  # fmt: skip
     spec = catalog.gpu_for_device_name(torch.cuda.get_device_name(0))
     if spec is None:
         return Check(f"{name}-1b-decode", rate > 0, "GPU not in the catalog: no roofline", figures)
-    ceiling = decode_ceiling_tok_s(
-        bandwidth_gb_s=spec.bandwidth_gb_s,
-        weight_bytes_read=2.0 * (total - embedding),  # bf16; the embedding reads B rows only
-        kv_bytes_per_token=kv_bytes_per_token(cfg, 2),
-        batch=batch,
-        context=context,
-        new_tokens=new,
-    )
+    point = Point(model=arch.id, backend=name, quantization="bf16", kv_cache_dtype="auto",
+                  batch=batch, context=context, output_tokens=new, target="cuda")  # fmt: skip
+    ceiling = plan.decode_ceiling_tok_s(spec, plan.weights_bytes(arch, "bf16"), arch, point)
     fraction = rate / ceiling
     figures.update(gpu=spec.name, ceiling_tok_s=ceiling, roofline_fraction=fraction)
     ok = 0 < fraction <= ROOFLINE_SLACK
@@ -329,8 +279,8 @@ def run(args: argparse.Namespace) -> int:
             checks.append(Check("vllm-tiny", None, "vLLM is not importable here"))
         if {"transformers", "vllm"} <= scores.keys():
             a, b = scores["transformers"], scores["vllm"]
-            ppl_a = perplexity(a.nll_sum.tolist(), a.tokens.tolist())
-            ppl_b = perplexity(b.nll_sum.tolist(), b.tokens.tolist())
+            ppl_a = perplexity(a.nll_sum, a.tokens)
+            ppl_b = perplexity(b.nll_sum, b.tokens)
             diff = relative_difference(ppl_b, ppl_a)
             agree = float((a.argmax == b.argmax).mean())
             checks.append(Check("perplexity-agreement", diff <= PPL_TOLERANCE,

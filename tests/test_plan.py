@@ -112,9 +112,11 @@ def test_total_is_the_peak_phase_and_sums_its_terms() -> None:
 
 
 def test_roofline_ceiling_is_bandwidth_over_bytes_read_per_step() -> None:
-    """3350 GB/s × 1 / (16,060,522,496 + KV at 1024+64 tokens = 142,606,336) = 206.76 tok/s."""
+    """Weights read per step: 16,060,522,496 − the untied input embedding (525,336,576 × 2 B,
+    a lookup of one row per token) = 15,009,849,344; KV at 1024 + 64 tokens = 142,606,336.
+    3350 GB/s × 1 / 15,152,455,680 B = 221.09 tok/s."""
     r = plan.plan_point(point(), catalog.gpu("H100-SXM-80GB"))
-    assert r.roofline_decode_tok_s == pytest.approx(3350e9 / (16_060_522_496 + 142_606_336))
+    assert r.roofline_decode_tok_s == pytest.approx(3350e9 / 15_152_455_680)
 
 
 def test_plan_json_matches_the_contract_and_is_fast() -> None:
