@@ -58,8 +58,11 @@ lint: $(STAMP)
 perf: $(STAMP)
 	$(BIN)/python scripts/perf_aggregate.py
 
+# The CUDA/ROCm path end to end (tiny model both engines, a random ~0.9B Llama vs the roofline),
+# then the worker on a small GPU grid. Writes JSON under $$OUT (default results/gpu-check).
 gpu-check: $(STAMP)
 	$(BIN)/python scripts/gpu_check.py --out $${OUT:-results/gpu-check}
+	$(BIN)/harness measure scenarios/gpu-check.yaml --out $${OUT:-results/gpu-check}/run
 
 side-by-side: $(STAMP)
 	$(BIN)/python scripts/side_by_side.py

@@ -92,8 +92,6 @@ def _backend(name: str, model_dir: Path, quantization: str, max_context: int, **
     from harness.backends.base import BackendOptions, backend_class
     from harness.scenario import GroupKey, VllmOptions
 
-    if not BackendOptions.__pydantic_complete__:  # base.py names VllmOptions for type checkers
-        BackendOptions.model_rebuild(_types_namespace={"VllmOptions": VllmOptions})
     group = GroupKey(
         target="cuda",
         model=model_dir.name,
@@ -152,12 +150,9 @@ def _small_model_run(
 
 def _worker_check(out: Path, names: list[str], args: argparse.Namespace) -> Check:
     """One small point per backend through the worker; the transformers group is the reference."""
-    from harness.backends.base import BackendOptions
     from harness.scenario import Point, QualitySettings, Reference, VllmOptions
     from harness.worker import WorkContext, measure_group
 
-    if not BackendOptions.__pydantic_complete__:
-        BackendOptions.model_rebuild(_types_namespace={"VllmOptions": VllmOptions})
     quality = QualitySettings(window_tokens=64, max_windows=4, arc_items=8)
     ctx = WorkContext(
         run_dir=str(out / "worker"),

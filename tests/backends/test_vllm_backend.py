@@ -26,8 +26,6 @@ from harness.quantization import KV_CACHE_DTYPES, QUANTIZATIONS
 from harness.scenario import GroupKey, VllmOptions
 
 REPO = Path(__file__).resolve().parents[2]
-if not BackendOptions.__pydantic_complete__:  # base.py names VllmOptions only for type checkers
-    BackendOptions.model_rebuild(_types_namespace={"VllmOptions": VllmOptions})
 TINY_MODEL = REPO / "harness" / "data" / "tiny-llama"
 
 
