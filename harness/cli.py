@@ -336,6 +336,20 @@ def progress_bar(total: int) -> Iterator[tuple[Progress, TaskID]]:
         yield progress, progress.add_task("starting", total=total)
 
 
+def _register_result_commands() -> None:
+    from harness import cli_results
+
+    for name, fn in (
+        ("aggregate", cli_results.aggregate_cmd),
+        ("report", cli_results.report_cmd),
+        ("compare", cli_results.compare_cmd),
+    ):
+        app.command(name)(friendly(fn))
+
+
+_register_result_commands()
+
+
 def main() -> None:
     app()
 

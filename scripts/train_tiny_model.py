@@ -305,7 +305,9 @@ def main() -> None:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     size = sum(f.stat().st_size for f in out.iterdir())
-    print(f"saved {out} ({size / 2**20:.1f} MiB): " + ", ".join(sorted(p.name for p in out.iterdir())))
+    print(
+        f"saved {out} ({size / 2**20:.1f} MiB): " + ", ".join(sorted(p.name for p in out.iterdir()))
+    )
     print(json.dumps(facts, indent=2))
 
 
