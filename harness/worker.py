@@ -236,6 +236,15 @@ def memory_columns(
     }
 
 
+def comparable_peak_mib(mem: dict[str, Any], device: str) -> float | None:
+    """The measured figure that the plan's total predicts: on a GPU the device memory this
+    process uses (it includes the CUDA/HIP context, as the plan's reserve does) when NVML sees
+    the process, else the allocator's peak; on the CPU the process RSS peak."""
+    if device.startswith("cuda") and not mem.get("memory_global_fallback"):
+        return mem.get("device_used_mib") or mem.get("peak_mib_decode")
+    return mem.get("peak_mib_decode")
+
+
 def gap_pct(measured: float | None, predicted: float | None) -> float | None:
     if measured is None or not predicted:
         return None
@@ -385,7 +394,9 @@ def iter_group(
             load_phase.result, prefill_mem, decode_mem, engine_subprocess=group.backend == "vllm"
         )
         extra: dict[str, Any] = {"measured_s": measured_s}
-        extra["peak_gap_pct"] = gap_pct(mem.get("peak_mib_decode"), predicted["predicted_peak_mib"])
+        extra["peak_gap_pct"] = gap_pct(
+            comparable_peak_mib(mem, device), predicted["predicted_peak_mib"]
+        )
         ceiling = predicted.get("roofline_decode_tok_s")
         if ceiling and speed["decode_tok_s"]:
             extra["roofline_fraction"] = speed["decode_tok_s"] / ceiling

@@ -78,7 +78,7 @@ MALFORMED: dict[str, tuple[str, str]] = {
     ),
     "unknown model": (
         replace("models", "models: [meta-llama/Llama-3.1-8B-Instruc]"),
-        "bad.yaml:2: models[0].id: unknown model 'meta-llama/Llama-3.1-8B-Instruc' (did you mean 'meta-llama/Llama-3.1-8B-Instruct'?): expected a catalog id (meta-llama/Llama-3.1-8B-Instruct, meta-llama/Llama-3.1-70B-Instruct, Qwen/Qwen2.5-7B-Instruct, Qwen/Qwen2.5-72B-Instruct, mistralai/Mistral-7B-v0.3, mistralai/Mixtral-8x7B-v0.1, google/gemma-2-9b, microsoft/Phi-3-mini-4k-instruct) or a local directory containing config.json",
+        "bad.yaml:2: models[0].id: unknown model 'meta-llama/Llama-3.1-8B-Instruc' (did you mean 'meta-llama/Llama-3.1-8B-Instruct'?): expected a catalog id (meta-llama/Llama-3.1-8B-Instruct, meta-llama/Llama-3.1-70B-Instruct, Qwen/Qwen2.5-7B-Instruct, Qwen/Qwen2.5-72B-Instruct, mistralai/Mistral-7B-v0.3, mistralai/Mixtral-8x7B-v0.1, google/gemma-2-9b, microsoft/Phi-3-mini-4k-instruct, tiny-llama) or a local directory containing config.json",
     ),
     "unknown model field": (
         replace("models", "models: [{id: tiny-llama, revison: main}]"),
