@@ -176,31 +176,40 @@ def test_tiny_tokenizer_loads_offline_and_round_trips_a_sentence(
     assert tokenizer.decode(ids) == sentence
 
 
-def test_eval_tokens_are_cached_on_disk_keyed_by_corpus_and_tokenizer(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-) -> None:
+@pytest.fixture(scope="module")
+def tiny_eval_tokens(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[int], Path]:
+    """The eval text tokenized once by the tiny tokenizer, cached under a temporary cache dir."""
     pytest.importorskip("transformers")
-    monkeypatch.setenv("HARNESS_CACHE_DIR", str(tmp_path))
-    ids = corpus.tokenize_eval(str(TINY))
-    cached = tmp_path / "tokens" / f"{corpus.corpus_hash()}-{corpus.tokenizer_hash(str(TINY))}.npy"
+    cache = tmp_path_factory.mktemp("harness-cache")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("HARNESS_CACHE_DIR", str(cache))
+        patch.setenv("HF_HUB_OFFLINE", "1")
+        return corpus.tokenize_eval(str(TINY)), cache
+
+
+def test_eval_tokens_are_cached_on_disk_keyed_by_corpus_and_tokenizer(
+    tiny_eval_tokens: tuple[list[int], Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ids, cache = tiny_eval_tokens
+    monkeypatch.setenv("HARNESS_CACHE_DIR", str(cache))
+    cached = cache / "tokens" / f"{corpus.corpus_hash()}-{corpus.tokenizer_hash(str(TINY))}.npy"
     assert cached.is_file()
     assert len(ids) > 300_000 and all(i >= 4 for i in ids[:1000])
-    assert corpus.tokenize_eval(str(TINY)) == ids
+    assert corpus.tokenize_eval(str(TINY)) == ids  # read back from the cache
 
 
 def test_tiny_model_loads_offline_and_predicts_test_text_far_better_than_chance(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    tiny_eval_tokens: tuple[list[int], Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setenv("HARNESS_CACHE_DIR", str(tmp_path))
     model = transformers.AutoModelForCausalLM.from_pretrained(
         str(TINY), local_files_only=True, dtype=torch.float32
     )
     model.eval()
     assert sum(p.numel() for p in model.parameters()) == 4_196_608
-    batch = torch.tensor(corpus.windows(corpus.tokenize_eval(str(TINY)), 256, 8))
+    batch = torch.tensor(corpus.windows(tiny_eval_tokens[0], 256, 8))
     with torch.inference_mode():
         loss = model(input_ids=batch, labels=batch).loss
     assert math.exp(float(loss)) < 1000
