@@ -67,5 +67,21 @@ gpu-check: $(STAMP)
 side-by-side: $(STAMP)
 	$(BIN)/python scripts/side_by_side.py
 
+# Container images for the three node kinds; the build context is the repository root.
+images:
+	docker build -f containers/cuda/Dockerfile -t harness:cuda .
+	docker build -f containers/rocm/Dockerfile -t harness:rocm .
+	docker build -f containers/cpu/Dockerfile -t harness:cpu .
+
+# One machine as a Ray cluster in containers: head (runs the sweep) + one $(ACCEL) worker.
+bench-cluster:
+	@docker info >/dev/null 2>&1 || { echo "bench-cluster: no Docker engine reachable ('docker info' failed); run it where Docker (plus the NVIDIA Container Toolkit or ROCm) is installed, see containers/README.md" >&2; exit 2; }
+	docker build -f containers/$(ACCEL)/Dockerfile -t harness:$(ACCEL) .
+	mkdir -p results "$${HF_CACHE_DIR:-$$HOME/.cache/huggingface}"
+	export HARNESS_ACCEL=$(ACCEL) HARNESS_UID=$$(id -u) HARNESS_GID=$$(id -g) \
+		HARNESS_SCENARIO=$(if $(filter cpu,$(ACCEL)),$(SCENARIO),scenarios/gpu-default.yaml); \
+	docker compose -f containers/compose.yaml --profile $(ACCEL) up --abort-on-container-exit --exit-code-from head; status=$$?; \
+	docker compose -f containers/compose.yaml --profile $(ACCEL) down; exit $$status
+
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -26,9 +26,20 @@ replicas)::
 Hourly billing charges only the hours used (``hourly × days × 24 × u``), so the package is the
 cheaper choice exactly when ``u > breakeven_utilisation``.
 
+A ResultRow runs on one device, so ``gpus_used`` is 1 unless the frame carries a ``gpus_used``
+column (tensor parallelism, later); a row needing more cards than a node has is not priced there.
+
 Rows priced: status ``ok``, a positive ``decode_tok_s`` not above ``roofline_decode_tok_s`` (a
 row above its roofline ceiling is a measurement error: flagged, counted, never priced), and only
 against tariffs of the row's own ``gpu``. Every other row is counted in ``Aggregate.counts``.
+
+Tables: ``cheapest`` (lowest output $/Mtok per model, class, GPU and package, with the ratio to
+the cheapest GPU), ``gpu_ratios`` (every GPU pair at equal quality), two Pareto fronts (output
+$/Mtok vs ppl per model and package length; decode tok/s vs TPOT per model and device),
+``main_effects`` (per model and device: the mean of decode_tok_s, peak_mib_decode and ppl at
+each level of quantization, KV dtype, batch and context, minus the mean over that axis's levels)
+and ``interactions`` (two-way, only for axis pairs whose grid is complete in that model and
+device). ``cost`` (every priced row × package) is built when first read.
 """
 
 from __future__ import annotations
@@ -44,12 +55,14 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from numpy.typing import NDArray
 
 from harness.errors import UserInputError
 from harness.schema import ResultRow
 from harness.store import read_rows
 from harness.tariffs import HOURS_PER_DAY, TariffTable
 
+Array = NDArray[Any]  # numpy arrays of any dtype
 QUALITY_CLASSES: dict[str, float] = {"99": 0.99, "99.9": 0.999}
 POINT_FIELDS = (
     "model",
@@ -286,7 +299,7 @@ def aggregate_run(
 # --- integer group keys (hashing strings once, then numpy) ------------------------------------
 
 
-def _codes(values: pd.Series | np.ndarray) -> np.ndarray:
+def _codes(values: pd.Series | Array) -> Array:
     """Dense integer codes of a column; missing values get -1."""
     return np.asarray(pd.factorize(values, use_na_sentinel=True)[0], dtype=np.int64)
 
@@ -296,24 +309,24 @@ class Codes:
 
     def __init__(self, points: pd.DataFrame) -> None:
         self._points = points
-        self._done: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        self._done: dict[str, tuple[Array, Array]] = {}
 
-    def _get(self, column: str) -> tuple[np.ndarray, np.ndarray]:
+    def _get(self, column: str) -> tuple[Array, Array]:
         if column not in self._done:
             codes, uniques = pd.factorize(self._points[column], use_na_sentinel=True)
             self._done[column] = (np.asarray(codes, dtype=np.int64), np.asarray(uniques))
         return self._done[column]
 
-    def __call__(self, column: str) -> np.ndarray:
+    def __call__(self, column: str) -> Array:
         return self._get(column)[0]
 
-    def labels(self, column: str, rows: np.ndarray) -> np.ndarray:
+    def labels(self, column: str, rows: Array) -> Array:
         """The column's values at ``rows`` (rows whose value is missing are not asked for)."""
         codes, uniques = self._get(column)
         return uniques[codes[rows]]
 
 
-def _key(*codes: np.ndarray) -> np.ndarray:
+def _key(*codes: Array) -> Array:
     """One int64 per row that is equal exactly when every code is equal (mixed radix)."""
     key = np.zeros(len(codes[0]), dtype=np.int64)
     for code in codes:
@@ -321,7 +334,7 @@ def _key(*codes: np.ndarray) -> np.ndarray:
     return key
 
 
-def _groups(key: np.ndarray) -> tuple[np.ndarray, int, np.ndarray]:
+def _groups(key: Array) -> tuple[Array, int, Array]:
     """(group of each row, number of groups, one representative row of each group)."""
     inverse = np.asarray(pd.factorize(key)[0], dtype=np.int64)
     count = int(inverse.max(initial=-1)) + 1
@@ -330,7 +343,7 @@ def _groups(key: np.ndarray) -> tuple[np.ndarray, int, np.ndarray]:
     return inverse, count, representative
 
 
-def _group_mean(inverse: np.ndarray, count: int, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _group_mean(inverse: Array, count: int, values: Array) -> tuple[Array, Array]:
     """Mean and count of the non-NaN values of each group (NaN where a group has none)."""
     ok = ~np.isnan(values)
     sums = np.bincount(inverse[ok], weights=values[ok], minlength=count)
@@ -339,7 +352,7 @@ def _group_mean(inverse: np.ndarray, count: int, values: np.ndarray) -> tuple[np
         return np.where(n > 0, sums / n, np.nan), n
 
 
-def _best_per_group(key: np.ndarray, score: np.ndarray) -> np.ndarray:
+def _best_per_group(key: Array, score: Array) -> Array:
     """Position of the highest score in each key group (first one on ties)."""
     return np.asarray(pd.Series(score).groupby(key, sort=False).idxmax().to_numpy(), dtype=np.int64)
 
@@ -350,7 +363,8 @@ def _best_per_group(key: np.ndarray, score: np.ndarray) -> np.ndarray:
 def flag_rows(frame: pd.DataFrame) -> pd.DataFrame:
     """``device`` (catalog GPU, else target), the roofline flag, and whether a row may be priced."""
     out = frame
-    out["device"] = out["gpu"].astype("object").where(out["gpu"].notna(), out["target"])
+    device = out["gpu"].astype("object").where(out["gpu"].notna(), out["target"])
+    out["device"] = device.astype("str")
     decode = out["decode_tok_s"].to_numpy()
     roof = out["roofline_decode_tok_s"].to_numpy()
     with np.errstate(invalid="ignore"):
@@ -360,9 +374,7 @@ def flag_rows(frame: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def _reference_values(
-    frame: pd.DataFrame, column: str, keys: tuple[np.ndarray, np.ndarray]
-) -> np.ndarray:
+def _reference_values(frame: pd.DataFrame, column: str, keys: tuple[Array, Array]) -> Array:
     """Per row: the median ``column`` of its model's reference rows in the same run, measured on
     the same target when there is such a reference, else on any target. ``keys``: the
     (run, model, target) and (run, model) keys of every row."""
@@ -372,7 +384,7 @@ def _reference_values(
         & (frame["status"] == "ok").to_numpy(dtype=bool)
         & ~np.isnan(values)
     )
-    out = np.full(len(frame), np.nan)
+    out: Array = np.full(len(frame), np.nan)
     if not is_ref.any():
         return out
     for key in keys:
@@ -423,16 +435,17 @@ def _pass(quality_class: str) -> str:
 # --- cost -------------------------------------------------------------------------------------
 
 
-def _priceable(points: pd.DataFrame, packages: pd.DataFrame) -> np.ndarray:
+def _priceable(points: pd.DataFrame, packages: pd.DataFrame) -> Array:
     gpus = packages["gpu"].dropna().unique()
-    return points["cost_eligible"].to_numpy(dtype=bool) & points["gpu"].isin(gpus).to_numpy(
-        dtype=bool
-    )
+    eligible: Array = points["cost_eligible"].to_numpy(dtype=bool)
+    on_gpu: Array = points["gpu"].isin(gpus).to_numpy(dtype=bool)
+    return np.logical_and(eligible, on_gpu)
 
 
-def _gpus_used(points: pd.DataFrame) -> np.ndarray:
+def _gpus_used(points: pd.DataFrame) -> Array:
     if "gpus_used" in points:
-        return points["gpus_used"].fillna(1).to_numpy(dtype=np.float64)
+        used: Array = points["gpus_used"].fillna(1).to_numpy(dtype=np.float64)
+        return used
     return np.ones(len(points))
 
 
@@ -440,7 +453,7 @@ def cost_table(
     points: pd.DataFrame,
     packages: pd.DataFrame,
     utilisation: float,
-    rows: np.ndarray | None = None,
+    rows: Array | None = None,
 ) -> pd.DataFrame:
     """One row per (priced row, tariff package of its GPU): every COST_COLUMN, formulas in the
     module docstring. ``rows`` restricts it to those positions of ``points``."""
@@ -450,7 +463,9 @@ def cost_table(
         keep[rows] = True
         mask &= keep
     if packages.empty or not mask.any():
-        return pd.DataFrame({c: pd.Series(dtype="float64") for c in [*COST_COLUMNS, "point_index", "package_index"]})
+        return pd.DataFrame(
+            {c: pd.Series(dtype="float64") for c in [*COST_COLUMNS, "point_index", "package_index"]}
+        )
     wanted = [c for c in COST_COLUMNS if c in points.columns and c not in packages.columns]
     chosen = points.loc[mask, wanted].assign(
         gpu=points.loc[mask, "gpu"].astype("object"),
@@ -470,7 +485,9 @@ def cost_table(
     usd_per_hour = price / hours / utilisation * share
     with np.errstate(invalid="ignore", divide="ignore"):
         table["usd_per_mtok_output"] = usd_per_hour / (decode * 3600) * 1e6
-        table["usd_per_mtok_total"] = np.where(total > 0, usd_per_hour / (total * 3600) * 1e6, np.nan)
+        table["usd_per_mtok_total"] = np.where(
+            total > 0, usd_per_hour / (total * 3600) * 1e6, np.nan
+        )
         table["usd_per_mtok_output_hourly"] = hourly * share / (decode * 3600) * 1e6
         table["tokens_per_package"] = decode * 3600 * hours * utilisation / share
         table["total_tokens_per_package"] = total * 3600 * hours * utilisation / share
@@ -492,8 +509,13 @@ def cheapest_passing(
     For one package the cost is a constant × gpus_used ÷ decode tok/s, so the cheapest row of a
     (model, GPU, gpus_used) is the one with the highest decode tok/s; only those are priced.
     """
-    columns = [*COST_COLUMNS, "point_index", "package_index", "achieved_class",
-               "ratio_to_cheapest_gpu"]  # fmt: skip
+    columns = [
+        *COST_COLUMNS,
+        "point_index",
+        "package_index",
+        "achieved_class",
+        "ratio_to_cheapest_gpu",
+    ]
     priceable = _priceable(points, packages)
     if not priceable.any():
         return pd.DataFrame(columns=columns)
@@ -525,14 +547,25 @@ def cheapest_passing(
 
 def gpu_ratios(cheapest: pd.DataFrame) -> pd.DataFrame:
     """Every ordered GPU pair at equal quality: cost_a ÷ cost_b (> 1: GPU a is dearer)."""
-    columns = ["model", "quality_class", "package_days", "gpu_a", "gpu_b", "usd_per_mtok_a",
-               "usd_per_mtok_b", "cost_ratio_a_over_b"]  # fmt: skip
+    columns = [
+        "model",
+        "quality_class",
+        "package_days",
+        "gpu_a",
+        "gpu_b",
+        "usd_per_mtok_a",
+        "usd_per_mtok_b",
+        "cost_ratio_a_over_b",
+    ]
     if cheapest.empty:
         return pd.DataFrame(columns=columns)
     small = cheapest[["model", "quality_class", "package_days", "gpu", "usd_per_mtok_output"]]
     pairs = small.merge(small, on=["model", "quality_class", "package_days"], suffixes=("_a", "_b"))
     pairs = pairs[pairs["gpu_a"] != pairs["gpu_b"]].rename(
-        columns={"usd_per_mtok_output_a": "usd_per_mtok_a", "usd_per_mtok_output_b": "usd_per_mtok_b"}
+        columns={
+            "usd_per_mtok_output_a": "usd_per_mtok_a",
+            "usd_per_mtok_output_b": "usd_per_mtok_b",
+        }
     )
     pairs["cost_ratio_a_over_b"] = pairs["usd_per_mtok_a"] / pairs["usd_per_mtok_b"]
     return pairs.reset_index(drop=True)[columns]
@@ -541,9 +574,7 @@ def gpu_ratios(cheapest: pd.DataFrame) -> pd.DataFrame:
 # --- Pareto fronts ----------------------------------------------------------------------------
 
 
-def pareto_mask(
-    group: np.ndarray, x: np.ndarray, y: np.ndarray, *, maximise_y: bool = False
-) -> np.ndarray:
+def pareto_mask(group: Array, x: Array, y: Array, *, maximise_y: bool = False) -> Array:
     """True for the rows on the front of their group: x minimal, y minimal (or maximal).
 
     Sort by (group, x); rows of equal (group, x) form a run whose best y alone can count. A run
@@ -578,8 +609,8 @@ def pareto_mask(
 
 
 def _pairs(
-    points: pd.DataFrame, packages: pd.DataFrame, utilisation: float, rows: np.ndarray
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    points: pd.DataFrame, packages: pd.DataFrame, utilisation: float, rows: Array
+) -> tuple[Array, Array, Array]:
     """(row, package, usd_per_mtok_output) for every package of each row's GPU that fits it,
     as plain arrays (the same formula as ``cost_table``, without building its frame)."""
     gpu = points["gpu"].to_numpy()[rows]
@@ -613,9 +644,24 @@ def pareto_cost_quality(
     both decode tok/s and ppl by another of the same (model, GPU, gpus_used) is beaten on every
     package: only that front is priced, then the front of each (model, package length) is taken.
     """
-    columns = ["model", "package_days", "gpu", "provider", "backend", "quantization",
-               "kv_cache_dtype", "batch", "context", "target", "usd_per_mtok_output", "ppl",
-               "quality_class", "dnll_ci_low", "dnll_ci_high", "point_index"]  # fmt: skip
+    columns = [
+        "model",
+        "package_days",
+        "gpu",
+        "provider",
+        "backend",
+        "quantization",
+        "kv_cache_dtype",
+        "batch",
+        "context",
+        "target",
+        "usd_per_mtok_output",
+        "ppl",
+        "quality_class",
+        "dnll_ci_low",
+        "dnll_ci_high",
+        "point_index",
+    ]
     ppl = points["ppl"].to_numpy(dtype=np.float64)
     rows = np.flatnonzero(_priceable(points, packages) & ~np.isnan(ppl))
     if rows.size == 0:
@@ -634,15 +680,27 @@ def pareto_cost_quality(
     cost = cost_table(points, packages, utilisation, np.unique(row[mask]))
     wanted = pd.DataFrame({"point_index": row[mask], "package_index": package[mask]})
     cost = cost.merge(wanted, on=["point_index", "package_index"], how="inner")
-    return cost[columns].sort_values(["model", "package_days", "usd_per_mtok_output"]).reset_index(
-        drop=True
+    return (
+        cost[columns]
+        .sort_values(["model", "package_days", "usd_per_mtok_output"])
+        .reset_index(drop=True)
     )
 
 
 def pareto_throughput_latency(points: pd.DataFrame, codes: Codes | None = None) -> pd.DataFrame:
     """Per (model, device): points no other beats on both decode tok/s (max) and TPOT (min)."""
-    columns = ["model", "device", "backend", "quantization", "kv_cache_dtype", "batch",
-               "context", "decode_tok_s", "tpot_ms_p50", "key"]  # fmt: skip
+    columns = [
+        "model",
+        "device",
+        "backend",
+        "quantization",
+        "kv_cache_dtype",
+        "batch",
+        "context",
+        "decode_tok_s",
+        "tpot_ms_p50",
+        "key",
+    ]
     codes = codes or Codes(points)
     group = _key(codes("model"), codes("device"))
     group = np.where(points["cost_eligible"].to_numpy(dtype=bool), group, -1)
@@ -659,7 +717,7 @@ def pareto_throughput_latency(points: pd.DataFrame, codes: Codes | None = None) 
 # --- factor effects ---------------------------------------------------------------------------
 
 
-def _measured_rows(points: pd.DataFrame) -> np.ndarray:
+def _measured_rows(points: pd.DataFrame) -> Array:
     """Rows whose figures can be averaged: ok, and not above the roofline."""
     ok = (points["status"] == "ok").to_numpy(dtype=bool)
     return np.flatnonzero(ok & ~points["exceeds_roofline"].to_numpy(dtype=bool))
@@ -673,15 +731,13 @@ class _Factors:
         self.rows = _measured_rows(points)
         self.stratum = _key(self.codes("model")[self.rows], self.codes("device")[self.rows])
         self.levels = {axis: self.codes(axis)[self.rows] for axis in AXES}
-        self.metrics = {
-            m: points[m].to_numpy(dtype=np.float64)[self.rows] for m in EFFECT_METRICS
-        }
+        self.metrics = {m: points[m].to_numpy(dtype=np.float64)[self.rows] for m in EFFECT_METRICS}
 
-    def labels(self, rep: np.ndarray) -> dict[str, np.ndarray]:
+    def labels(self, rep: Array) -> dict[str, Array]:
         at = self.rows[rep]
         return {"model": self.codes.labels("model", at), "device": self.codes.labels("device", at)}
 
-    def level(self, axis: str, rep: np.ndarray) -> list[str]:
+    def level(self, axis: str, rep: Array) -> list[str]:
         return [str(v) for v in self.codes.labels(axis, self.rows[rep])]
 
 
@@ -700,9 +756,16 @@ def main_effects(points: pd.DataFrame, factors: _Factors | None = None) -> pd.Da
             mean, n = _group_mean(inverse, count, f.metrics[metric])
             parts.append(
                 pd.DataFrame(
-                    {**f.labels(rep), "axis": axis, "level": level, "metric": metric,
-                     "mean": mean, "n": n, "_stratum": f.stratum[rep]}
-                )  # fmt: skip
+                    {
+                        **f.labels(rep),
+                        "axis": axis,
+                        "level": level,
+                        "metric": metric,
+                        "mean": mean,
+                        "n": n,
+                        "_stratum": f.stratum[rep],
+                    }
+                )
             )
     out = pd.concat(parts, ignore_index=True)
     out = out[out["n"] > 0]
@@ -718,8 +781,17 @@ def interactions(points: pd.DataFrame, factors: _Factors | None = None) -> pd.Da
     From the cell means m[a, b] (every level pair measured): interaction = m[a, b] − m[a, ·] −
     m[·, b] + m[·, ·], the margins being means of cell means. Zero everywhere ⇔ additive effects.
     """
-    columns = ["model", "device", "axis_a", "level_a", "axis_b", "level_b", "metric",
-               "cell_mean", "interaction"]  # fmt: skip
+    columns = [
+        "model",
+        "device",
+        "axis_a",
+        "level_a",
+        "axis_b",
+        "level_b",
+        "metric",
+        "cell_mean",
+        "interaction",
+    ]
     f = factors or _Factors(points)
     if f.rows.size == 0:
         return pd.DataFrame(columns=columns)
@@ -755,7 +827,9 @@ def interactions(points: pd.DataFrame, factors: _Factors | None = None) -> pd.Da
                         "level_b": f.level(b, at),
                         "metric": metric,
                         "cell_mean": cells["cell_mean"].to_numpy(),
-                        "interaction": (cells["cell_mean"] - margin_a - margin_b + grand).to_numpy(),
+                        "interaction": (
+                            cells["cell_mean"] - margin_a - margin_b + grand
+                        ).to_numpy(),
                     }
                 )
             )

@@ -19,7 +19,7 @@ from harness import corpus, node, store, sweep
 from harness.backends.base import WindowScores
 from harness.scenario import Point
 from harness.schema import ResultRow
-from harness.worker import WorkContext, load_scores, reference_artifact, save_scores
+from harness.worker import WorkContext, keep_scores, load_scores, reference_artifact
 
 MAX_ATTEMPTS = 3  # per group: the first try and two retries on another node
 PLACEMENT_TIMEOUT_S = 120.0  # an actor that no node can host within this is treated as lost
@@ -194,8 +194,8 @@ class Driver:
             store.write_row(self.run_dir, payload)
             attempt.received.add(payload.key)
             self.on_row(payload, node_id)
-        elif kind == "reference":
-            save_scores(reference_artifact(self.ctx, attempt.work.group), payload)
+        elif kind == "scores":
+            keep_scores(self.ctx, attempt.work.group, payload)
         return True
 
     def remaining(self, attempt: Attempt) -> list[Point]:

@@ -41,7 +41,7 @@ from harness.catalog import Vendor, gpu_for_device_name
 
 TARGET_VENDOR: dict[str, Vendor] = {"cuda": "nvidia", "rocm": "amd", "cpu": "cpu"}
 
-SMI_TIMEOUT_S = 15.0
+SMI_TIMEOUT_S = 30.0  # amd-smi static takes seconds on an 8-GPU node
 NVIDIA_QUERY = [
     "--query-gpu=name,memory.total,driver_version",
     "--format=csv,noheader,nounits",
@@ -155,25 +155,28 @@ def parse_rocm_smi(json_text: str) -> list[GpuReading]:
 
 
 def detect() -> NodeInventory:
-    """Inventory of this machine: NVIDIA if nvidia-smi lists GPUs, else AMD, else CPU."""
-    readings: list[GpuReading] = []
-    vendor: Vendor = "cpu"
+    """Inventory of this machine: NVIDIA if nvidia-smi lists GPUs, else AMD, else CPU.
+
+    A tool that is missing, fails, hangs past SMI_TIMEOUT_S or prints something unreadable
+    counts as "no GPUs from this vendor".
+    """
     nvidia = _tool("nvidia-smi")
     if nvidia:
-        out = _run([nvidia, *NVIDIA_QUERY])
-        readings = _safe(parse_nvidia_smi, out)
-        vendor = "nvidia" if readings else "cpu"
-    if not readings:
-        amd = _tool("amd-smi")
-        if amd:
-            readings = _safe(parse_amd_smi, _run([amd, "static", "--json"]))
-        if not readings:
-            rocm = _tool("rocm-smi")
-            if rocm:
-                argv = [rocm, "--showproductname", "--showmeminfo", "vram", "--showdriverversion"]
-                readings = _safe(parse_rocm_smi, _run([*argv, "--json"]))
-        vendor = "amd" if readings else "cpu"
-    return inventory_from(vendor, readings)
+        readings = _safe(parse_nvidia_smi, _run([nvidia, *NVIDIA_QUERY]))
+        if readings:
+            return inventory_from("nvidia", readings)
+    amd = _tool("amd-smi")
+    if amd:
+        readings = _safe(parse_amd_smi, _run([amd, "static", "--json"]))
+        if readings:
+            return inventory_from("amd", readings)
+    rocm = _tool("rocm-smi")
+    if rocm:
+        argv = [rocm, "--showproductname", "--showmeminfo", "vram", "--showdriverversion", "--json"]
+        readings = _safe(parse_rocm_smi, _run(argv))
+        if readings:
+            return inventory_from("amd", readings)
+    return inventory_from("cpu", [])
 
 
 def inventory_from(vendor: Vendor, readings: list[GpuReading]) -> NodeInventory:

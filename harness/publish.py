@@ -16,7 +16,7 @@ failure leaves the previous publication (or nothing), never half of one.
 from __future__ import annotations
 
 import html
-import json
+import io
 import math
 import os
 import shutil
@@ -33,7 +33,7 @@ import pandas as pd
 from harness import __version__
 from harness.aggregate import QUALITY_CLASSES, Aggregate, aggregate_run
 from harness.errors import UserInputError
-from harness.store import atomic_write_json, atomic_write_text
+from harness.store import atomic_write_bytes, atomic_write_json, atomic_write_text
 from harness.tariffs import TariffTable
 
 PUBLISHED = "published"
@@ -71,25 +71,6 @@ FORMULAS = [
     "Δppl % = (exp(ΔNLL) − 1) × 100, ΔNLL the paired per-window NLL difference against the "
     "reference, with its bootstrap 95 % CI",
 ]
-
-HEADLINE_COLUMNS = {
-    "model": "model",
-    "quality_class": "class",
-    "package_days": "days",
-    "gpu": "GPU",
-    "provider": "provider",
-    "quantization": "quant",
-    "kv_cache_dtype": "KV",
-    "batch": "batch",
-    "context": "context",
-    "decode_tok_s": "decode tok/s",
-    "usd_per_mtok_output": "$/Mtok out",
-    "usd_per_mtok_total": "$/Mtok total",
-    "tokens_per_package": "tokens/package",
-    "breakeven_utilisation": "breakeven util.",
-    "ratio_to_cheapest_gpu": "× cheapest",
-    "dppl": "Δppl % [95 % CI]",
-}
 
 
 # --- formatting -------------------------------------------------------------------------------
@@ -137,11 +118,28 @@ def fmt_pct_ci(est: Any, low: Any, high: Any) -> str:
 # --- headline ---------------------------------------------------------------------------------
 
 
+COMPACT = (
+    "model",
+    "days",
+    "GPU",
+    "config",
+    "$/Mtok out",
+    "$/Mtok total",
+    "tokens/package",
+    "× cheapest",
+)
+
+
 def headline_table(
-    result: Aggregate, quality_class: str = "99", package_days: int | None = None
+    result: Aggregate,
+    quality_class: str = "99",
+    package_days: int | None = None,
+    compact: bool = False,
 ) -> list[dict[str, str]]:
     """The cheapest passing configuration per (model, GPU, package) in ``quality_class``, as
-    formatted strings keyed by the HEADLINE_COLUMNS labels, cheapest first per (model, days)."""
+    formatted strings keyed by column label, cheapest first per (model, days).
+    ``compact``: the COMPACT columns only (quantization, KV, batch and context in ``config``),
+    for a terminal."""
     if quality_class not in QUALITY_CLASSES:
         raise UserInputError(
             f"unknown quality class {quality_class!r}; expected one of: "
@@ -176,6 +174,10 @@ def headline_table(
                 ),
             }
         )
+    if compact:
+        for row in out:
+            row["config"] = f"{row['quant']} kv={row['KV']} b={row['batch']} ctx={row['context']}"
+        out = [{k: row[k] for k in COMPACT} for row in out]
     return out
 
 
@@ -339,7 +341,12 @@ def _range(values: Iterable[float], zero: bool = False) -> tuple[float, float]:
 
 
 def _axes(
-    title: str, x_label: str, y_label: str, xr: tuple[float, float], yr: tuple[float, float]
+    title: str,
+    x_label: str,
+    y_label: str,
+    xr: tuple[float, float],
+    yr: tuple[float, float],
+    x_ticks: bool = True,
 ) -> tuple[list[str], Callable[[float], float], Callable[[float], float]]:
     pw, ph = W - ML - MR, H - MT - MB
 
@@ -358,7 +365,7 @@ def _axes(
         f'<text class="label" transform="translate(14,{MT + ph / 2:.1f}) rotate(-90)" '
         f'text-anchor="middle">{e(y_label)}</text>',
     ]
-    for t in _ticks(*xr):
+    for t in _ticks(*xr) if x_ticks else []:
         if xr[0] <= t <= xr[1]:
             out.append(
                 f'<text class="tick" x="{sx(t):.1f}" y="{MT + ph + 16}" text-anchor="middle">'
@@ -398,13 +405,15 @@ def _svg(body: list[str], label: str) -> str:
 
 
 def svg_bars(
-    title: str, y_label: str, groups: Sequence[str], series: Sequence[str],
+    title: str,
+    y_label: str,
+    groups: Sequence[str],
+    series: Sequence[str],
     value: dict[tuple[str, str], float],
-) -> str:  # fmt: skip
+) -> str:
     """Grouped bars: one group per package, one bar per series (GPU)."""
     top = max([v for v in value.values() if math.isfinite(v)] or [1.0])
-    body, _, sy = _axes(title, "package (days)", y_label, (0.0, 1.0), (0.0, top * 1.08))
-    body = [b for b in body if 'class="tick" x="' not in b or "text-anchor=\"end\"" in b]
+    body, _, sy = _axes(title, "package (days)", y_label, (0.0, 1.0), (0.0, top * 1.08), False)
     pw = W - ML - MR
     slot = pw / max(len(groups), 1)
     bar = slot * 0.8 / max(len(series), 1)
@@ -428,10 +437,12 @@ def svg_bars(
 
 
 def svg_scatter(
-    title: str, x_label: str, y_label: str,
+    title: str,
+    x_label: str,
+    y_label: str,
     series: Sequence[tuple[str, Sequence[tuple[float, float, str]], bool]],
     diagonal: bool = False,
-) -> str:  # fmt: skip
+) -> str:
     """Points per series (name, [(x, y, tooltip)], connect-as-a-front); optional y = x line."""
     xs = [p[0] for _, pts, _ in series for p in pts]
     ys = [p[1] for _, pts, _ in series for p in pts]
@@ -461,15 +472,18 @@ def svg_scatter(
 
 
 def svg_intervals(
-    title: str, x_label: str, items: Sequence[tuple[str, float, float, float]],
+    title: str,
+    x_label: str,
+    items: Sequence[tuple[str, float, float, float]],
     refs: Sequence[tuple[float, str]] = (),
-) -> str:  # fmt: skip
+) -> str:
     """Horizontal estimate + CI per item (label, estimate, low, high), with vertical ref lines."""
     items = list(items)[:24]
     values = [v for _, est, lo, hi in items for v in (est, lo, hi)] + [r for r, _ in refs]
     xr = _range(values)
-    height = max(H, MT + MB + 18 * len(items))
-    ph = height - MT - MB
+    top = 36 + 12 * len(refs)  # one row of labels per reference line
+    height = max(H, top + MB + 18 * len(items))
+    ph = height - top - MB
     left = 270
     pw = W - left - 30
 
@@ -478,26 +492,26 @@ def svg_intervals(
 
     body = [
         f'<text class="title" x="10" y="20">{e(title)}</text>',
-        f'<line class="axis" x1="{left}" y1="{MT + ph}" x2="{left + pw}" y2="{MT + ph}"/>',
+        f'<line class="axis" x1="{left}" y1="{top + ph}" x2="{left + pw}" y2="{top + ph}"/>',
         f'<text class="label" x="{left + pw / 2:.1f}" y="{height - 8}" text-anchor="middle">'
         f"{e(x_label)}</text>",
     ]
     for t in _ticks(*xr):
         if xr[0] <= t <= xr[1]:
             body.append(
-                f'<text class="tick" x="{sx(t):.1f}" y="{MT + ph + 16}" text-anchor="middle">'
+                f'<text class="tick" x="{sx(t):.1f}" y="{top + ph + 16}" text-anchor="middle">'
                 f"{e(f'{t:.5g}')}</text>"
             )
     for i, (value, label) in enumerate(refs):
         body.append(
-            f'<line class="ref" x1="{sx(value):.1f}" y1="{MT}" x2="{sx(value):.1f}" '
-            f'y2="{MT + ph}"><title>{e(label)}</title></line>'
-            f'<text class="tick" x="{sx(value) + 3:.1f}" y="{MT - 4 + 12 * (i % 2)}">'
-            f"{e(label)}</text>"
+            f'<line class="ref" x1="{sx(value):.1f}" y1="{top}" x2="{sx(value):.1f}" '
+            f'y2="{top + ph}"><title>{e(label)}</title></line>'
+            f'<text class="tick" x="{sx(value):.1f}" y="{34 + 12 * i}" '
+            f'text-anchor="{"end" if sx(value) > left + pw * 0.6 else "start"}">{e(label)}</text>'
         )
     step = ph / max(len(items), 1)
     for i, (label, est, lo, hi) in enumerate(items):
-        y = MT + step * (i + 0.5)
+        y = top + step * (i + 0.5)
         body.append(
             f'<text class="tick" x="{left - 8}" y="{y + 4:.1f}" text-anchor="end">'
             f"{e(_short(label, 42))}</text>"
@@ -521,7 +535,8 @@ def svg_intervals(
 # --- HTML -------------------------------------------------------------------------------------
 
 CSS = """
-body{font:14px/1.45 system-ui,sans-serif;margin:24px auto;max-width:1200px;color:#222;padding:0 12px}
+body{font:14px/1.45 system-ui,sans-serif;margin:24px auto;max-width:1200px;color:#222;
+padding:0 12px}
 h1{font-size:22px}h2{font-size:18px;margin-top:28px;border-bottom:1px solid #ddd}
 table{border-collapse:collapse;margin:8px 0;font-size:13px}
 th,td{border:1px solid #ddd;padding:3px 7px;text-align:left;white-space:nowrap}
@@ -580,7 +595,11 @@ def html_table(
         for name, _, fmt in present:
             value = rec.get(name)
             if fmt is None:
-                text = "" if value is None or (isinstance(value, float) and math.isnan(value)) else value
+                text = (
+                    ""
+                    if value is None or (isinstance(value, float) and math.isnan(value))
+                    else value
+                )
                 cells.append(f"<td>{e(text)}</td>")
             else:
                 raw = _num(value)
@@ -590,7 +609,7 @@ def html_table(
     more = (
         f'<p class="note">showing {limit} of {len(frame)} rows; all are in the CSV files.</p>'
         if len(frame) > limit
-        else ""
+        else ('<p class="note">(no rows)</p>' if frame.empty else "")
     )
     return (
         f'<div class="wrap"><table class="sortable" id="{e(table_id)}"><thead><tr>{head}</tr>'
@@ -677,8 +696,9 @@ def _charts(result: Aggregate, quality_class: str, max_models: int = 4) -> list[
             for r in part.to_dict(orient="records")
         }
         out.append(
-            svg_bars(f"{model}: $/Mtok out, class {quality_class}", "$ per Mtok", groups, gpus,
-                     values)  # fmt: skip
+            svg_bars(
+                f"{model}: $/Mtok out, class {quality_class}", "$ per Mtok", groups, gpus, values
+            )
         )
     front = result.pareto_cost_quality
     if not front.empty:
@@ -688,31 +708,42 @@ def _charts(result: Aggregate, quality_class: str, max_models: int = 4) -> list[
         for model in list(dict.fromkeys(part["model"]))[:max_models]:
             sub = part[part["model"] == model]
             pts = [
-                (float(r["usd_per_mtok_output"]), float(r["ppl"]),
-                 f"{model} {r['gpu']} {r['quantization']} kv={r['kv_cache_dtype']} "
-                 f"b={r['batch']} ctx={r['context']}: {fmt_usd(r['usd_per_mtok_output'])}, "
-                 f"ppl {r['ppl']:.5g}")
+                (
+                    float(r["usd_per_mtok_output"]),
+                    float(r["ppl"]),
+                    f"{model} {r['gpu']} {r['quantization']} kv={r['kv_cache_dtype']} "
+                    f"b={r['batch']} ctx={r['context']}: {fmt_usd(r['usd_per_mtok_output'])}, "
+                    f"ppl {r['ppl']:.5g}",
+                )
                 for r in sub.to_dict(orient="records")
-            ]  # fmt: skip
+            ]
             series.append((str(model), pts, True))
         out.append(
-            svg_scatter(f"Pareto: cost vs perplexity ({longest}-day package)", "$ per Mtok out",
-                        "perplexity", series)  # fmt: skip
+            svg_scatter(
+                f"Pareto: cost vs perplexity ({longest}-day package)",
+                "$ per Mtok out",
+                "perplexity",
+                series,
+            )
         )
     tl = result.pareto_throughput_latency
     if not tl.empty:
         series = []
         for (model, device), sub in list(tl.groupby(["model", "device"], sort=False))[:8]:
             pts = [
-                (float(r["tpot_ms_p50"]), float(r["decode_tok_s"]),
-                 f"{model} {device} {r['quantization']} kv={r['kv_cache_dtype']} b={r['batch']} "
-                 f"ctx={r['context']}")
+                (
+                    float(r["tpot_ms_p50"]),
+                    float(r["decode_tok_s"]),
+                    f"{model} {device} {r['quantization']} kv={r['kv_cache_dtype']} b={r['batch']} "
+                    f"ctx={r['context']}",
+                )
                 for r in sub.to_dict(orient="records")
-            ]  # fmt: skip
+            ]
             series.append((f"{model} · {device}", pts, True))
         out.append(
-            svg_scatter("Pareto: decode throughput vs TPOT", "TPOT p50 (ms)", "decode tok/s",
-                        series)  # fmt: skip
+            svg_scatter(
+                "Pareto: decode throughput vs TPOT", "TPOT p50 (ms)", "decode tok/s", series
+            )
         )
     mem = result.points.loc[
         result.points["predicted_peak_mib"].notna() & result.points["peak_mib_decode"].notna()
@@ -721,16 +752,24 @@ def _charts(result: Aggregate, quality_class: str, max_models: int = 4) -> list[
         series = []
         for device, sub in list(mem.groupby("device", sort=False))[:8]:
             pts = [
-                (float(r["predicted_peak_mib"]), float(r["peak_mib_decode"]),
-                 f"{r['model']} {r['quantization']} kv={r['kv_cache_dtype']} b={r['batch']} "
-                 f"ctx={r['context']}: predicted {r['predicted_peak_mib']:.0f} MiB, measured "
-                 f"{r['peak_mib_decode']:.0f} MiB")
+                (
+                    float(r["predicted_peak_mib"]),
+                    float(r["peak_mib_decode"]),
+                    f"{r['model']} {r['quantization']} kv={r['kv_cache_dtype']} b={r['batch']} "
+                    f"ctx={r['context']}: predicted {r['predicted_peak_mib']:.0f} MiB, measured "
+                    f"{r['peak_mib_decode']:.0f} MiB",
+                )
                 for r in sub.head(1500).to_dict(orient="records")
-            ]  # fmt: skip
+            ]
             series.append((str(device), pts, False))
         out.append(
-            svg_scatter("Memory: predicted vs measured peak (decode)", "predicted MiB",
-                        "measured MiB", series, diagonal=True)  # fmt: skip
+            svg_scatter(
+                "Memory: predicted vs measured peak (decode)",
+                "predicted MiB",
+                "measured MiB",
+                series,
+                diagonal=True,
+            )
         )
     points = result.points
     quality = points.loc[points["dppl_pct"].notna() & (points["status"] == "ok")]
@@ -741,14 +780,20 @@ def _charts(result: Aggregate, quality_class: str, max_models: int = 4) -> list[
     for model, sub in list(quality.groupby("model", sort=False))[:max_models]:
         configs = sub.drop_duplicates(group_cols).sort_values("dppl_pct")
         items = [
-            (f"{r['quantization']} kv={r['kv_cache_dtype']} {r['backend']} {r['device']}",
-             float(r["dppl_pct"]), _nan(r["dppl_pct_ci_low"]), _nan(r["dppl_pct_ci_high"]))
+            (
+                f"{r['quantization']} kv={r['kv_cache_dtype']} {r['backend']} {r['device']}",
+                float(r["dppl_pct"]),
+                _nan(r["dppl_pct_ci_low"]),
+                _nan(r["dppl_pct_ci_high"]),
+            )
             for r in configs.to_dict(orient="records")
-        ]  # fmt: skip
+        ]
         out.append(
             svg_intervals(
                 f"{model}: perplexity change vs reference, paired 95 % CI",
-                "Δ perplexity (%)", items, limits,
+                "Δ perplexity (%)",
+                items,
+                limits,
             )
         )
     return out
@@ -813,8 +858,8 @@ def report_html(result: Aggregate, tariffs: TariffTable | None, quality_class: s
     sections += [f"<li><b>{e(name)}</b>: {e(text)}</li>" for name, text in LICENCES]
     sections += ["</ul>"]
     return (
-        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-        "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; "
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        '<meta http-equiv="Content-Security-Policy" content="default-src \'none\'; '
         "style-src 'unsafe-inline'; script-src 'unsafe-inline'; img-src data:\">"
         "<title>harness report</title>"
         f"<style>{CSS}</style></head><body>{''.join(sections)}<script>{JS}</script></body></html>\n"
@@ -824,18 +869,10 @@ def report_html(result: Aggregate, tariffs: TariffTable | None, quality_class: s
 # --- writing ----------------------------------------------------------------------------------
 
 
-def _write_bytes_atomic(path: Path, write: Callable[[Path], None]) -> None:
-    """Let ``write`` fill a temp file beside ``path``, fsync it, then rename it into place."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    try:
-        write(Path(tmp))
-        with open(tmp, "rb") as handle:
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+def _parquet_bytes(frame: pd.DataFrame) -> bytes:
+    buffer = io.BytesIO()
+    frame.to_parquet(buffer, index=False)
+    return buffer.getvalue()
 
 
 def _cost_for_csv(result: Aggregate) -> pd.DataFrame:
@@ -851,9 +888,7 @@ def write_published(
     tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
     try:
         atomic_write_text(tmp / "points.csv", result.points.to_csv(index=False))
-        _write_bytes_atomic(
-            tmp / "points.parquet", lambda p: result.points.to_parquet(p, index=False)
-        )
+        atomic_write_bytes(tmp / "points.parquet", _parquet_bytes(result.points))
         atomic_write_text(tmp / "cost.csv", _cost_for_csv(result).to_csv(index=False))
         atomic_write_json(tmp / "summary.json", _plain(summary(result, tariffs, quality_class)))
         atomic_write_text(tmp / "README.md", readme(result, tariffs, quality_class))

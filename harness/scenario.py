@@ -12,40 +12,26 @@ import json
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
     NonNegativeInt,
     PositiveInt,
-    ValidationError,
     field_validator,
     model_validator,
 )
 
 from harness import __version__, catalog
 from harness.compat import rule_for
-from harness.errors import UserInputError, did_you_mean
+from harness.errors import UserInputError
 from harness.quantization import (
-    BACKENDS,
-    KV_CACHE_DTYPES,
-    QUANTIZATIONS,
-    TARGETS,
     Backend,
     KvCacheDtype,
     Quantization,
     Target,
 )
-
-AXES = ("models", "backend", "quantization", "kv_cache_dtype", "batch", "context", "targets")
-CHOICES: dict[str, tuple[str, ...]] = {
-    "backend": BACKENDS,
-    "quantization": QUANTIZATIONS,
-    "kv_cache_dtype": KV_CACHE_DTYPES,
-    "targets": TARGETS,
-    "target": TARGETS,
-}
+from harness.yamlinput import load_model, parse_model
 
 
 class Strict(BaseModel):
@@ -290,117 +276,13 @@ def reference_point(scenario: Scenario, point: Point) -> Point:
     )
 
 
-# --- loading ----------------------------------------------------------------------------------
+# --- loading ---------------------------------------------------------------------------------
 
 
 def load(path: str | Path) -> Scenario:
     """Read and validate a scenario file; every error is a UserInputError with file and line."""
-    path = Path(path)
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
-        raise UserInputError("scenario file not found", file=str(path)) from None
-    except (IsADirectoryError, UnicodeDecodeError) as exc:
-        raise UserInputError(f"cannot read scenario: {exc}", file=str(path)) from None
-    return parse(text, str(path))
+    return load_model(path, Scenario, "scenario")
 
 
 def parse(text: str, filename: str = "<scenario>") -> Scenario:
-    try:
-        root = yaml.compose(text)
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise UserInputError(
-            f"not valid YAML: {problem}",
-            file=filename,
-            line=mark.line + 1 if mark else None,
-        ) from None
-    if not isinstance(data, dict):
-        raise UserInputError(
-            f"expected a mapping of scenario fields at the top, found {type(data).__name__}",
-            file=filename,
-            line=1,
-        )
-    try:
-        return Scenario.model_validate(data)
-    except ValidationError as exc:
-        raise _first_error(exc, root, filename) from None
-
-
-def _first_error(exc: ValidationError, root: yaml.Node | None, filename: str) -> UserInputError:
-    # An unknown key usually explains a "missing" one (a typo), so report it first.
-    errors = sorted(exc.errors(), key=lambda e: e["type"] != "extra_forbidden")
-    err = errors[0]
-    loc = tuple(err["loc"])
-    field = _field_path(loc)
-    kind = err["type"]
-    value = err.get("input")
-    message = err["msg"]
-    top = str(loc[0]) if loc else ""
-    if kind == "extra_forbidden":
-        known = _known_fields(loc[:-1])
-        message = (
-            f"unknown field{did_you_mean(loc[-1], known)}; expected one of: {', '.join(known)}"
-        )
-    elif kind == "literal_error":
-        choices = CHOICES.get(top) or CHOICES.get(str(loc[-2]) if len(loc) > 1 else "", ())
-        if not choices and len(loc) > 1:
-            choices = CHOICES.get(str(loc[-1]), ())
-        message = (
-            f"{value!r} is not allowed{did_you_mean(value, choices)}; expected one of: "
-            f"{', '.join(choices)}"
-        )
-    elif kind == "missing":
-        message = "required field is missing"
-    else:
-        message = (
-            f"{message} (got {value!r})" if value is not None and kind != "value_error" else message
-        )
-        message = message.removeprefix("Value error, ")
-    return UserInputError(message, file=filename, line=_line_of(root, loc), field=field)
-
-
-def _field_path(loc: tuple[Any, ...]) -> str:
-    out = ""
-    for part in loc:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
-    return out
-
-
-def _known_fields(parent: tuple[Any, ...]) -> list[str]:
-    model: type[BaseModel] = Scenario
-    for part in parent:
-        if isinstance(part, int):
-            continue
-        annotation = model.model_fields[str(part)].annotation
-        inner = getattr(annotation, "__args__", (annotation,))
-        nested = [a for a in inner if isinstance(a, type) and issubclass(a, BaseModel)]
-        if not nested:
-            break
-        model = nested[0]
-    return list(model.model_fields)
-
-
-def _line_of(root: yaml.Node | None, loc: tuple[Any, ...]) -> int | None:
-    """1-based line of the deepest YAML node that the error location reaches."""
-    node = root
-    line = node.start_mark.line + 1 if node is not None else None
-    for part in loc:
-        child = None
-        if isinstance(node, yaml.MappingNode):
-            for key, val in node.value:
-                if key.value == str(part):
-                    child = val
-                    line = key.start_mark.line + 1
-                    break
-        elif (
-            isinstance(node, yaml.SequenceNode) and isinstance(part, int) and part < len(node.value)
-        ):
-            child = node.value[part]
-        if child is None:
-            break
-        node = child
-        line = node.start_mark.line + 1
-    return line
+    return parse_model(text, Scenario, filename, "scenario")

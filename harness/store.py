@@ -6,6 +6,7 @@ either the old file or the new one, never half of one. Resume reads what is ther
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import tempfile
@@ -68,6 +69,12 @@ def done_keys(run_dir: Path) -> set[str]:
     """Keys of points already measured `ok`: resume skips exactly these."""
     rows, _ = read_rows(run_dir)
     return {row.key for row in rows if row.status == "ok"}
+
+
+def window_scores_path(run_dir: Path, group_label: str) -> Path:
+    """Where a run keeps one group's per-window NLL sums (for paired tests between runs)."""
+    digest = hashlib.sha256(group_label.encode()).hexdigest()[:16]
+    return Path(run_dir) / "quality" / f"windows-{digest}.npz"
 
 
 def read_manifest(run_dir: Path) -> dict[str, Any]:

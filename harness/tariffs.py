@@ -15,20 +15,18 @@ import datetime as _dt
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
     PositiveInt,
-    ValidationError,
     field_validator,
     model_validator,
 )
 
 from harness import catalog
-from harness.errors import UserInputError, did_you_mean
-from harness.scenario import _field_path, _first_error, _line_of
+from harness.errors import UserInputError
+from harness.yamlinput import load_model, parse_model
 
 HOURS_PER_DAY = 24
 
@@ -129,79 +127,11 @@ class TariffTable(_Strict):
 
 # --- loading ----------------------------------------------------------------------------------
 
-_CHOICES: dict[str, tuple[str, ...]] = {"currency": ("USD",)}
-
 
 def load_tariffs(path: str | Path) -> TariffTable:
     """Read and validate a tariff file; every error is a UserInputError with file and line."""
-    path = Path(path)
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
-        raise UserInputError("tariff file not found", file=str(path)) from None
-    except (IsADirectoryError, UnicodeDecodeError) as exc:
-        raise UserInputError(f"cannot read tariff file: {exc}", file=str(path)) from None
-    return parse_tariffs(text, str(path))
+    return load_model(path, TariffTable, "tariff")
 
 
 def parse_tariffs(text: str, filename: str = "<tariffs>") -> TariffTable:
-    try:
-        root = yaml.compose(text)
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise UserInputError(
-            f"not valid YAML: {problem}", file=filename, line=mark.line + 1 if mark else None
-        ) from None
-    if not isinstance(data, dict):
-        raise UserInputError(
-            f"expected a mapping with a 'tariffs' list, found {type(data).__name__}",
-            file=filename,
-            line=1,
-        )
-    try:
-        return TariffTable.model_validate(data)
-    except ValidationError as exc:
-        raise _tariff_error(exc, root, filename) from None
-
-
-def _tariff_error(exc: ValidationError, root: yaml.Node | None, filename: str) -> UserInputError:
-    """Like scenario's ``_first_error``; unknown keys and literals are named against our models.
-
-    ``_first_error`` looks unknown fields and choices up in the Scenario model, so those two kinds
-    are rendered here; every other kind goes through the shared helper unchanged.
-    """
-    errors = sorted(exc.errors(), key=lambda e: e["type"] != "extra_forbidden")
-    err = errors[0]
-    loc = tuple(err["loc"])
-    kind = err["type"]
-    if kind == "extra_forbidden":
-        known = _known_fields(loc[:-1])
-        message = f"unknown field{did_you_mean(loc[-1], known)}; expected one of: {', '.join(known)}"
-    elif kind == "literal_error":
-        choices = _CHOICES.get(str(loc[-1]), ())
-        value = err.get("input")
-        message = (
-            f"{value!r} is not allowed{did_you_mean(value, choices)}; expected one of: "
-            f"{', '.join(choices)}"
-        )
-    else:
-        return _first_error(exc, root, filename)
-    return UserInputError(message, file=filename, line=_line_of(root, loc), field=_field_path(loc))
-
-
-def _known_fields(parent: tuple[Any, ...]) -> list[str]:
-    model: type[BaseModel] = TariffTable
-    for part in parent:
-        if isinstance(part, int):
-            continue
-        field = model.model_fields.get(str(part))
-        if field is None:
-            break
-        inner = getattr(field.annotation, "__args__", (field.annotation,))
-        nested = [a for a in inner if isinstance(a, type) and issubclass(a, BaseModel)]
-        if not nested:
-            break
-        model = nested[0]
-    return list(model.model_fields)
+    return parse_model(text, TariffTable, filename, "tariff")

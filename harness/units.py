@@ -1,4 +1,4 @@
-"""Units, said once: MiB = 2**20 bytes, GiB = 2**30 bytes, times in seconds unless a name says ms."""
+"""Units, said once: MiB = 2**20 bytes, GiB = 2**30 bytes; seconds unless a name says ms."""
 
 MIB = 2**20
 GIB = 2**30

@@ -22,7 +22,7 @@ from harness.measure import quality, timing
 from harness.measure.memory import PhaseMemory, measure_phase
 from harness.scenario import GroupKey, Point, QualitySettings, Reference, VllmOptions
 from harness.schema import ResultRow
-from harness.store import atomic_write_bytes
+from harness.store import atomic_write_bytes, window_scores_path
 
 TOPK = 16  # reference top-k kept per position for KL (a lower bound of the full KL)
 Emit = Callable[[ResultRow], None]
@@ -75,6 +75,18 @@ def save_scores(path: Path, scores: WindowScores) -> None:
         topk_logprobs=scores.topk_logprobs,
     )
     atomic_write_bytes(path, buffer.getvalue())
+
+
+def keep_scores(ctx: WorkContext, group: GroupKey, scores: WindowScores) -> None:
+    """Every group's per-window NLL (paired tests across runs); a reference's full scores too
+    (the other groups of its model are compared with them)."""
+    import io
+
+    buffer = io.BytesIO()
+    np.savez(buffer, nll_sum=scores.nll_sum, tokens=scores.tokens)
+    atomic_write_bytes(window_scores_path(Path(ctx.run_dir), group.label), buffer.getvalue())
+    if is_reference(group, ctx):
+        save_scores(reference_artifact(ctx, group), scores)
 
 
 def load_scores(path: Path) -> WindowScores | None:
@@ -301,8 +313,8 @@ def measure_group(
     rows: list[ResultRow] = []
     reference = None if is_reference(group, ctx) else load_scores(artifact)
     for kind, payload in iter_group(group, points, ctx, reference=reference):
-        if kind == "reference":
-            save_scores(artifact, payload)
+        if kind == "scores":
+            keep_scores(ctx, group, payload)
         else:
             emit(payload)
             rows.append(payload)
@@ -317,8 +329,8 @@ def iter_group(
     reference: WindowScores | None = None,
     device_override: str | None = None,
 ) -> Iterator[tuple[str, Any]]:
-    """Load once, score quality once, then each point; yields ("reference", scores) for a
-    reference group, and ("row", ResultRow) the moment each point is measured.
+    """Load once, score quality once, then each point; yields ("scores", WindowScores) once,
+    and ("row", ResultRow) the moment each point is measured.
 
     `device_override="cpu"` runs GPU-target groups on the CPU: only the multi-node tests use it
     (routing on one machine); the rows' provenance then names the CPU that really ran them."""
@@ -363,8 +375,7 @@ def iter_group(
                 point, status=status, error=f"load/quality: {type(exc).__name__}: {exc}"[:2000]
             )
         return
-    if is_reference(group, ctx):
-        yield "reference", scores
+    yield "scores", scores
     card = card_for_device(prov.device_name or "", group.target, ctx)
     shared["load_s"] = load_s
     if facts.preallocated_bytes is not None:

@@ -82,7 +82,7 @@ def test_groups_are_routed_to_the_node_of_their_vendor(cluster: Cluster, tmp_pat
     rows, bad = read_rows(run_dir)
     assert not bad
     assert rows and all(r.status == "ok" for r in rows), [r.error for r in rows]
-    where = {"cuda": nvidia.unique_id, "rocm": amd.unique_id}
+    where = {"cuda": nvidia.node_id, "rocm": amd.node_id}
     for row in rows:
         assert row.provenance.node_id == where[row.target], row.target
     assert {r.target for r in rows} == {"cuda", "rocm"}
@@ -105,9 +105,9 @@ def test_a_worker_node_removed_mid_sweep_loses_no_point(cluster: Cluster, tmp_pa
             rows, _ = read_rows(run_dir)
             ok = [r for r in rows if r.status == "ok" and r.provenance.node_id]
             if ok:
-                victim = next(n for n in nodes if n.unique_id == ok[0].provenance.node_id)
+                victim = next(n for n in nodes if n.node_id == ok[0].provenance.node_id)
                 cluster.remove_node(victim, allow_graceful=False)
-                removed.append(victim.unique_id)
+                removed.append(victim.node_id)
             time.sleep(0.2)
 
     killer = threading.Thread(target=remove_the_node_that_measures, daemon=True)

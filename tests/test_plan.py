@@ -60,7 +60,8 @@ def test_gptq_weights_count_group_scales_and_zeros() -> None:
 
 def test_kv_cache_follows_gqa_heads_dtype_tokens_and_batch() -> None:
     """2 × 32 layers × 8 kv heads × 128 × 2 bytes = 131,072 B/token;
-    × (1024 + 128) tokens × 4 rows = 603,979,776 bytes; fp8 halves it, int4 (0.5 + 4/64 B) = 0.28125×."""
+    × (1024 + 128) tokens × 4 rows = 603,979,776 bytes; fp8 halves it;
+    int4 (0.5 + 4/64 B) = 0.28125×."""
     arch = catalog.model(LLAMA8B)
     assert plan.kv_cache_bytes(arch, "auto", "bf16", 1152, 4) == 603_979_776
     assert plan.kv_cache_bytes(arch, "fp8", "bf16", 1152, 4) == 301_989_888

@@ -136,7 +136,7 @@ def gpu_for_device_name(device_name: str) -> GpuSpec | None:
 
 
 def model(model_id: str) -> ModelArch:
-    """A catalog model, a shipped model (e.g. 'tiny-llama'), or a local directory with config.json."""
+    """A catalog model, a shipped model (e.g. tiny-llama) or a local directory with config.json."""
     table = catalog_models()
     if model_id in table:
         return table[model_id]

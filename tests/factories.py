@@ -1,0 +1,146 @@
+"""Builders of result rows, runs and tariff tables for the aggregate / publish / compare tests."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from pathlib import Path
+from typing import Any
+
+from harness.schema import Provenance, ResultRow
+from harness.store import write_row
+from harness.tariffs import Package, Tariff, TariffTable
+
+_counter = itertools.count()
+
+XSS_MODEL = "<script>alert(1)</script>"
+
+
+def row(**overrides: Any) -> ResultRow:
+    """A plausible ok row on one H100 (override any field; `key` is unique unless given)."""
+    fields: dict[str, Any] = {
+        "key": f"k{next(_counter):06d}",
+        "run": "run-a",
+        "status": "ok",
+        "model": "tiny-llama",
+        "backend": "transformers",
+        "quantization": "none",
+        "kv_cache_dtype": "auto",
+        "batch": 1,
+        "context": 128,
+        "output_tokens": 32,
+        "target": "cuda",
+        "repeats": 5,
+        "is_reference": False,
+        "gpu": "H100-SXM-80GB",
+        "decode_tok_s": 1000.0,
+        "total_tok_s": 1500.0,
+        "tpot_ms_p50": 1.0,
+        "decode_cv": 0.02,
+        "repeats_done": 5,
+        "peak_mib_decode": 2000.0,
+        "predicted_peak_mib": 1900.0,
+        "ppl": 100.0,
+        "ppl_ci_low": 98.0,
+        "ppl_ci_high": 102.0,
+        "dnll_vs_ref": 0.0,
+        "dnll_ci_low": 0.0,
+        "dnll_ci_high": 0.0,
+        "roofline_decode_tok_s": 50_000.0,
+        "provenance": Provenance(device_name="NVIDIA H100 80GB HBM3", harness="0.1.0"),
+    }
+    fields.update(overrides)
+    return ResultRow(**fields)
+
+
+def reference(**overrides: Any) -> ResultRow:
+    return row(**{"is_reference": True, "quantization": "none", **overrides})
+
+
+def quality(ppl: float, ref_ppl: float = 100.0, half_ci: float = 0.0005) -> dict[str, Any]:
+    """Quality fields of a configuration whose perplexity is ``ppl`` (reference ``ref_ppl``)."""
+    import math
+
+    dnll = math.log(ppl / ref_ppl)
+    return {
+        "ppl": ppl,
+        "ppl_ci_low": ppl * 0.98,
+        "ppl_ci_high": ppl * 1.02,
+        "dnll_vs_ref": dnll,
+        "dnll_ci_low": dnll - half_ci,
+        "dnll_ci_high": dnll + half_ci,
+    }
+
+
+def write_run(run_dir: Path, rows: list[ResultRow]) -> Path:
+    for r in rows:
+        write_row(run_dir, r)
+    return run_dir
+
+
+def write_bad_file(run_dir: Path, name: str = "broken.json") -> Path:
+    path = run_dir / "points" / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"key": "x", "status": "ok"}))  # misses required fields
+    return path
+
+
+def tariff(gpu: str = "H100-SXM-80GB", **overrides: Any) -> Tariff:
+    fields: dict[str, Any] = {
+        "provider": "TestCloud",
+        "gpu": gpu,
+        "gpus_per_node": 8,
+        "hourly_usd": 23.92,
+        "source": "test",
+        "date": "2026-05",
+        "example": True,
+        "packages": [
+            Package(days=3, discount_pct=8),
+            Package(days=7, discount_pct=10),
+            Package(days=30, discount_pct=20),
+        ],
+    }
+    fields.update(overrides)
+    return Tariff(**fields)
+
+
+def tariffs(*items: Tariff) -> TariffTable:
+    return TariffTable(tariffs=list(items) or [tariff()])
+
+
+def small_grid(run: str = "run-a", model: str = "tiny-llama") -> list[ResultRow]:
+    """A complete 2-GPU grid: quantization {none (reference), bnb-int8, bnb-nf4} × KV {auto, int8}
+    × batch {1, 4} × context {128, 512}. Decode speeds and perplexities follow simple rules so
+    that effects and classes are predictable:
+
+    - ppl: none 100, bnb-int8 100.05 (class 99.9), bnb-nf4 100.5 (class 99); KV int8 adds 0.02 %.
+    - decode tok/s = base(GPU) × batch × quant speed-up ÷ (1 + context / 1024).
+    """
+    out = []
+    speed = {"none": 1.0, "bnb-int8": 0.8, "bnb-nf4": 1.3}
+    ppl_of = {"none": 100.0, "bnb-int8": 100.05, "bnb-nf4": 100.5}
+    base = {"H100-SXM-80GB": 1000.0, "RTX-4090": 400.0}
+    for gpu, quant, kv, batch, context in itertools.product(
+        base, speed, ("auto", "int8"), (1, 4), (128, 512)
+    ):
+        ppl = ppl_of[quant] * (1.0002 if kv == "int8" else 1.0)
+        decode = base[gpu] * batch * speed[quant] / (1 + context / 1024)
+        out.append(
+            row(
+                run=run,
+                model=model,
+                gpu=gpu,
+                quantization=quant,
+                kv_cache_dtype=kv,
+                batch=batch,
+                context=context,
+                is_reference=quant == "none" and kv == "auto",
+                decode_tok_s=decode,
+                total_tok_s=decode * 1.5,
+                tpot_ms_p50=1000.0 * batch / decode,
+                peak_mib_decode=1000.0 + batch * context / 8,
+                predicted_peak_mib=950.0 + batch * context / 8,
+                **quality(ppl),
+            )
+        )
+    return out
