@@ -22,7 +22,7 @@ from harness.schema import ResultRow
 from harness.worker import WorkContext, keep_scores, load_scores, reference_artifact
 
 MAX_ATTEMPTS = 3  # per group: the first try and two retries on another node
-PLACEMENT_TIMEOUT_S = 120.0  # an actor that no node can host within this is treated as lost
+PLACEMENT_TIMEOUT_S = 600.0  # an actor no node can host for this long is lost (image pulls)
 
 
 def connect(address: str | None) -> dict[str, Any]:
@@ -32,6 +32,7 @@ def connect(address: str | None) -> dict[str, Any]:
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     if ray.is_initialized():
         return {"address": "existing"}
+    address = address or os.environ.get("RAY_ADDRESS")
     if address:
         ray.init(address=address, log_to_driver=False)
         return {"address": address}
