@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 import typer
-from rich.console import Console
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -28,6 +27,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
+from harness.console import console, err_console
 from harness.errors import UserInputError
 
 app = typer.Typer(
@@ -35,8 +35,6 @@ app = typer.Typer(
 )
 node_app = typer.Typer(no_args_is_help=True, help="Start a Ray node with detected resources.")
 app.add_typer(node_app, name="node")
-console = Console()
-err_console = Console(stderr=True)
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -92,43 +90,21 @@ def plan(
 
 
 def print_plan(result: Any) -> None:
-    table = Table(title="plan (GiB = 2^30 bytes)", show_lines=False)
-    for col in (
-        "model",
-        "backend",
-        "quant",
-        "kv",
-        "batch",
-        "context",
-        "target",
-        "gpu",
-        "weights",
-        "kv cache",
-        "activ.",
-        "reserve",
-        "total",
-        "fits",
-        "est s",
-    ):
-        table.add_column(col, overflow="fold")
-    for p in result.points:
-        table.add_row(
-            p.model,
-            p.backend,
-            p.quantization,
-            p.kv_cache_dtype,
-            str(p.batch),
-            str(p.context),
-            p.target,
-            p.gpu,
-            f"{p.weights_gib:.2f}",
-            f"{p.kv_cache_gib:.2f}",
-            f"{p.activations_gib:.2f}",
-            f"{p.reserve_gib:.2f}",
-            f"{p.total_gib:.2f}",
-            "[green]yes[/]",
-            f"{p.est_seconds:.1f}",
+    table = Table(title="plan: memory in GiB (2^30 bytes), time in s")
+    for col in ("point", "gpu", "weights", "KV", "activ.", "reserve", "total", "est s"):
+        table.add_column(
+            col, overflow="fold", justify="left" if col in ("point", "gpu") else "right"
         )
+    for p in result.points:
+        point = (
+            f"{p.model} · {p.backend} · {p.quantization} · kv={p.kv_cache_dtype} · "
+            f"b={p.batch} ctx={p.context} · {p.target}"
+        )
+        table.add_row(
+            point, p.gpu, f"{p.weights_gib:.2f}", f"{p.kv_cache_gib:.2f}",
+            f"{p.activations_gib:.2f}", f"{p.reserve_gib:.2f}", f"{p.total_gib:.2f}",
+            f"{p.est_seconds:.1f}",
+        )  # fmt: skip
     console.print(table)
     if result.skipped:
         skips = Table(title=f"skipped ({len(result.skipped)})")

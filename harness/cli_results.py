@@ -10,12 +10,10 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
+from harness.console import console
 from harness.errors import UserInputError
-
-console = Console()
 
 QUALITY_CLASS_HELP = "quality class: 99 (within 1 % of the reference) or 99.9 (within 0.1 %)"
 

@@ -30,7 +30,7 @@ from harness.units import GIB, MIB
 
 CUDA_CONTEXT_BYTES = 600 * MIB  # CUDA context + cuBLAS workspace, measured ~500–700 MiB
 HIP_CONTEXT_BYTES = 900 * MIB  # ROCm's runtime context is larger
-CPU_RUNTIME_BYTES = 400 * MIB  # interpreter + torch + transformers, measured ~320–400 MiB RSS
+CPU_RUNTIME_BYTES = 540 * MIB  # a worker's RSS with torch, transformers, bnb, Ray: ~540 MiB
 ALLOCATOR_MARGIN = 0.05  # caching-allocator fragmentation, share of the tensors' bytes
 EFFICIENCY = {"cpu": 0.25, "cuda": 0.6, "rocm": 0.5}  # share of roofline a budget assumes
 LOAD_GB_S = 1.0  # disk → device, for the budget's load time per group
