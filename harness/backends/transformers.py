@@ -20,6 +20,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from harness.backends.base import Backend, Generation, MemoryFacts, WindowScores
+from harness.errors import UserInputError
 from harness.measure.timing import StepClock, step_timestamps_processor
 
 # KV dtype → transformers QuantizedCache settings. residual_length: the newest tokens kept in the
@@ -35,6 +36,8 @@ KV_CACHE_SETTINGS: dict[str, dict[str, Any]] = {
         "residual_length": 32,
     },
 }
+SUPPORTED = frozenset({"none", "fp32", "bf16", "fp16", "bnb-int8", "bnb-nf4", "bnb-fp4",
+                       "gptq-int4", "quanto-int8", "quanto-int4", "quanto-int2"})  # fmt: skip
 GPTQ_CALIBRATION_SAMPLES = 64
 GPTQ_GROUP_SIZE = 64
 
@@ -96,11 +99,26 @@ class TransformersBackend(Backend):
     name = "transformers"
 
     def load(self) -> None:
+        if self.group.quantization not in SUPPORTED:
+            raise UserInputError(
+                f"the transformers backend cannot load {self.group.quantization!r}; "
+                f"it loads: {', '.join(sorted(SUPPORTED))}",
+                field="quantization",
+            )
+        if self.group.kv_cache_dtype not in ("auto", *KV_CACHE_SETTINGS):
+            raise UserInputError(
+                f"the transformers backend has no {self.group.kv_cache_dtype!r} KV cache; "
+                f"it offers: auto, {', '.join(KV_CACHE_SETTINGS)}",
+                field="kv_cache_dtype",
+            )
         import torch
 
         # bitsandbytes logs a cast warning on every int8 matmul; it is known and not actionable.
         logging.getLogger("bitsandbytes.autograd._functions").setLevel(logging.ERROR)
         warnings.filterwarnings("ignore", message=".*Failed to load CPU gemm_4bit.*")
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
         torch.manual_seed(self.options.seed)
         self.torch = torch
         self.device = self.options.device
@@ -300,5 +318,7 @@ class TransformersBackend(Backend):
     def close(self) -> None:
         self.model = None
         gc.collect()
-        if self.device.startswith("cuda"):
-            self.torch.cuda.empty_cache()
+        if self.options.device.startswith("cuda"):
+            import torch
+
+            torch.cuda.empty_cache()

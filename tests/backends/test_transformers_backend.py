@@ -1,0 +1,116 @@
+"""The transformers backend: format mapping, token counting, and each quantizer on the tiny model."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from harness.backends.base import BackendOptions
+from harness.backends.transformers import (
+    TransformersBackend,
+    count_new_tokens,
+    module_bytes,
+    quantization_config,
+    tensor_bytes,
+)
+from harness.corpus import calibration_texts, eval_text
+from harness.errors import UserInputError
+from harness.scenario import GroupKey
+
+TINY = Path(__file__).resolve().parents[2] / "harness" / "data" / "tiny-llama"
+
+
+def backend(
+    quantization: str = "none", kv: str = "auto", tmp: Path | None = None
+) -> TransformersBackend:
+    group = GroupKey(
+        target="cpu",
+        model="tiny-llama",
+        revision="main",
+        backend="transformers",
+        quantization=quantization,
+        kv_cache_dtype=kv,
+    )  # type: ignore[arg-type]
+    options = BackendOptions(device="cpu", model_path=str(TINY),
+                             cache_dir=str(tmp) if tmp else None)  # fmt: skip
+    return TransformersBackend(group, options)
+
+
+def test_new_tokens_are_counted_up_to_and_including_the_first_eos() -> None:
+    assert count_new_tokens([[5, 6, 7], [5, 2, 0]], eos_id=2) == [3, 2]
+    assert count_new_tokens([[5, 6]], eos_id=None) == [2]
+
+
+def test_formats_map_to_their_library_configs() -> None:
+    import torch
+
+    int8 = quantization_config("bnb-int8", torch.float32)
+    nf4 = quantization_config("bnb-nf4", torch.bfloat16)
+    assert int8.load_in_8bit and not int8.load_in_4bit
+    assert nf4.load_in_4bit and nf4.bnb_4bit_quant_type == "nf4"
+    assert nf4.bnb_4bit_compute_dtype == torch.bfloat16
+    assert quantization_config("quanto-int4", torch.float32).weights == "int4"
+    assert quantization_config("bf16", torch.float32) is None
+
+
+def test_tensor_bytes_counts_storage_of_plain_tensors() -> None:
+    import torch
+
+    assert tensor_bytes(torch.zeros(10, 4, dtype=torch.float16)) == 80
+    assert module_bytes(torch.nn.Linear(4, 2, bias=False)) == 32
+
+
+def test_an_unknown_format_or_kv_cache_is_refused_before_loading() -> None:
+    with pytest.raises(UserInputError, match="cannot load 'fp8'"):
+        backend("fp8").load()
+    with pytest.raises(UserInputError, match="no 'fp8' KV cache"):
+        backend(kv="fp8").load()
+
+
+def test_greedy_generation_makes_exactly_the_requested_tokens_per_row() -> None:
+    b = backend()
+    b.load()
+    prompt = b.encode(eval_text()[:2000])[:24]
+    gen = b.generate([prompt, prompt], 6)
+    assert gen.new_tokens == [6, 6]
+    assert len(gen.step_ms) == 6 and gen.step_ms == sorted(gen.step_ms)
+    assert gen.e2e_ms >= gen.step_ms[-1]
+    b.close()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("quantization", ["quanto-int8", "quanto-int4"])
+def test_quanto_weights_load_and_generate(quantization: str) -> None:
+    b = backend(quantization)
+    b.load()
+    gen = b.generate([b.encode("The history of the city")], 4)
+    assert gen.new_tokens == [4]
+    b.close()
+
+
+@pytest.mark.slow
+def test_an_int4_quanto_kv_cache_changes_scores_but_not_shapes() -> None:
+    from harness.corpus import windows
+
+    ref, kv4 = backend(), backend(kv="int4")
+    ref.load()
+    kv4.load()
+    wins = windows(ref.encode(eval_text()[:40000]), 128, 2)
+    a = ref.score_windows(wins, None, 4)
+    b = kv4.score_windows(wins, a.topk_ids, 4)
+    assert a.nll_sum.shape == b.nll_sum.shape == (2,)
+    assert b.logprobs_at_ref is not None and b.logprobs_at_ref.shape == (2, 127, 4)
+    assert (a.nll_sum != b.nll_sum).any()  # the second half of each window reads a 4-bit cache
+
+
+@pytest.mark.slow
+def test_gptq_quantizes_once_on_calibration_text_and_reuses_the_cache(tmp_path: Path) -> None:
+    assert all(text not in eval_text() for text in calibration_texts(8))
+    b = backend("gptq-int4", tmp=tmp_path)
+    b.load()
+    gen = b.generate([b.encode("The history of the city")], 4)
+    assert gen.new_tokens == [4]
+    cached = list(tmp_path.iterdir())
+    assert len(cached) == 1 and (cached[0] / "config.json").is_file()
+    b.close()
