@@ -1,4 +1,4 @@
-"""The transformers backend: format mapping, token counting, and each quantizer on the tiny model."""
+"""The transformers backend: format mapping, token counts, each quantizer on the tiny model."""
 
 from __future__ import annotations
 
