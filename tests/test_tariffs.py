@@ -26,10 +26,11 @@ tariffs:
 """
 
 
-def test_example_file_prices_six_gpus_for_3_7_and_30_days_labelled_as_examples() -> None:
+def test_example_file_prices_six_gpus_and_a_cpu_node_for_3_7_and_30_days_as_examples() -> None:
     table = load_tariffs(EXAMPLE)
     gpus = {t.gpu for t in table.tariffs}
-    assert gpus == {"H100-SXM-80GB", "H200-141GB", "A100-SXM-80GB", "L40S", "MI300X", "RTX-4090"}
+    six = {"H100-SXM-80GB", "H200-141GB", "A100-SXM-80GB", "L40S", "MI300X", "RTX-4090"}
+    assert gpus == six | {"cpu"}
     for tariff in table.tariffs:
         assert tariff.example
         assert tariff.source and tariff.date
