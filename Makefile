@@ -25,7 +25,6 @@ venv: $(STAMP)
 # torch goes in first and alone (pinned), then everything else under a constraint that keeps it.
 $(VENV)/.installed-cpu: requirements/torch-cpu.txt requirements/cpu.lock.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q --upgrade "pip>=23.2"
 	$(BIN)/python -m pip install -q -r requirements/torch-cpu.txt
 	$(BIN)/python -m pip install -q -c requirements/torch-cpu.txt -r requirements/cpu.lock.txt
 	$(BIN)/python -m pip install -q --no-deps --no-build-isolation -e .
