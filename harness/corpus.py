@@ -19,14 +19,16 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import io
 import json
 import os
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, model_validator
+
+from harness.store import atomic_write_bytes
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -264,15 +266,7 @@ def tokenize_eval(model_dir: str) -> list[int]:
     ids: list[int] = tokenizer(eval_text(), add_special_tokens=False, verbose=False)["input_ids"]
     array = np.asarray(ids, dtype=np.int32)  # numpy refuses ids that do not fit
 
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            np.save(handle, array, allow_pickle=False)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    buffer = io.BytesIO()
+    np.save(buffer, array, allow_pickle=False)
+    atomic_write_bytes(path, buffer.getvalue())
     return ids
