@@ -73,15 +73,15 @@ class VllmOptions(Strict):
 
 
 class Exclude(Strict):
-    """One exclusion: every field given must match for a point to be excluded."""
+    """One exclusion: every field given must match (a value, or any of a list of values)."""
 
-    model: str | None = None
-    backend: Backend | None = None
-    quantization: Quantization | None = None
-    kv_cache_dtype: KvCacheDtype | None = None
-    batch: PositiveInt | None = None
-    context: PositiveInt | None = None
-    target: Target | None = None
+    model: str | list[str] | None = None
+    backend: Backend | list[Backend] | None = None
+    quantization: Quantization | list[Quantization] | None = None
+    kv_cache_dtype: KvCacheDtype | list[KvCacheDtype] | None = None
+    batch: PositiveInt | list[PositiveInt] | None = None
+    context: PositiveInt | list[PositiveInt] | None = None
+    target: Target | list[Target] | None = None
 
     @model_validator(mode="after")
     def names_at_least_one_field(self) -> Exclude:
@@ -90,7 +90,11 @@ class Exclude(Strict):
         return self
 
     def matches(self, fields: dict[str, Any]) -> bool:
-        return all(fields[k] == v for k, v in self.model_dump(exclude_none=True).items())
+        for name, wanted in self.model_dump(exclude_none=True).items():
+            allowed = wanted if isinstance(wanted, list) else [wanted]
+            if fields[name] not in allowed:
+                return False
+        return True
 
 
 _AUTO_KV: list[KvCacheDtype] = ["auto"]

@@ -58,7 +58,7 @@ def first_error(
 ) -> UserInputError:
     # An unknown key usually explains a "missing" one (a typo), so report it first.
     err = sorted(exc.errors(), key=lambda e: e["type"] != "extra_forbidden")[0]
-    loc = tuple(err["loc"])
+    loc = data_location(err["loc"])
     kind = err["type"]
     value = err.get("input")
     if kind == "extra_forbidden":
@@ -79,6 +79,11 @@ def first_error(
     else:
         message = f"{err['msg']} (got {value!r})" if value is not None else str(err["msg"])
     return UserInputError(message, file=filename, line=line_of(root, loc), field=field_path(loc))
+
+
+def data_location(loc: tuple[Any, ...]) -> tuple[Any, ...]:
+    """The error's path in the data, without pydantic's union-member tags (e.g. 'list[int]')."""
+    return tuple(p for p in loc if isinstance(p, int) or not any(c in p for c in "[(-"))
 
 
 def field_path(loc: tuple[Any, ...]) -> str:

@@ -216,3 +216,10 @@ def test_shipped_scenarios_are_valid() -> None:
     assert files
     for path in files:
         scenario.expand(scenario.load(path))
+
+
+def test_an_exclusion_may_list_several_values_per_field() -> None:
+    text = replace("batch", "batch: [1, 2, 8]") + "exclude: [{batch: [1, 8]}]\n"
+    grid = scenario.expand(scenario.parse(text))
+    assert [p.batch for p in grid.points] == [2]
+    assert len(grid.skipped) == 2
