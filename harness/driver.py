@@ -124,6 +124,7 @@ class Attempt:
     stream: Any = None
     node_id: str | None = None
     received: set[str] = field(default_factory=set)
+    finished: bool = False  # the stream ended normally (its actor may serve another group)
 
 
 class Driver:
@@ -147,25 +148,45 @@ class Driver:
         self.actor_cls = ray.remote(max_restarts=0, max_task_retries=0)(GroupActor)
         self.corpus_hash = corpus.corpus_hash()
         self.failures: list[dict[str, Any]] = []
+        self.idle: dict[str, list[Any]] = {}  # per target: CPU workers between groups
 
     def reference_for(self, work: sweep.Work) -> WindowScores | None:
         return None if work.reference else load_scores(reference_artifact(self.ctx, work.group))
 
-    def launch(self, attempt: Attempt) -> None:
-        options = placement(attempt.work.group.target, self.simulate_on_cpu)
-        attempt.actor = self.actor_cls.options(**options).remote(self.simulate_on_cpu)
-        attempt.stream = attempt.actor.measure.options(num_returns="streaming").remote(
+    def reusable(self, target: str) -> bool:
+        """CPU workers serve group after group (imports once per process); a GPU group gets a
+        fresh process, since engines do not reliably give all device memory back."""
+        return target == "cpu" or self.simulate_on_cpu
+
+    def slots(self, target: str) -> int:
+        resources = placement(target, self.simulate_on_cpu)["resources"]
+        totals = self.ray.cluster_resources()
+        return max(1, min(int(totals.get(name, 0) // need) for name, need in resources.items()))
+
+    def launch(self, attempt: Attempt, actor: Any = None) -> None:
+        if actor is None:
+            options = placement(attempt.work.group.target, self.simulate_on_cpu)
+            actor = self.actor_cls.options(**options).remote(self.simulate_on_cpu)
+        attempt.actor = actor
+        attempt.stream = actor.measure.options(num_returns="streaming").remote(
             attempt.work, attempt.points, self.ctx, self.reference_for(attempt.work)
         )
         attempt.node_id = None
 
     def run_wave(self, works: list[tuple[sweep.Work, list[Point]]]) -> None:
-        """Launch every group of a wave at once; Ray queues what the cluster cannot host yet."""
-        running: dict[Any, Attempt] = {}
+        """Start every group a node can take now (Ray queues what the cluster cannot host yet);
+        a CPU worker that finishes a group takes the next one of its target."""
+        queued: dict[str, list[Attempt]] = {}
         for work, points in works:
-            attempt = Attempt(work=work, points=points)
-            self.launch(attempt)
-            running[attempt.stream] = attempt
+            queued.setdefault(work.group.target, []).append(Attempt(work=work, points=points))
+        running: dict[Any, Attempt] = {}
+        for target, attempts in queued.items():
+            first = len(attempts) if not self.reusable(target) else self.slots(target)
+            for attempt in attempts[:first]:
+                spare = self.idle.get(target)
+                self.launch(attempt, spare.pop() if spare else None)
+                running[attempt.stream] = attempt
+            del attempts[:first]
         waiting_since = {id(a): time.monotonic() for a in running.values()}
         while running:
             ready, _ = self.ray.wait(list(running), num_returns=1, timeout=5.0)
@@ -176,6 +197,27 @@ class Driver:
             if self.advance(attempt):
                 running[attempt.stream] = attempt
                 waiting_since[id(attempt)] = time.monotonic()
+                continue
+            target = attempt.work.group.target
+            if attempt.finished and self.reusable(target):
+                if queued[target]:
+                    follower = queued[target].pop(0)
+                    self.launch(follower, attempt.actor)
+                    running[follower.stream] = follower
+                    waiting_since[id(follower)] = time.monotonic()
+                else:
+                    self.idle.setdefault(target, []).append(attempt.actor)
+            elif queued.get(target):  # the worker was lost: start a fresh one for the queue
+                follower = queued[target].pop(0)
+                self.launch(follower)
+                running[follower.stream] = follower
+                waiting_since[id(follower)] = time.monotonic()
+
+    def close(self) -> None:
+        for actors in self.idle.values():
+            for actor in actors:
+                self.ray.kill(actor)
+        self.idle.clear()
 
     def advance(self, attempt: Attempt) -> bool:
         """Take one item from a stream; True while the attempt (or its retry) goes on."""
@@ -184,7 +226,9 @@ class Driver:
         try:
             kind, payload, node_id = self.ray.get(next(attempt.stream))
         except StopIteration:
-            self.ray.kill(attempt.actor)
+            attempt.finished = True
+            if not self.reusable(attempt.work.group.target):
+                self.ray.kill(attempt.actor)
             return False
         except RayError as exc:
             return self.retry_or_lose(attempt, exc)

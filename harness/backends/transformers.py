@@ -39,6 +39,7 @@ KV_CACHE_SETTINGS: dict[str, dict[str, Any]] = {
 SUPPORTED = frozenset({"none", "fp32", "bf16", "fp16", "bnb-int8", "bnb-nf4", "bnb-fp4",
                        "gptq-int4", "quanto-int8", "quanto-int4", "quanto-int2"})  # fmt: skip
 GPTQ_CALIBRATION_SAMPLES = 64
+LOGITS_BUDGET_BYTES = 256 * 2**20  # fp32 log-probs held at once while scoring
 GPTQ_GROUP_SIZE = 64
 
 
@@ -245,51 +246,57 @@ class TransformersBackend(Backend):
 
     # --- quality --------------------------------------------------------------------------
 
+    def _rows_per_chunk(self, tokens_per_row: int) -> int:
+        """Rows scored together, so that one chunk's fp32 log-probs stay near LOGITS_BUDGET."""
+        per_row = tokens_per_row * int(self.model.config.vocab_size) * 4
+        return max(1, LOGITS_BUDGET_BYTES // per_row)
+
     def score_windows(
         self, windows: list[list[int]], ref_topk_ids: NDArray[Any] | None, k: int
     ) -> WindowScores:
         """Teacher-forced scores, each window in two passes: the first half fills the KV cache
         (quantized when the group's KV dtype is), the second half is scored reading from it, so
         a quantized KV cache shows in the second half's NLL. Model-dtype caches give the same
-        numbers as one pass."""
+        numbers as one pass. Windows are scored in batches (they all have the same length)."""
+        step = self._rows_per_chunk(len(windows[0]))
         parts = [
-            self._score_window(w, None if ref_topk_ids is None else ref_topk_ids[i], k)
-            for i, w in enumerate(windows)
+            self._score_chunk(
+                windows[i : i + step],
+                None if ref_topk_ids is None else ref_topk_ids[i : i + step],
+                k,
+            )
+            for i in range(0, len(windows), step)
         ]
+        at_ref = [p[5] for p in parts if p[5] is not None]
         return WindowScores(
-            nll_sum=np.array([p[0] for p in parts], dtype=np.float64),
-            tokens=np.array([len(w) - 1 for w in windows], dtype=np.int64),
-            argmax=np.stack([p[1] for p in parts]),
-            topk_ids=np.stack([p[2] for p in parts]),
-            topk_logprobs=np.stack([p[3] for p in parts]),
-            logprobs_at_ref=None
-            if ref_topk_ids is None
-            else np.stack([p[4] for p in parts if p[4] is not None]),
+            nll_sum=np.concatenate([p[0] for p in parts]),
+            tokens=np.concatenate([p[1] for p in parts]),
+            argmax=np.concatenate([p[2] for p in parts]),
+            topk_ids=np.concatenate([p[3] for p in parts]),
+            topk_logprobs=np.concatenate([p[4] for p in parts]),
+            logprobs_at_ref=np.concatenate(at_ref) if ref_topk_ids is not None else None,
         )
 
-    def _score_window(
-        self, window: list[int], ref_ids: NDArray[Any] | None, k: int
-    ) -> tuple[float, NDArray[Any], NDArray[Any], NDArray[Any], NDArray[Any] | None]:
+    def _score_chunk(
+        self, windows: list[list[int]], ref_ids: NDArray[Any] | None, k: int
+    ) -> tuple[NDArray[Any], ...]:
         torch = self.torch
-        ids = torch.tensor([window], dtype=torch.long, device=self.device)
-        half = len(window) // 2
+        ids = torch.tensor(windows, dtype=torch.long, device=self.device)
+        half = ids.shape[1] // 2
         with torch.no_grad():
-            cache = self._new_cache()
-            first = self.model(input_ids=ids[:, :half], past_key_values=cache, use_cache=True)
-            second = self.model(
-                input_ids=ids[:, half:], past_key_values=first.past_key_values, use_cache=True
-            )
-            logits = torch.cat([first.logits, second.logits], dim=1)[0, :-1].float()
+            first = self.model(input_ids=ids[:, :half], past_key_values=self._new_cache())
+            second = self.model(input_ids=ids[:, half:], past_key_values=first.past_key_values)
+            logits = torch.cat([first.logits, second.logits], dim=1)[:, :-1].float()
             logprobs = torch.log_softmax(logits, dim=-1)
-            targets = ids[0, 1:]
-            nll = -logprobs.gather(1, targets[:, None]).sum().item()
+            nll = -logprobs.gather(2, ids[:, 1:, None]).squeeze(2).double().sum(dim=1)
             top = logprobs.topk(k, dim=-1)
             at_ref = None
             if ref_ids is not None:
                 ref = torch.as_tensor(ref_ids, device=logprobs.device, dtype=torch.long)
-                at_ref = logprobs.gather(1, ref).cpu().numpy()
+                at_ref = logprobs.gather(2, ref).cpu().numpy()
         return (
-            float(nll),
+            nll.cpu().numpy(),
+            np.full(len(windows), ids.shape[1] - 1, dtype=np.int64),
             logprobs.argmax(-1).cpu().numpy().astype(np.int32),
             top.indices.cpu().numpy().astype(np.int32),
             top.values.cpu().numpy().astype(np.float32),
@@ -297,17 +304,32 @@ class TransformersBackend(Backend):
         )
 
     def score_continuations(self, pairs: list[tuple[str, str]]) -> list[float]:
-        torch = self.torch
+        """Σ log p(continuation | context), batched with right padding (causal attention: the
+        padding after a row's end cannot change its scores)."""
+        encoded = [(self.encode(ctx), self.encode(cont)) for ctx, cont in pairs]
+        longest = max(len(c) + len(x) for c, x in encoded)
+        step = self._rows_per_chunk(longest)
         scores: list[float] = []
+        for i in range(0, len(encoded), step):
+            scores += self._score_continuation_chunk(encoded[i : i + step])
+        return scores
+
+    def _score_continuation_chunk(self, chunk: list[tuple[list[int], list[int]]]) -> list[float]:
+        torch = self.torch
+        width = max(len(c) + len(x) for c, x in chunk)
+        pad = self.tokenizer.pad_token_id or 0
+        rows = [c + x + [pad] * (width - len(c) - len(x)) for c, x in chunk]
+        mask = [[1] * (len(c) + len(x)) + [0] * (width - len(c) - len(x)) for c, x in chunk]
+        ids = torch.tensor(rows, dtype=torch.long, device=self.device)
+        attention = torch.tensor(mask, dtype=torch.long, device=self.device)
         with torch.no_grad():
-            for context, continuation in pairs:
-                ctx = self.encode(context)
-                cont = self.encode(continuation)
-                ids = torch.tensor([ctx + cont], dtype=torch.long, device=self.device)
-                logprobs = torch.log_softmax(self.model(input_ids=ids).logits[0].float(), dim=-1)
-                positions = torch.arange(len(ctx) - 1, len(ctx) + len(cont) - 1)
-                targets = ids[0, len(ctx) :]
-                scores.append(float(logprobs[positions, targets].sum().item()))
+            logits = self.model(input_ids=ids, attention_mask=attention).logits.float()
+            logprobs = torch.log_softmax(logits, dim=-1)
+        scores = []
+        for row, (ctx, cont) in enumerate(chunk):
+            positions = torch.arange(len(ctx) - 1, len(ctx) + len(cont) - 1, device=ids.device)
+            targets = ids[row, len(ctx) : len(ctx) + len(cont)]
+            scores.append(float(logprobs[row, positions, targets].sum().item()))
         return scores
 
     # --- memory ---------------------------------------------------------------------------
