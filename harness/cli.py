@@ -237,12 +237,9 @@ def run_sweep(
         )  # fmt: skip
         references = [(w, p) for w, p in todo if w.reference]
         others = [(w, p) for w, p in todo if not w.reference]
-        try:
-            for wave in (references, others):
-                if wave:
-                    runner.run_wave(wave)
-        finally:
-            runner.close()
+        for wave in (references, others):
+            if wave:
+                runner.run_wave(wave)
     wall_s = time.perf_counter() - started
     sweep.finish_manifest(run_dir, wall_s=wall_s, failures=runner.failures if todo else [])
     return run_dir, {"wall_s": wall_s}

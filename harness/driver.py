@@ -80,13 +80,24 @@ def has_capacity(target: str, simulate_on_cpu: bool) -> bool:
     return all(totals.get(name, 0.0) >= amount for name, amount in needed.items())
 
 
+def node_threads() -> int:
+    """Threads for a CPU group: the CPUs its node advertises to Ray (a CPU group owns its node's
+    single accel:cpu slot), never more than this process may run on. Simulated nodes that share
+    one machine then do not oversubscribe it."""
+    import ray
+
+    here = ray.get_runtime_context().get_node_id()
+    advertised = next((n["Resources"].get("CPU", 1) for n in ray.nodes() if n["NodeID"] == here), 1)
+    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return max(1, min(int(advertised), usable or 1))
+
+
 class GroupActor:
     """Lives on a worker node; measures one group and streams its rows (and reference scores)."""
 
     def __init__(self, simulate_on_cpu: bool = False) -> None:
         self.simulate_on_cpu = simulate_on_cpu
-        threads = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
-        os.environ["OMP_NUM_THREADS"] = str(threads)
+        os.environ["OMP_NUM_THREADS"] = str(node_threads())
 
     def where(self) -> dict[str, Any]:
         import ray
@@ -124,7 +135,6 @@ class Attempt:
     stream: Any = None
     node_id: str | None = None
     received: set[str] = field(default_factory=set)
-    finished: bool = False  # the stream ended normally (its actor may serve another group)
 
 
 class Driver:
@@ -148,45 +158,27 @@ class Driver:
         self.actor_cls = ray.remote(max_restarts=0, max_task_retries=0)(GroupActor)
         self.corpus_hash = corpus.corpus_hash()
         self.failures: list[dict[str, Any]] = []
-        self.idle: dict[str, list[Any]] = {}  # per target: CPU workers between groups
 
     def reference_for(self, work: sweep.Work) -> WindowScores | None:
         return None if work.reference else load_scores(reference_artifact(self.ctx, work.group))
 
-    def reusable(self, target: str) -> bool:
-        """CPU workers serve group after group (imports once per process); a GPU group gets a
-        fresh process, since engines do not reliably give all device memory back."""
-        return target == "cpu" or self.simulate_on_cpu
-
-    def slots(self, target: str) -> int:
-        resources = placement(target, self.simulate_on_cpu)["resources"]
-        totals = self.ray.cluster_resources()
-        return max(1, min(int(totals.get(name, 0) // need) for name, need in resources.items()))
-
-    def launch(self, attempt: Attempt, actor: Any = None) -> None:
-        if actor is None:
-            options = placement(attempt.work.group.target, self.simulate_on_cpu)
-            actor = self.actor_cls.options(**options).remote(self.simulate_on_cpu)
-        attempt.actor = actor
-        attempt.stream = actor.measure.options(num_returns="streaming").remote(
+    def launch(self, attempt: Attempt) -> None:
+        """A fresh actor (process) per group: memory figures of one group never carry another's
+        leftovers, and engines that keep device memory release it when the process ends."""
+        options = placement(attempt.work.group.target, self.simulate_on_cpu)
+        attempt.actor = self.actor_cls.options(**options).remote(self.simulate_on_cpu)
+        attempt.stream = attempt.actor.measure.options(num_returns="streaming").remote(
             attempt.work, attempt.points, self.ctx, self.reference_for(attempt.work)
         )
         attempt.node_id = None
 
     def run_wave(self, works: list[tuple[sweep.Work, list[Point]]]) -> None:
-        """Start every group a node can take now (Ray queues what the cluster cannot host yet);
-        a CPU worker that finishes a group takes the next one of its target."""
-        queued: dict[str, list[Attempt]] = {}
-        for work, points in works:
-            queued.setdefault(work.group.target, []).append(Attempt(work=work, points=points))
+        """Launch every group of a wave at once; Ray queues what the cluster cannot host yet."""
         running: dict[Any, Attempt] = {}
-        for target, attempts in queued.items():
-            first = len(attempts) if not self.reusable(target) else self.slots(target)
-            for attempt in attempts[:first]:
-                spare = self.idle.get(target)
-                self.launch(attempt, spare.pop() if spare else None)
-                running[attempt.stream] = attempt
-            del attempts[:first]
+        for work, points in works:
+            attempt = Attempt(work=work, points=points)
+            self.launch(attempt)
+            running[attempt.stream] = attempt
         waiting_since = {id(a): time.monotonic() for a in running.values()}
         while running:
             ready, _ = self.ray.wait(list(running), num_returns=1, timeout=5.0)
@@ -197,27 +189,6 @@ class Driver:
             if self.advance(attempt):
                 running[attempt.stream] = attempt
                 waiting_since[id(attempt)] = time.monotonic()
-                continue
-            target = attempt.work.group.target
-            if attempt.finished and self.reusable(target):
-                if queued[target]:
-                    follower = queued[target].pop(0)
-                    self.launch(follower, attempt.actor)
-                    running[follower.stream] = follower
-                    waiting_since[id(follower)] = time.monotonic()
-                else:
-                    self.idle.setdefault(target, []).append(attempt.actor)
-            elif queued.get(target):  # the worker was lost: start a fresh one for the queue
-                follower = queued[target].pop(0)
-                self.launch(follower)
-                running[follower.stream] = follower
-                waiting_since[id(follower)] = time.monotonic()
-
-    def close(self) -> None:
-        for actors in self.idle.values():
-            for actor in actors:
-                self.ray.kill(actor)
-        self.idle.clear()
 
     def advance(self, attempt: Attempt) -> bool:
         """Take one item from a stream; True while the attempt (or its retry) goes on."""
@@ -226,9 +197,7 @@ class Driver:
         try:
             kind, payload, node_id = self.ray.get(next(attempt.stream))
         except StopIteration:
-            attempt.finished = True
-            if not self.reusable(attempt.work.group.target):
-                self.ray.kill(attempt.actor)
+            self.ray.kill(attempt.actor)
             return False
         except RayError as exc:
             return self.retry_or_lose(attempt, exc)
