@@ -299,6 +299,33 @@ def node_start(
     raise typer.Exit(subprocess.run(argv, check=False).returncode)
 
 
+@app.command()
+@friendly
+def doctor() -> None:
+    """What this machine offers the harness: accelerators, engines, versions."""
+    import importlib.util
+    import shutil
+
+    from harness import node, provenance
+
+    inventory = node.detect()
+    table = Table(title="harness doctor")
+    table.add_column("check")
+    table.add_column("found", overflow="fold")
+    table.add_row(
+        "accelerator", f"{inventory.vendor} × {inventory.gpu_count} {inventory.gpu_names}"
+    )
+    table.add_row("catalog GPU", str(inventory.catalog_gpu))
+    table.add_row("Ray resources", json.dumps(node.ray_resources(inventory)))
+    for name in ("torch", "transformers", "bitsandbytes", "optimum-quanto", "gptqmodel", "vllm",
+                 "ray", "nvidia-ml-py", "amdsmi"):  # fmt: skip
+        table.add_row(name, provenance.package_version(name) or "[yellow]not installed[/]")
+    table.add_row("vllm importable", str(importlib.util.find_spec("vllm") is not None))
+    table.add_row("chromium (browser test)", shutil.which("chromium") or "[yellow]absent[/]")
+    table.add_row("git SHA", str(provenance.git_sha()))
+    console.print(table)
+
+
 @contextlib.contextmanager
 def progress_bar(total: int) -> Iterator[tuple[Progress, TaskID]]:
     columns = (
