@@ -223,9 +223,3 @@ def test_an_exclusion_may_list_several_values_per_field() -> None:
     grid = scenario.expand(scenario.parse(text))
     assert [p.batch for p in grid.points] == [2]
     assert len(grid.skipped) == 2
-
-
-def test_doctor_reports_this_machine() -> None:
-    result = CliRunner().invoke(app, ["doctor"])
-    assert result.exit_code == 0, result.output
-    assert "accel:" in result.output and "transformers" in result.output
