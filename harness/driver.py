@@ -19,7 +19,13 @@ from harness import corpus, node, store, sweep
 from harness.backends.base import WindowScores
 from harness.scenario import Point
 from harness.schema import ResultRow
-from harness.worker import WorkContext, keep_scores, load_scores, reference_artifact
+from harness.worker import (
+    WorkContext,
+    keep_scores,
+    load_scores,
+    point_row,
+    reference_artifact,
+)
 
 MAX_ATTEMPTS = 3  # per group: the first try and two retries on another node
 PLACEMENT_TIMEOUT_S = 600.0  # an actor no node can host for this long is lost (image pulls)
@@ -98,12 +104,6 @@ class GroupActor:
     def __init__(self, simulate_on_cpu: bool = False) -> None:
         self.simulate_on_cpu = simulate_on_cpu
         os.environ["OMP_NUM_THREADS"] = str(node_threads())
-
-    def where(self) -> dict[str, Any]:
-        import ray
-
-        ctx = ray.get_runtime_context()
-        return {"node_id": ctx.get_node_id(), "pid": os.getpid()}
 
     def measure(
         self,
@@ -238,16 +238,10 @@ class Driver:
 
     def write_lost(self, work: sweep.Work, points: list[Point], reason: str) -> None:
         for point in points:
-            row = ResultRow(
-                key=point.key(self.corpus_hash),
-                run=self.ctx.run,
-                status="node_lost",
+            row = point_row(
+                point, run=self.ctx.run, corpus_hash=self.corpus_hash, status="node_lost",
                 error=reason,
-                group=work.group.label,
-                **point.model_dump(
-                    exclude={"warmups", "min_duration_s", "window_tokens", "max_windows"}
-                ),
-            )
+            )  # fmt: skip
             store.write_row(self.run_dir, row)
             self.on_row(row, None)
 

@@ -19,7 +19,7 @@ from harness import plan as planner
 from harness import scenario as scen
 from harness.scenario import GroupKey, Point, Scenario
 from harness.schema import ResultRow
-from harness.worker import WorkContext, is_reference
+from harness.worker import WorkContext, is_reference, point_row
 
 
 class Work(BaseModel):
@@ -114,15 +114,8 @@ def _shape(p: Point) -> tuple[Any, ...]:
 def skipped_rows(sweep: SweepPlan) -> list[ResultRow]:
     corpus_hash = corpus.corpus_hash()
     return [
-        ResultRow(
-            key=point.key(corpus_hash),
-            run=sweep.context.run,
-            status="skipped",
-            error=reason,
-            group=point.group.label,
-            **point.model_dump(
-                exclude={"warmups", "min_duration_s", "window_tokens", "max_windows"}
-            ),
+        point_row(
+            point, run=sweep.context.run, corpus_hash=corpus_hash, status="skipped", error=reason
         )
         for point, reason in sweep.skipped
     ]

@@ -347,17 +347,10 @@ def iter_group(
     prov = provenance.collect(device, corpus_hash)
 
     def row(point: Point, **fields: Any) -> tuple[str, ResultRow]:
-        return "row", ResultRow(
-            key=point.key(corpus_hash),
-            run=ctx.run,
-            group=group.label,
-            is_reference=is_reference(group, ctx),
-            provenance=prov,
-            **point.model_dump(
-                exclude={"warmups", "min_duration_s", "window_tokens", "max_windows"}
-            ),
-            **fields,
-        )
+        return "row", point_row(
+            point, run=ctx.run, corpus_hash=corpus_hash,
+            is_reference=is_reference(group, ctx), provenance=prov, **fields,
+        )  # fmt: skip
 
     backend = backend_class(group.backend)(group, options)
     load_started = time.perf_counter()
@@ -413,6 +406,17 @@ def iter_group(
             extra["roofline_fraction"] = speed["decode_tok_s"] / ceiling
         yield row(point, status="ok", **speed, **mem, **shared, **predicted, **extra)
     backend.close()
+
+
+def point_row(point: Point, *, run: str, corpus_hash: str, **fields: Any) -> ResultRow:
+    """A result row for a point: its fields, its key, its group, and what was found."""
+    return ResultRow(
+        key=point.key(corpus_hash),
+        run=run,
+        group=point.group.label,
+        **point.model_dump(exclude={"warmups", "min_duration_s", "window_tokens", "max_windows"}),
+        **fields,
+    )
 
 
 def is_oom(exc: BaseException) -> bool:

@@ -279,7 +279,7 @@ class TransformersBackend(Backend):
 
     def _score_chunk(
         self, windows: list[list[int]], ref_ids: NDArray[Any] | None, k: int
-    ) -> tuple[NDArray[Any], ...]:
+    ) -> tuple[Any, ...]:
         torch = self.torch
         ids = torch.tensor(windows, dtype=torch.long, device=self.device)
         half = ids.shape[1] // 2
