@@ -83,7 +83,10 @@ def weights_bytes(arch: ModelArch, quantization: str) -> float:
     linear = counts.linear * per_weight / 8
     rows = _linear_output_rows(arch)
     linear += rows * fmt.per_row_overhead_bits / 8
-    kept_bytes = min(arch.dtype_bytes, 2) if fmt.library != "bitsandbytes" else arch.dtype_bytes
+    # bitsandbytes and quanto leave embeddings, lm_head and norms in the loaded dtype;
+    # gptqmodel and vLLM serve them in 16 bit.
+    in_place = fmt.library in ("bitsandbytes", "optimum-quanto")
+    kept_bytes = arch.dtype_bytes if in_place else min(arch.dtype_bytes, 2)
     kept = (counts.embeddings + counts.lm_head + counts.other) * kept_bytes
     return linear + kept
 

@@ -73,7 +73,7 @@ def test_rows_are_complete_and_tokens_are_counted_from_outputs(tmp_path: Path) -
 
 
 def test_measured_weights_are_within_15_percent_of_the_plan(tmp_path: Path) -> None:
-    for quantization in ("none", "bnb-int8", "bnb-nf4"):
+    for quantization in ("none", "bnb-int8", "bnb-nf4", "quanto-int4"):
         (row,) = run(tmp_path / quantization, [point(quantization=quantization)])
         assert row.weights_gap_pct is not None
         assert abs(row.weights_gap_pct) < 15, (quantization, row.weights_gap_pct)
