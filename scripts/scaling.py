@@ -39,16 +39,10 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))
 
-ENV = {
-    "HF_HUB_OFFLINE": "1",
-    "TRANSFORMERS_OFFLINE": "1",
-    "HF_HUB_DISABLE_TELEMETRY": "1",
-    "GPTQMODEL_CPU_WORKERS": "2",
-    "RAY_USAGE_STATS_ENABLED": "0",
-    "RAY_AUTH_MODE": "disabled",
-    "TOKENIZERS_PARALLELISM": "false",
-}
+from side_by_side import ENV, load1, log, machine_busy_s, wait_for_quiet  # noqa: E402
+
 for _key, _value in ENV.items():
     os.environ.setdefault(_key, _value)
 
@@ -67,28 +61,6 @@ repeats: 3
 reference: {quantization: none, kv_cache_dtype: auto}
 quality: {window_tokens: 256, max_windows: 32, arc_items: 20}
 """
-
-
-def log(message: str) -> None:
-    print(message, flush=True)
-
-
-def load1() -> float:
-    return os.getloadavg()[0]
-
-
-def wait_for_quiet(max_load: float, max_wait_s: float) -> None:
-    deadline = time.monotonic() + max_wait_s
-    while load1() > max_load and time.monotonic() < deadline:
-        log(f"  waiting: 1-min load average {load1():.2f} > {max_load}")
-        time.sleep(15)
-
-
-def machine_busy_s() -> float:
-    """Busy CPU seconds of the whole machine, all cores (/proc/stat)."""
-    with open("/proc/stat") as f:
-        values = [int(v) for v in f.readline().split()[1:9]]
-    return (sum(values) - values[3] - values[4]) / os.sysconf("SC_CLK_TCK")
 
 
 def sweep_on(workers: int, scenario: Path, out: Path, args: argparse.Namespace) -> dict[str, Any]:

@@ -144,3 +144,12 @@ def small_grid(run: str = "run-a", model: str = "tiny-llama") -> list[ResultRow]
             )
         )
     return out
+
+
+# The columns issue 5 names for cost.csv (a contract for people who download it).
+COST_CSV_CONTRACT = (
+    "model", "quality_class", "gpu", "package_days", "package_price_usd", "gpus_in_package",
+    "gpus_used", "utilisation", "quantization", "kv_cache_dtype", "batch", "context",
+    "decode_tok_s", "total_tok_s", "usd_per_mtok_output", "usd_per_mtok_total",
+    "tokens_per_package", "breakeven_utilisation",
+)  # fmt: skip

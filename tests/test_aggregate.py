@@ -71,27 +71,7 @@ def test_cost_of_one_row_on_a_30_day_package_matches_the_hand_computation_to_the
 
 def test_cost_csv_columns_are_all_present() -> None:
     cost = _agg(F.small_grid()).cost
-    required = [
-        "model",
-        "quality_class",
-        "gpu",
-        "package_days",
-        "package_price_usd",
-        "gpus_in_package",
-        "gpus_used",
-        "utilisation",
-        "quantization",
-        "kv_cache_dtype",
-        "batch",
-        "context",
-        "decode_tok_s",
-        "total_tok_s",
-        "usd_per_mtok_output",
-        "usd_per_mtok_total",
-        "tokens_per_package",
-        "breakeven_utilisation",
-    ]
-    assert set(required) <= set(cost.columns)
+    assert set(F.COST_CSV_CONTRACT) <= set(cost.columns)
 
 
 def test_a_row_is_priced_only_on_tariffs_of_its_own_gpu() -> None:

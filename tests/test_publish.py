@@ -47,27 +47,7 @@ def test_points_parquet_round_trips_to_the_aggregated_frame(run: Path) -> None:
 
 def test_cost_csv_has_the_published_columns(run: Path) -> None:
     cost = pd.read_csv(run / "published" / "cost.csv")
-    required = [
-        "model",
-        "quality_class",
-        "gpu",
-        "package_days",
-        "package_price_usd",
-        "gpus_in_package",
-        "gpus_used",
-        "utilisation",
-        "quantization",
-        "kv_cache_dtype",
-        "batch",
-        "context",
-        "decode_tok_s",
-        "total_tok_s",
-        "usd_per_mtok_output",
-        "usd_per_mtok_total",
-        "tokens_per_package",
-        "breakeven_utilisation",
-    ]
-    assert set(required) <= set(cost.columns)
+    assert set(F.COST_CSV_CONTRACT) <= set(cost.columns)
     assert len(cost) == 96 * 3  # 96 ok rows on two GPUs with tariffs × 3 packages
     assert (cost["utilisation"] == 0.8).all()
 
