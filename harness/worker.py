@@ -360,6 +360,7 @@ def iter_group(
         load_s = time.perf_counter() - load_started
         facts = backend.memory_facts()
         shared, scores = measure_quality(backend, path, group, ctx, reference)
+        free_memory(device)  # scoring's cached blocks must not count in the points' memory
     except Exception as exc:  # a group that cannot load fails all its points
         backend.close()
         status = "oom" if is_oom(exc) else "error"
