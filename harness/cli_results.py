@@ -101,13 +101,19 @@ def print_counts(result: Any) -> None:
         console.print(f"[yellow]unreadable, skipped:[/] {path}: {why}", highlight=False)
 
 
+RunArg = Annotated[Path, typer.Argument(help="run folder (results/<run>)")]
+TariffsOpt = Annotated[Path | None, typer.Option(help="tariff YAML")]
+QualityClassOpt = Annotated[str, typer.Option(help=QUALITY_CLASS_HELP)]
+UtilisationOpt = Annotated[
+    float, typer.Option(help="share of the package's hours the node works, in (0, 1]")
+]
+
+
 def aggregate_cmd(
-    run: Annotated[Path, typer.Argument(help="run folder (results/<run>)")],
-    tariffs: Annotated[Path | None, typer.Option(help="tariff YAML")] = None,
-    quality_class: Annotated[str, typer.Option(help=QUALITY_CLASS_HELP)] = "99",
-    utilisation: Annotated[
-        float, typer.Option(help="share of the package's hours the node works, in (0, 1]")
-    ] = 1.0,
+    run: RunArg,
+    tariffs: TariffsOpt = None,
+    quality_class: QualityClassOpt = "99",
+    utilisation: UtilisationOpt = 1.0,
 ) -> None:
     """Equal-quality gate, cost per tariff package, cheapest configurations: printed."""
     from harness.aggregate import aggregate_run, check_utilisation
@@ -138,12 +144,10 @@ def aggregate_cmd(
 
 
 def report_cmd(
-    run: Annotated[Path, typer.Argument(help="run folder (results/<run>)")],
-    tariffs: Annotated[Path | None, typer.Option(help="tariff YAML")] = None,
-    quality_class: Annotated[str, typer.Option(help=QUALITY_CLASS_HELP)] = "99",
-    utilisation: Annotated[
-        float, typer.Option(help="share of the package's hours the node works, in (0, 1]")
-    ] = 1.0,
+    run: RunArg,
+    tariffs: TariffsOpt = None,
+    quality_class: QualityClassOpt = "99",
+    utilisation: UtilisationOpt = 1.0,
 ) -> None:
     """Write results/<run>/published/ (CSV, Parquet, JSON, README, report.html) and print the
     headline table."""
