@@ -77,7 +77,6 @@ POINT_FIELDS = (
 )
 AXES = ("quantization", "kv_cache_dtype", "batch", "context")
 EFFECT_METRICS = ("decode_tok_s", "peak_mib_decode", "ppl")
-STRATUM = ("model", "device")
 
 COST_COLUMNS = [
     "model",

@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict
 
 from harness import catalog
 from harness.catalog import GpuSpec, ModelArch
+from harness.measure import roofline
 from harness.quantization import KV_BYTES, WEIGHT_FORMATS, compute_dtype_bytes
 from harness.scenario import Grid, Point, Scenario, Skip
 from harness.units import GIB, MIB
@@ -73,9 +74,8 @@ def weights_bytes(arch: ModelArch, quantization: str) -> float:
     """Bytes of the loaded weights in a format (see WeightFormat for the overhead terms)."""
     fmt = WEIGHT_FORMATS[quantization]
     counts = param_counts(arch)
-    model_bytes = arch.dtype_bytes if fmt.bits is None else fmt.bits / 8
     if not fmt.quantizes_linears:
-        return counts.total * model_bytes
+        return counts.total * unquantized_bytes_per_param(arch, quantization)
     bits = fmt.bits or 16.0
     per_weight = bits
     if fmt.group_size:
@@ -83,12 +83,19 @@ def weights_bytes(arch: ModelArch, quantization: str) -> float:
     linear = counts.linear * per_weight / 8
     rows = _linear_output_rows(arch)
     linear += rows * fmt.per_row_overhead_bits / 8
-    # bitsandbytes and quanto leave embeddings, lm_head and norms in the loaded dtype;
-    # gptqmodel and vLLM serve them in 16 bit.
+    kept = counts.embeddings + counts.lm_head + counts.other
+    return linear + kept * unquantized_bytes_per_param(arch, quantization)
+
+
+def unquantized_bytes_per_param(arch: ModelArch, quantization: str) -> float:
+    """Bytes of a parameter the format leaves unquantized (all of them for plain dtypes).
+    bitsandbytes and quanto leave embeddings, lm_head and norms in the loaded dtype;
+    gptqmodel and vLLM serve them in 16 bit."""
+    fmt = WEIGHT_FORMATS[quantization]
+    if not fmt.quantizes_linears:
+        return arch.dtype_bytes if fmt.bits is None else fmt.bits / 8
     in_place = fmt.library in ("bitsandbytes", "optimum-quanto")
-    kept_bytes = arch.dtype_bytes if in_place else min(arch.dtype_bytes, 2)
-    kept = (counts.embeddings + counts.lm_head + counts.other) * kept_bytes
-    return linear + kept
+    return arch.dtype_bytes if in_place else min(arch.dtype_bytes, 2)
 
 
 def _linear_output_rows(arch: ModelArch) -> int:
@@ -107,7 +114,7 @@ def kv_bytes_per_token(arch: ModelArch, kv_cache_dtype: str, quantization: str) 
 
 
 def kv_cache_bytes(
-    arch: ModelArch, kv_cache_dtype: str, quantization: str, tokens: int, batch: int
+    arch: ModelArch, kv_cache_dtype: str, quantization: str, tokens: float, batch: int
 ) -> float:
     """2 × layers × kv_heads × head_dim × bytes × tokens × batch; sliding layers cap tokens."""
     per_layer_token = kv_bytes_per_token(arch, kv_cache_dtype, quantization) / arch.num_layers
@@ -244,19 +251,25 @@ def plan_point(
 
 
 def decode_ceiling_tok_s(card: GpuSpec, weights: float, arch: ModelArch, point: Point) -> float:
-    """bandwidth × B / (weight bytes read per step + KV read per step), KV at the mean decode
-    context. An untied input embedding is a lookup of B rows, not a read of the whole table."""
-    mean_tokens = point.context + point.output_tokens // 2
+    """The bandwidth roofline (measure.roofline) for a point: weight bytes read per step + the KV
+    cache at the mean decode context. An untied input embedding is a lookup of B rows, not a
+    read of the whole table."""
+    new = point.output_tokens
+    mean_tokens = roofline.mean_decode_context(point.context, new) if new >= 2 else point.context
     kv = kv_cache_bytes(arch, point.kv_cache_dtype, point.quantization, mean_tokens, point.batch)
-    lookup_only = 0 if arch.tie_embeddings else param_counts(arch).embeddings * 2
-    return card.bandwidth_gb_s * 1e9 * point.batch / (weights - lookup_only + kv)
+    per_param = unquantized_bytes_per_param(arch, point.quantization)
+    lookup_only = 0 if arch.tie_embeddings else param_counts(arch).embeddings * per_param
+    return roofline.decode_ceiling_tok_s(
+        card.bandwidth_gb_s, weights - lookup_only, kv, point.batch
+    )
 
 
 def estimate_seconds(
     point: Point, card: GpuSpec, arch: ModelArch, weights: float, ceiling: float, warmups: int
 ) -> float:
     """(warmups + repeats) × (prefill at peak FLOP/s + decode at the roofline) / efficiency."""
-    active = param_counts(arch).active_linear + param_counts(arch).embeddings
+    counts = param_counts(arch)
+    active = counts.active_linear + counts.embeddings
     prefill_s = 2 * active * point.batch * point.context / (card.bf16_tflops * 1e12)
     decode_s = point.batch * point.output_tokens / ceiling
     per_run = (prefill_s + decode_s) / EFFICIENCY[point.target]

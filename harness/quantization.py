@@ -29,8 +29,6 @@ Target = Literal["cpu", "cuda", "rocm"]
 
 QUANTIZATIONS: tuple[str, ...] = get_args(Quantization)
 KV_CACHE_DTYPES: tuple[str, ...] = get_args(KvCacheDtype)
-BACKENDS: tuple[str, ...] = get_args(Backend)
-TARGETS: tuple[str, ...] = get_args(Target)
 
 
 class WeightFormat(BaseModel):

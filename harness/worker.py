@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict
 from harness import catalog, corpus, provenance
 from harness import plan as planner
 from harness.backends.base import Backend, BackendOptions, Generation, WindowScores, backend_class
-from harness.measure import quality, timing
+from harness.measure import quality, roofline, timing
 from harness.measure.memory import PhaseMemory, measure_phase
 from harness.scenario import GroupKey, Point, QualitySettings, Reference, VllmOptions
 from harness.schema import ResultRow
@@ -404,7 +404,7 @@ def iter_group(
         )
         ceiling = predicted.get("roofline_decode_tok_s")
         if ceiling and speed["decode_tok_s"]:
-            extra["roofline_fraction"] = speed["decode_tok_s"] / ceiling
+            extra["roofline_fraction"] = roofline.fraction(speed["decode_tok_s"], ceiling)
         yield row(point, status="ok", **speed, **mem, **shared, **predicted, **extra)
     backend.close()
 
