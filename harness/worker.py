@@ -107,7 +107,7 @@ def load_scores(path: Path) -> WindowScores | None:
 
 def measure_quality(
     backend: Backend,
-    model_path: str,
+    tokens: list[int],
     group: GroupKey,
     ctx: WorkContext,
     ref: WindowScores | None,
@@ -115,7 +115,6 @@ def measure_quality(
     """Perplexity (+CI), paired ΔNLL / KL / top-1 vs the reference, ARC-Easy accuracy."""
     started = time.perf_counter()
     settings = ctx.quality
-    tokens = corpus.tokenize_eval(model_path)
     wins = corpus.windows(tokens, settings.window_tokens, settings.max_windows)
     reference = is_reference(group, ctx)
     scores = backend.score_windows(wins, None if ref is None else ref.topk_ids, TOPK)
@@ -359,7 +358,8 @@ def iter_group(
             backend.load()
         load_s = time.perf_counter() - load_started
         facts = backend.memory_facts()
-        shared, scores = measure_quality(backend, path, group, ctx, reference)
+        tokens = corpus.tokenize_eval(path)  # the eval corpus, for quality and for prompts
+        shared, scores = measure_quality(backend, tokens, group, ctx, reference)
         free_memory(device)  # scoring's cached blocks must not count in the points' memory
     except Exception as exc:  # a group that cannot load fails all its points
         backend.close()
@@ -376,7 +376,6 @@ def iter_group(
         shared["engine_preallocated_mib"] = facts.preallocated_bytes / 2**20
     if facts.kv_cache_bytes is not None:
         shared["kv_cache_mib_measured"] = facts.kv_cache_bytes / 2**20
-    tokens = corpus.tokenize_eval(path)
     for point in points:
         predicted = prediction_columns(point, card, facts.weights_bytes, ctx)
         started = time.perf_counter()
