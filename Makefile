@@ -55,6 +55,7 @@ lint: $(STAMP)
 	$(BIN)/mypy
 
 perf: $(STAMP)
+	$(BIN)/python scripts/perf_plan.py
 	$(BIN)/python scripts/perf_aggregate.py
 
 # The CUDA/ROCm path end to end (tiny model both engines, a random ~0.9B Llama vs the roofline),

@@ -151,4 +151,4 @@ def test_plan_json_matches_the_contract_and_is_fast() -> None:
     assert all(p["fits"] for p in data["points"])
     assert all(s["reason"] for s in data["skipped"])
     assert any("binding term" in s["reason"] for s in data["skipped"])
-    assert elapsed < 10  # the 3 s target is measured by `make perf`-style runs, not asserted here
+    assert elapsed < 10  # a hang guard only; the 3 s target is measured by `make perf`
