@@ -71,25 +71,10 @@ def prepare(scenario_path: Path, run_dir: Path, gpu: str | None = None) -> Sweep
             if ref.group.label not in added:
                 added.append(ref.group.label)
     plan = planner.plan_grid(grid.model_copy(update={"points": points}), gpu=gpu)
-    est = {
-        (
-            p.model,
-            p.backend,
-            p.quantization,
-            p.kv_cache_dtype,
-            p.target,
-            p.batch,
-            p.context,
-        ): p.est_seconds
-        for p in plan.points
-    }
-    fitting = {
-        (p.model, p.backend, p.quantization, p.kv_cache_dtype, p.target, p.batch, p.context)
-        for p in plan.points
-    }
+    est = {_shape(p): p.est_seconds for p in plan.points}  # only the points that fit
     groups: dict[GroupKey, list[Point]] = defaultdict(list)
     for point in points:
-        if _shape(point) in fitting:
+        if _shape(point) in est:
             groups[point.group].append(point)
     work = [
         Work(
@@ -107,7 +92,7 @@ def prepare(scenario_path: Path, run_dir: Path, gpu: str | None = None) -> Sweep
     )
 
 
-def _shape(p: Point) -> tuple[Any, ...]:
+def _shape(p: Point | planner.PointPlan) -> tuple[Any, ...]:
     return (p.model, p.backend, p.quantization, p.kv_cache_dtype, p.target, p.batch, p.context)
 
 
