@@ -144,25 +144,18 @@ def measure(
     from harness import store, sweep
     from harness.worker import measure_group
 
-    plan = sweep.prepare(scenario, out, gpu=gpu)
-    sweep.start_manifest(out, scenario, plan, mode="in-process")
-    for row in sweep.skipped_rows(plan):
-        store.write_row(out, row)
-    done = store.done_keys(out) if resume else set()
+    plan, todo = sweep.begin(scenario, out, gpu=gpu, resume=resume, mode="in-process")
     started = time.perf_counter()
     with progress_bar(plan.total_points) as (progress, task):
-        progress.advance(task, sum(len(w.points) - len(sweep.pending(w, done)) for w in plan.work))
-        for work in plan.work:
-            todo = sweep.pending(work, done)
-            if not todo:
-                continue
+        progress.advance(task, plan.total_points - sum(len(pts) for _, pts in todo))
+        for work, points in todo:
             progress.update(task, description=work.group.label)
 
             def emit(row: Any) -> None:
                 store.write_row(out, row)
                 progress.advance(task)
 
-            measure_group(work.group, todo, plan.context, emit)
+            measure_group(work.group, points, plan.context, emit)
     sweep.finish_manifest(out, wall_s=time.perf_counter() - started)
     console.print(
         f"results: {out}/points ({plan.total_points} points, {len(plan.skipped)} skipped)"
@@ -194,27 +187,18 @@ def run_sweep(
     gpu: str | None,
     simulate_on_cpu: bool = False,
 ) -> tuple[Path, dict[str, Any]]:
-    from harness import driver, store, sweep
+    from harness import driver, sweep
     from harness import scenario as scen
 
-    if not resume and out is not None and (out / store.POINTS).exists():
-        raise UserInputError(
-            f"{out} already holds points; choose a new --out or keep resume on", field="--out"
-        )
     run_dir = out or Path("results") / scen.load(scenario).name
-    plan = sweep.prepare(scenario, run_dir, gpu=gpu)
     started = time.perf_counter()
-    cluster = driver.connect(address)
-    sweep.start_manifest(run_dir, scenario, plan, mode="ray")
-    manifest = store.read_manifest(run_dir)
-    manifest["runs"][-1]["nodes"] = driver.node_inventory()
-    manifest["runs"][-1]["cluster"] = cluster
-    store.write_manifest(run_dir, manifest)
-    for row in sweep.skipped_rows(plan):
-        store.write_row(run_dir, row)
-    done = store.done_keys(run_dir) if resume else set()
-    todo = [(w, sweep.pending(w, done)) for w in plan.work]
-    todo = [(w, pts) for w, pts in todo if pts]
+
+    def start_cluster() -> dict[str, Any]:
+        return {"cluster": driver.connect(address), "nodes": driver.node_inventory()}
+
+    plan, todo = sweep.begin(
+        scenario, run_dir, gpu=gpu, resume=resume, mode="ray", on_start=start_cluster
+    )
     with progress_bar(plan.total_points) as (progress, task):
         progress.advance(task, plan.total_points - sum(len(pts) for _, pts in todo))
         plan_s = sum(w.est_seconds for w, _ in todo)

@@ -9,6 +9,7 @@ import hashlib
 import platform
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ from pydantic import BaseModel, ConfigDict
 from harness import __version__, corpus, provenance, store
 from harness import plan as planner
 from harness import scenario as scen
+from harness.errors import UserInputError
 from harness.scenario import GroupKey, Point, Scenario
 from harness.schema import ResultRow
 from harness.worker import WorkContext, is_reference, point_row
@@ -154,6 +156,37 @@ def finish_manifest(run_dir: Path, **fields: Any) -> None:
     if manifest.get("runs"):
         manifest["runs"][-1].update(ended=time.strftime("%Y-%m-%dT%H:%M:%S%z"), **fields)
     store.write_manifest(run_dir, manifest)
+
+
+def begin(
+    scenario_path: Path,
+    run_dir: Path,
+    *,
+    gpu: str | None,
+    resume: bool,
+    mode: str,
+    on_start: Callable[[], dict[str, Any]] | None = None,
+) -> tuple[SweepPlan, list[tuple[Work, list[Point]]]]:
+    """Start (or resume) a run: plan it, call `on_start` (e.g. connect to a cluster; what it
+    returns joins the manifest entry), record the run, write the skip rows, and return the
+    groups with the points still to measure. Bad input fails before anything starts; without
+    resume, a folder that already holds points is refused rather than silently mixed."""
+    if not resume and (run_dir / store.POINTS).exists():
+        raise UserInputError(
+            f"{run_dir} already holds points; choose a new --out or keep resume on", field="--out"
+        )
+    plan = prepare(scenario_path, run_dir, gpu=gpu)
+    extra = on_start() if on_start else {}
+    start_manifest(run_dir, scenario_path, plan, mode=mode)
+    if extra:
+        recorded = store.read_manifest(run_dir)
+        recorded["runs"][-1].update(extra)
+        store.write_manifest(run_dir, recorded)
+    for row in skipped_rows(plan):
+        store.write_row(run_dir, row)
+    done = store.done_keys(run_dir) if resume else set()
+    todo = [(w, pending(w, done)) for w in plan.work]
+    return plan, [(w, pts) for w, pts in todo if pts]
 
 
 def pending(work: Work, done: set[str]) -> list[Point]:
