@@ -7,9 +7,12 @@
 (b) where vLLM imports, the vLLM backend on the same model and the same windows (and the worker
     point, compared with the transformers reference: ΔNLL, KL, top-1 agreement);
 (c) both backends' perplexity on those windows: pass when they agree within 1 %;
-(d) a randomly initialised ~0.9B Llama built in memory from a LlamaConfig (hidden 2048, 16 layers,
-    16 heads, 8 KV heads, intermediate 5632, vocab 32000), saved to a temp dir: each backend's
-    decode throughput against the bandwidth roofline (it can approach the ceiling, never pass it).
+(d) vLLM's FP8 KV caches (fp8, fp8_e5m2) on the tiny model: paired ΔNLL against its own
+    model-dtype cache on the same windows;
+(e) the Llama-3.1-8B architecture on random weights (its config.json ships in
+    harness/catalog/configs; nothing downloaded), bf16, batch 1 and 64: each backend's decode
+    throughput against the bandwidth roofline (it can approach the ceiling, never pass it), its
+    memory next to the plan's terms, and decode energy from NVML's cumulative counter.
 
 Writes gpu_check.json under --out (default: $OUT, else results/gpu-check). Exit status: 0 when
 every check that ran passed, 1 when one failed, 2 when there is no GPU. torch, transformers and
@@ -41,18 +44,11 @@ if str(REPO) not in sys.path:
 from harness.measure.quality import perplexity  # noqa: E402  (numpy only)
 
 TINY_MODEL = REPO / "harness" / "data" / "tiny-llama"
-PPL_TOLERANCE = 0.01  # relative
+PPL_TOLERANCE = 0.005  # relative: the engines agree within 0.5 % on the same windows and dtype
 ROOFLINE_SLACK = 1.05  # a measured rate above 105 % of the ceiling is a measurement error
-LLAMA_1B = {
-    "hidden_size": 2048,
-    "num_hidden_layers": 16,
-    "num_attention_heads": 16,
-    "num_key_value_heads": 8,
-    "intermediate_size": 5632,
-    "vocab_size": 32000,
-    "max_position_embeddings": 4096,
-    "tie_word_embeddings": False,
-}
+LLAMA_8B_CONFIG = REPO / "harness" / "catalog" / "configs" / "llama-3.1-8b" / "config.json"
+LLAMA_8B_CATALOG_ID = "meta-llama/Llama-3.1-8B-Instruct"  # the same architecture, for the plan
+FP8_KV = ("fp8", "fp8_e5m2")
 
 
 @dataclass
@@ -88,7 +84,16 @@ def vllm_importable() -> bool:
 # --- steps that need a GPU ----------------------------------------------------------------------
 
 
-def _backend(name: str, model_dir: Path, quantization: str, max_context: int, **vllm: Any) -> Any:
+def _backend(
+    name: str,
+    model_dir: Path,
+    quantization: str,
+    max_context: int,
+    *,
+    kv: str = "auto",
+    random_weights: bool = False,
+    **vllm: Any,
+) -> Any:
     from harness.backends.base import BackendOptions, backend_class
     from harness.scenario import GroupKey, VllmOptions
 
@@ -98,7 +103,7 @@ def _backend(name: str, model_dir: Path, quantization: str, max_context: int, **
         revision="main",
         backend=name,
         quantization=quantization,
-        kv_cache_dtype="auto",
+        kv_cache_dtype=kv,
     )
     options = BackendOptions(
         device="cuda",
@@ -106,6 +111,7 @@ def _backend(name: str, model_dir: Path, quantization: str, max_context: int, **
         seed=0,
         max_context=max_context,
         vllm=VllmOptions(**vllm) if name == "vllm" else None,
+        random_weights=random_weights,
     )
     return backend_class(name)(group, options)
 
@@ -177,59 +183,133 @@ def _worker_check(out: Path, names: list[str], args: argparse.Namespace) -> Chec
     return Check("worker", not bad and len(rows) == len(names), "; ".join(bad), figures)
 
 
-def _throughput(name: str, model_dir: Path, cfg: dict[str, Any], args: argparse.Namespace) -> Check:
+def _fp8_kv_quality(
+    model_dir: Path, windows: list[list[int]], base: Any, args: argparse.Namespace
+) -> Check:
+    """vLLM with each FP8 KV cache against its own model-dtype cache: paired ΔNLL per window."""
+    import numpy as np
+
+    from harness.measure.quality import paired_dnll
+
+    figures: dict[str, Any] = {}
+    for kv in FP8_KV:
+        backend = _backend("vllm", model_dir, args.dtype, args.window_tokens + 64, kv=kv,
+                           gpu_memory_utilization=args.vllm_memory, enforce_eager=True)  # fmt: skip
+        try:
+            backend.load()
+            scores = backend.score_windows(windows, None, args.k)
+        finally:
+            backend.close()
+        mean, low, high = paired_dnll(base.nll_sum, scores.nll_sum, base.tokens)
+        figures[kv] = {
+            "ppl": perplexity(scores.nll_sum, scores.tokens),
+            "dnll_per_token": mean,
+            "ci95": [low, high],
+            "argmax_agreement": float(np.mean(scores.argmax == base.argmax)),
+        }
+    figures["auto_ppl"] = perplexity(base.nll_sum, base.tokens)
+    finite = all(math.isfinite(f["ppl"]) for k, f in figures.items() if k in FP8_KV)
+    note = ", ".join(f"{kv} ΔNLL {figures[kv]['dnll_per_token']:+.4%}" for kv in FP8_KV)
+    return Check("vllm-fp8-kv", finite, note, figures)
+
+
+def _nvml_energy_mj() -> int | None:
+    """NVML's cumulative energy counter of device 0 in mJ (None where it cannot be read)."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        return int(pynvml.nvmlDeviceGetTotalEnergyConsumption(pynvml.nvmlDeviceGetHandleByIndex(0)))
+    except Exception:
+        return None
+
+
+def _llama_8b_dir(directory: Path, tokenizer_from: Path) -> None:
+    """A model directory with the 8B config.json and a tokenizer both engines load (ids < 4096)."""
+    shutil.copy(LLAMA_8B_CONFIG, directory / "config.json")
+    for item in tokenizer_from.iterdir():
+        if item.name.startswith(("tokenizer", "special_tokens")) and item.is_file():
+            shutil.copy(item, directory / item.name)
+
+
+def _random_8b(name: str, directory: Path, args: argparse.Namespace) -> Check:
+    """Decode at each batch of --batches on the 8B architecture, random bf16 weights."""
     import torch
 
     from harness import catalog, plan
     from harness.scenario import Point
 
-    batch, context, new = args.batch, args.context, args.new_tokens
-    backend = _backend(
-        name, model_dir, "bf16", max_context=context + new, gpu_memory_utilization=args.vllm_memory
-    )
+    context, new = args.context, args.new_tokens
+    batches = [int(b) for b in args.batches.split(",")]
+    backend = _backend(name, directory, "bf16", max_context=context + new, random_weights=True,
+                       gpu_memory_utilization=args.vllm_memory)  # fmt: skip
+    arch = catalog.model(LLAMA_8B_CATALOG_ID)
+    spec = catalog.gpu_for_device_name(torch.cuda.get_device_name(0))
     generator = torch.Generator().manual_seed(0)
-    prompts = torch.randint(0, int(cfg["vocab_size"]), (batch, context), generator=generator)
+    per_batch: dict[str, Any] = {}
+    torch.cuda.reset_peak_memory_stats()
     try:
         backend.load()
-        backend.generate(prompts[:, : context // 2].tolist(), 8)  # warm-up
-        gen = backend.generate(prompts.tolist(), new)
+        loaded_allocated = torch.cuda.memory_allocated()
+        memory = backend.memory_facts()
+        for batch in batches:
+            prompts = torch.randint(0, 4096, (batch, context), generator=generator).tolist()
+            backend.generate([p[: context // 2] for p in prompts], 8)  # warm-up
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+            energy_before = _nvml_energy_mj()
+            gen = backend.generate(prompts, new)
+            torch.cuda.synchronize()
+            energy_after = _nvml_energy_mj()
+            rate = decode_tok_s(gen.new_tokens, gen.step_ms, gen.e2e_ms)
+            point = Point(model=LLAMA_8B_CATALOG_ID, backend=name, quantization="bf16",
+                          kv_cache_dtype="auto", batch=batch, context=context,
+                          output_tokens=new, target="cuda")  # fmt: skip
+            entry: dict[str, Any] = {
+                "decode_tok_s": rate,
+                "new_tokens": sorted(set(gen.new_tokens)),
+                "ttft_ms": gen.step_ms[0],
+                "e2e_ms": gen.e2e_ms,
+                "tpot_ms": gen.tpot_ms,
+                "timer": gen.timer,
+                "peak_allocated_gib": torch.cuda.max_memory_allocated() / 2**30,
+            }
+            if energy_before is not None and energy_after is not None:
+                joules = (energy_after - energy_before) / 1e3
+                tokens = sum(gen.new_tokens)
+                entry.update(energy_j_generate=joules, j_per_output_token=joules / tokens,
+                             avg_power_w=joules / (gen.e2e_ms / 1e3))  # fmt: skip
+            if spec is not None:
+                predicted = plan.plan_point(point, spec, gpu_memory_utilization=args.vllm_memory)
+                ceiling = predicted.roofline_decode_tok_s
+                entry.update(ceiling_tok_s=ceiling, roofline_fraction=rate / ceiling,
+                             plan_weights_gib=predicted.weights_gib,
+                             plan_kv_cache_gib=predicted.kv_cache_gib,
+                             plan_activations_gib=predicted.activations_gib,
+                             plan_decode_gib=predicted.decode_gib,
+                             plan_prefill_gib=predicted.prefill_gib)  # fmt: skip
+            per_batch[str(batch)] = entry
     finally:
         backend.close()
-    rate = decode_tok_s(gen.new_tokens, gen.step_ms, gen.e2e_ms)
-    arch = catalog.arch_from_config("llama-1b-random", {**cfg, "torch_dtype": "bfloat16"})
-    figures: dict[str, Any] = {"decode_tok_s": rate, "batch": batch, "context": context,
-                               "new_tokens": gen.new_tokens[:1], "e2e_ms": gen.e2e_ms,
-                               "first_token_ms": gen.step_ms[:1],
-                               "params": plan.param_counts(arch).total}  # fmt: skip
-    spec = catalog.gpu_for_device_name(torch.cuda.get_device_name(0))
-    if spec is None:
-        return Check(f"{name}-1b-decode", rate > 0, "GPU not in the catalog: no roofline", figures)
-    point = Point(model=arch.id, backend=name, quantization="bf16", kv_cache_dtype="auto",
-                  batch=batch, context=context, output_tokens=new, target="cuda")  # fmt: skip
-    ceiling = plan.decode_ceiling_tok_s(spec, plan.weights_bytes(arch, "bf16"), arch, point)
-    fraction = rate / ceiling
-    figures.update(gpu=spec.name, ceiling_tok_s=ceiling, roofline_fraction=fraction)
-    ok = 0 < fraction <= ROOFLINE_SLACK
-    return Check(
-        f"{name}-1b-decode", ok, f"{rate:.0f} tok/s = {fraction:.1%} of {ceiling:.0f}", figures
+    figures: dict[str, Any] = {
+        "params": plan.param_counts(arch).total,
+        "context": context,
+        "new_tokens": new,
+        "gpu": spec.name if spec else None,
+        "allocated_after_load_gib": loaded_allocated / 2**30,
+        "engine_memory": asdict(memory),
+        "batches": per_batch,
+    }
+    fractions = [e.get("roofline_fraction") for e in per_batch.values()]
+    ok = all(f is None or 0 < f <= ROOFLINE_SLACK for f in fractions) and all(
+        e["new_tokens"] == [new] for e in per_batch.values()
     )
-
-
-def _build_llama_1b(directory: Path, tokenizer_from: Path) -> dict[str, Any]:
-    import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    cfg = LlamaConfig(**LLAMA_1B, dtype="bfloat16")
-    torch.manual_seed(0)
-    with torch.device("cuda"):
-        model = LlamaForCausalLM(cfg).to(torch.bfloat16)
-    model.save_pretrained(directory)  # safetensors
-    del model
-    torch.cuda.empty_cache()
-    for item in tokenizer_from.iterdir():  # a tokenizer both engines can load; ids stay < 32000
-        if item.name.startswith(("tokenizer", "special_tokens")) and item.is_file():
-            shutil.copy(item, directory / item.name)
-    return dict(LLAMA_1B)
+    note = "; ".join(
+        f"batch {b}: {e['decode_tok_s']:.0f} tok/s"
+        + (f" = {e['roofline_fraction']:.1%} of roofline" if "roofline_fraction" in e else "")
+        for b, e in per_batch.items()
+    )
+    return Check(f"{name}-8b-random", ok, note, figures)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -248,6 +328,11 @@ def run(args: argparse.Namespace) -> int:
         print("[gpu-check] no GPU: nothing to check", file=sys.stderr)
         return 2
     report["device"] = torch.cuda.get_device_name(0)
+
+    def timed(label: str, step: Callable[[], Check]) -> None:
+        _timed(label, checks, step)
+        _write(out, report)  # after every step: a run cut short keeps what it measured
+
     report["torch"] = torch.__version__
     model_dir = Path(args.model)
     names = ["transformers"] + (["vllm"] if report["vllm_importable"] else [])
@@ -269,7 +354,7 @@ def run(args: argparse.Namespace) -> int:
             return step
 
         for name in names:
-            _timed(f"{name}-tiny", checks, small(name))
+            timed(f"{name}-tiny", small(name))
         if "vllm" not in names:
             checks.append(Check("vllm-tiny", None, "vLLM is not importable here"))
         if {"transformers", "vllm"} <= scores.keys():
@@ -285,20 +370,18 @@ def run(args: argparse.Namespace) -> int:
                                  "window_tokens": args.window_tokens}))  # fmt: skip
         else:
             checks.append(Check("perplexity-agreement", None, "needs both backends' scores"))
-        _timed("worker", checks, lambda: _worker_check(out, names, args))
-    if args.skip_1b:
-        checks.append(Check("1b-decode", None, "skipped (--skip-1b)"))
+        if "vllm" in scores:
+            fp8 = functools.partial(_fp8_kv_quality, model_dir, windows, scores["vllm"], args)
+            timed("vllm-fp8-kv", fp8)
+        timed("worker", lambda: _worker_check(out, names, args))
+    if args.skip_8b:
+        checks.append(Check("8b-random", None, "skipped (--skip-8b)"))
     else:
-        with tempfile.TemporaryDirectory(prefix="llama-1b-") as tmp:
+        with tempfile.TemporaryDirectory(prefix="llama-8b-") as tmp:
             directory = Path(tmp)
-            try:
-                cfg = _build_llama_1b(directory, model_dir)
-            except Exception as exc:
-                checks.append(Check("1b-build", False, f"{type(exc).__name__}: {exc}"))
-            else:
-                for name in names:
-                    step = functools.partial(_throughput, name, directory, cfg, args)
-                    _timed(f"{name}-1b-decode", checks, step)
+            _llama_8b_dir(directory, model_dir)
+            for name in names:
+                timed(f"{name}-8b-random", functools.partial(_random_8b, name, directory, args))
     report["ok"] = all(c.ok is not False for c in checks)
     _write(out, report)
     return 0 if report["ok"] else 1
@@ -318,13 +401,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--window-tokens", type=int, default=128)
     parser.add_argument("--windows", type=int, default=16)
     parser.add_argument("--k", type=int, default=5, help="top-k log-probs kept per position")
-    parser.add_argument("--batch", type=int, default=16)
+    parser.add_argument("--batches", default="1,64", help="batches for (e), comma-separated")
     parser.add_argument("--context", type=int, default=512)
     parser.add_argument("--new-tokens", type=int, default=128)
     parser.add_argument(
         "--vllm-memory", type=float, default=0.4, help="vLLM gpu_memory_utilization"
     )
-    parser.add_argument("--skip-1b", action="store_true", help="skip (d), the ~0.9B model")
+    parser.add_argument("--skip-8b", action="store_true", help="skip (e), the 8B architecture")
     return parser.parse_args(argv)
 
 

@@ -31,6 +31,11 @@ class BackendOptions(BaseModel):
     cache_dir: str | None = None  # e.g. GPTQ-quantized checkpoints, keyed by model + calibration
     vllm: VllmOptions | None = None
     max_context: int = 2048  # the largest context + output the group will see (vLLM max_model_len)
+    kv_cache_bytes: int | None = (
+        None  # the KV pool an engine that sizes one up front gets (vLLM CPU)
+    )
+    threads: int = 1  # CPU threads the engine may use (the node's advertised CPUs)
+    random_weights: bool = False  # the architecture on random weights: speed and memory only
 
 
 @dataclass
@@ -40,7 +45,8 @@ class Generation:
     new_tokens: list[int]  # per row
     step_ms: list[float]  # ms from the call's start to each step's logits; [0] = first token
     e2e_ms: float
-    timer: str  # "cuda_events" | "perf_counter"
+    timer: str  # "cuda_events" | "perf_counter" | "engine_timestamps"
+    tpot_ms: float | None = None  # the engine's own mean time per output token, where it gives one
 
 
 @dataclass

@@ -146,12 +146,27 @@ class TransformersBackend(Backend):
         dtype_name = torch_dtype_name(quant)
         dtype = getattr(torch, dtype_name) if dtype_name else "auto"
         compute = dtype if dtype != "auto" else self._checkpoint_dtype()
+        if self.options.random_weights:
+            return self._random_model(compute, quant)
         return AutoModelForCausalLM.from_pretrained(
             self.options.model_path,
             dtype=dtype,
             device_map=self.device,
             quantization_config=quantization_config(quant, compute),
         )
+
+    def _random_model(self, dtype: Any, quant: str) -> Any:
+        """The architecture from config.json with random weights, built on the device directly."""
+        from transformers import AutoConfig, AutoModelForCausalLM
+
+        if quantization_config(quant, dtype) is not None:
+            raise UserInputError(
+                f"random weights are built in a float dtype; {quant!r} needs a checkpoint",
+                field="quantization",
+            )
+        config = AutoConfig.from_pretrained(self.options.model_path)
+        with self.torch.device(self.device):
+            return AutoModelForCausalLM.from_config(config, dtype=dtype)
 
     def _checkpoint_dtype(self) -> Any:
         config = json.loads((Path(self.options.model_path) / "config.json").read_text())

