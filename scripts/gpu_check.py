@@ -183,34 +183,63 @@ def _worker_check(out: Path, names: list[str], args: argparse.Namespace) -> Chec
     return Check("worker", not bad and len(rows) == len(names), "; ".join(bad), figures)
 
 
-def _fp8_kv_quality(
-    model_dir: Path, windows: list[list[int]], base: Any, args: argparse.Namespace
-) -> Check:
-    """vLLM with each FP8 KV cache against its own model-dtype cache: paired ΔNLL per window."""
+def _score_in_fresh_process(
+    model_dir: str, windows: list[list[int]], kv: str, args: argparse.Namespace
+) -> dict[str, Any]:
+    """One vLLM engine in this (spawned) process: its window scores, or the error it raised."""
+    backend = _backend("vllm", Path(model_dir), args.dtype, args.window_tokens + 64, kv=kv,
+                       gpu_memory_utilization=args.vllm_memory, enforce_eager=True)  # fmt: skip
+    try:
+        backend.load()
+        scores = backend.score_windows(windows, None, args.k)
+    except Exception as exc:
+        return {"error": f"{type(exc).__name__}: {exc}"[:400], "traceback": traceback.format_exc()}
+    finally:
+        backend.close()
+    return {"nll_sum": scores.nll_sum, "tokens": scores.tokens, "argmax": scores.argmax}
+
+
+def _fp8_kv_quality(model_dir: Path, windows: list[list[int]], args: argparse.Namespace) -> Check:
+    """vLLM with each FP8 KV cache against its model-dtype cache: paired ΔNLL per window.
+
+    Each engine runs in a fresh process: vLLM 0.26 keeps per-process attention state, and a
+    second engine with another KV dtype in the same process failed its profiling run
+    (AssertionError, measured on the H200), as a fresh Ray actor per group avoids in a sweep.
+    """
+    import multiprocessing
+
     import numpy as np
 
     from harness.measure.quality import paired_dnll
 
-    figures: dict[str, Any] = {}
+    spawn = multiprocessing.get_context("spawn")
+    results: dict[str, dict[str, Any]] = {}
+    for kv in ("auto", *FP8_KV):
+        with spawn.Pool(1) as pool:
+            results[kv] = pool.apply(_score_in_fresh_process, (str(model_dir), windows, kv, args))
+    base = results["auto"]
+    if "error" in base:
+        return Check("vllm-fp8-kv", False, f"auto KV: {base['error']}", {"auto": base})
+    figures: dict[str, Any] = {"auto_ppl": perplexity(base["nll_sum"], base["tokens"])}
     for kv in FP8_KV:
-        backend = _backend("vllm", model_dir, args.dtype, args.window_tokens + 64, kv=kv,
-                           gpu_memory_utilization=args.vllm_memory, enforce_eager=True)  # fmt: skip
-        try:
-            backend.load()
-            scores = backend.score_windows(windows, None, args.k)
-        finally:
-            backend.close()
-        mean, low, high = paired_dnll(base.nll_sum, scores.nll_sum, base.tokens)
+        scores = results[kv]
+        if "error" in scores:
+            figures[kv] = {"error": scores["error"], "traceback": scores["traceback"][-1500:]}
+            continue
+        mean, low, high = paired_dnll(base["nll_sum"], scores["nll_sum"], base["tokens"])
         figures[kv] = {
-            "ppl": perplexity(scores.nll_sum, scores.tokens),
+            "ppl": perplexity(scores["nll_sum"], scores["tokens"]),
             "dnll_per_token": mean,
             "ci95": [low, high],
-            "argmax_agreement": float(np.mean(scores.argmax == base.argmax)),
+            "argmax_agreement": float(np.mean(scores["argmax"] == base["argmax"])),
         }
-    figures["auto_ppl"] = perplexity(base.nll_sum, base.tokens)
-    finite = all(math.isfinite(f["ppl"]) for k, f in figures.items() if k in FP8_KV)
-    note = ", ".join(f"{kv} ΔNLL {figures[kv]['dnll_per_token']:+.4%}" for kv in FP8_KV)
-    return Check("vllm-fp8-kv", finite, note, figures)
+    ran = [kv for kv in FP8_KV if "error" not in figures[kv]]
+    note = ", ".join(
+        f"{kv} ΔNLL {figures[kv]['dnll_per_token']:+.4%}" if kv in ran else f"{kv}: refused"
+        for kv in FP8_KV
+    )
+    ok = bool(ran) and all(math.isfinite(figures[kv]["ppl"]) for kv in ran)
+    return Check("vllm-fp8-kv", ok, note, figures)
 
 
 def _nvml_energy_mj() -> int | None:
@@ -330,6 +359,8 @@ def run(args: argparse.Namespace) -> int:
     report["device"] = torch.cuda.get_device_name(0)
 
     def timed(label: str, step: Callable[[], Check]) -> None:
+        if args.only and label != args.only:
+            return
         _timed(label, checks, step)
         _write(out, report)  # after every step: a run cut short keeps what it measured
 
@@ -370,9 +401,8 @@ def run(args: argparse.Namespace) -> int:
                                  "window_tokens": args.window_tokens}))  # fmt: skip
         else:
             checks.append(Check("perplexity-agreement", None, "needs both backends' scores"))
-        if "vllm" in scores:
-            fp8 = functools.partial(_fp8_kv_quality, model_dir, windows, scores["vllm"], args)
-            timed("vllm-fp8-kv", fp8)
+        if "vllm" in names:
+            timed("vllm-fp8-kv", functools.partial(_fp8_kv_quality, model_dir, windows, args))
         timed("worker", lambda: _worker_check(out, names, args))
     if args.skip_8b:
         checks.append(Check("8b-random", None, "skipped (--skip-8b)"))
@@ -408,6 +438,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--vllm-memory", type=float, default=0.4, help="vLLM gpu_memory_utilization"
     )
     parser.add_argument("--skip-8b", action="store_true", help="skip (e), the 8B architecture")
+    parser.add_argument("--only", help="run just this step, e.g. vllm-fp8-kv")
     return parser.parse_args(argv)
 
 
