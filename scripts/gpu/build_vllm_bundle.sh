@@ -10,7 +10,7 @@
 # and split into parts small enough to ride along with the tree, one part per call.
 #
 # Output (git-ignored), under $OUTDIR (default <repo>/.vllm-bundle):
-#   parts/vllm026-slim.tar.xz.partNN   the xz stream, split every $PART_SIZE (default 36m)
+#   parts/vllm026-slim.tar.xz.partNN   the xz stream, split every $PART_SIZE (default 40m: the tree (~20 MiB) + one part stays under 64 MiB; three calls)
 #   parts/vllm026-slim.sha256          sha256 of the whole stream (sha256sum -c format)
 #   parts/vllm026-slim.parts.sha256    sha256 of each part (checked on arrival by stash_part.sh)
 #   whl/                               the downloaded wheels (reused by later runs)
@@ -29,7 +29,7 @@ set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
 OUTDIR=${OUTDIR:-$ROOT/.vllm-bundle}
-PART_SIZE=${PART_SIZE:-36m}
+PART_SIZE=${PART_SIZE:-40m}
 REQS=${REQS:-$HERE/vllm026-deps.txt}
 EXTRA_REQS=${EXTRA_REQS:-}
 PYTHON=${PYTHON:-python3}
