@@ -80,18 +80,27 @@ gpu-check: $(STAMP)
 side-by-side: $(STAMP)
 	$(BIN)/python scripts/side_by_side.py
 
-# Container images for the three node kinds; the build context is the repository root.
+# Container images for the three node kinds; the build context is the repository root (no .git).
+# Each image records its commit and its own name in HARNESS_GIT_SHA / HARNESS_IMAGE, which every
+# row measured in it carries as provenance; the SHA ends in +dirty when tracked files have edits.
+IMAGE_GIT_SHA = $(shell sha=$$(git rev-parse HEAD 2>/dev/null) && \
+	if [ -n "$$(git status --porcelain --untracked-files=no 2>/dev/null)" ]; then sha="$$sha+dirty"; fi; \
+	echo "$$sha")
+IMAGE_BUILD = docker build --build-arg HARNESS_GIT_SHA=$(IMAGE_GIT_SHA)
+# `make images IMAGE_REPO=registry.example/harness` builds under the name that will be pushed.
+IMAGE_REPO ?= harness
+
 images:
-	docker build -f containers/cuda/Dockerfile -t harness:cuda .
-	docker build -f containers/rocm/Dockerfile -t harness:rocm .
-	docker build -f containers/cpu/Dockerfile -t harness:cpu .
+	$(IMAGE_BUILD) --build-arg HARNESS_IMAGE=$(IMAGE_REPO):cuda -f containers/cuda/Dockerfile -t $(IMAGE_REPO):cuda .
+	$(IMAGE_BUILD) --build-arg HARNESS_IMAGE=$(IMAGE_REPO):rocm -f containers/rocm/Dockerfile -t $(IMAGE_REPO):rocm .
+	$(IMAGE_BUILD) --build-arg HARNESS_IMAGE=$(IMAGE_REPO):cpu -f containers/cpu/Dockerfile -t $(IMAGE_REPO):cpu .
 
 # One machine as a Ray cluster in containers: head (runs the sweep) + one $(ACCEL) worker.
 bench-cluster:
 	@docker info >/dev/null 2>&1 || { echo "bench-cluster: no Docker engine reachable ('docker info' failed); run it where Docker (plus the NVIDIA Container Toolkit or ROCm) is installed, see containers/README.md" >&2; exit 2; }
-	docker build -f containers/$(ACCEL)/Dockerfile -t harness:$(ACCEL) .
+	$(IMAGE_BUILD) --build-arg HARNESS_IMAGE=harness:$(ACCEL) -f containers/$(ACCEL)/Dockerfile -t harness:$(ACCEL) .
 	mkdir -p results "$${HF_CACHE_DIR:-$$HOME/.cache/huggingface}"
-	export HARNESS_ACCEL=$(ACCEL) HARNESS_UID=$$(id -u) HARNESS_GID=$$(id -g) \
+	export HARNESS_ACCEL=$(ACCEL) HARNESS_UID=$$(id -u) HARNESS_GID=$$(id -g) HARNESS_GIT_SHA=$(IMAGE_GIT_SHA) \
 		HARNESS_SCENARIO=$(if $(filter cpu,$(ACCEL)),$(SCENARIO),scenarios/gpu-default.yaml); \
 	docker compose -f containers/compose.yaml --profile $(ACCEL) up --abort-on-container-exit --exit-code-from head; status=$$?; \
 	docker compose -f containers/compose.yaml --profile $(ACCEL) down; exit $$status

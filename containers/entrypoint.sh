@@ -8,8 +8,8 @@
 # With RAY_HEAD or RAY_ADDRESS and no command, the node runs in the foreground until stopped.
 # With a command too (e.g. `harness run ...`), the node starts in the background and the command
 # then runs in its place, with RAY_ADDRESS pointing at the cluster.
-# The node advertises what `python -m harness.cli node start` detects here (harness/node.py).
-# KubeRay replaces this entrypoint with its own `ray start`; see containers/kuberay.yaml.
+# The node advertises what `python -m harness.cli node start` detects here (harness/run/node.py).
+# KubeRay workers run this too (containers/kuberay.yaml): KubeRay sets RAY_ADDRESS to the head.
 set -euo pipefail
 
 export TOKENIZERS_PARALLELISM="${TOKENIZERS_PARALLELISM:-false}"
