@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, model_validator
 
-from harness.store import atomic_write_bytes
+from harness.atomic import atomic_write_bytes
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase

@@ -22,11 +22,11 @@ from collections.abc import Iterable
 
 from pydantic import BaseModel, ConfigDict
 
-from harness import catalog
-from harness.catalog import GpuSpec, ModelArch
 from harness.measure import roofline
-from harness.quantization import KV_BYTES, WEIGHT_FORMATS, compute_dtype_bytes
-from harness.scenario import Grid, Point, Scenario, Skip
+from harness.spec import catalog
+from harness.spec.capabilities import KV_BYTES, WEIGHT_FORMATS, compute_dtype_bytes
+from harness.spec.catalog import GpuSpec, ModelArch
+from harness.spec.scenario import Grid, Point, Scenario, Skip
 from harness.units import GIB, MIB
 
 CUDA_CONTEXT_BYTES = 700 * MIB  # CUDA context + cuBLAS: 680–750 MiB measured on an H200

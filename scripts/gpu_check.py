@@ -3,7 +3,7 @@
 
 (a) the transformers backend on the shipped tiny model: load, generate (token counts), score the
     corpus windows (`harness.corpus.windows`, as the worker cuts them), memory facts; then one
-    small point per backend through `harness.worker.measure_group` (quality, timing, rows);
+    small point per backend through `harness.run.worker.measure_group` (quality, timing, rows);
 (b) where vLLM imports, the vLLM backend on the same model and the same windows (and the worker
     point, compared with the transformers reference: ΔNLL, KL, top-1 agreement);
 (c) both backends' perplexity on those windows: pass when they agree within 1 %;
@@ -95,7 +95,7 @@ def _backend(
     **vllm: Any,
 ) -> Any:
     from harness.backends.base import BackendOptions, backend_class
-    from harness.scenario import GroupKey, VllmOptions
+    from harness.spec.scenario import GroupKey, VllmOptions
 
     group = GroupKey(
         target="cuda",
@@ -156,8 +156,9 @@ def _small_model_run(
 
 def _worker_check(out: Path, names: list[str], args: argparse.Namespace) -> Check:
     """One small point per backend through the worker; the transformers group is the reference."""
-    from harness.scenario import Point, QualitySettings, Reference, VllmOptions
-    from harness.worker import WorkContext, measure_group
+    from harness.run.contracts import WorkContext
+    from harness.run.worker import measure_group
+    from harness.spec.scenario import Point, QualitySettings, Reference, VllmOptions
 
     quality = QualitySettings(window_tokens=64, max_windows=4, arc_items=8)
     ctx = WorkContext(
@@ -265,8 +266,9 @@ def _random_8b(name: str, directory: Path, args: argparse.Namespace) -> Check:
     """Decode at each batch of --batches on the 8B architecture, random bf16 weights."""
     import torch
 
-    from harness import catalog, plan
-    from harness.scenario import Point
+    from harness import plan
+    from harness.spec import catalog
+    from harness.spec.scenario import Point
 
     context, new = args.context, args.new_tokens
     batches = [int(b) for b in args.batches.split(",")]

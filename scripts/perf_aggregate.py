@@ -22,8 +22,8 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from harness.aggregate import aggregate  # noqa: E402
-from harness.tariffs import load_tariffs  # noqa: E402
+from harness.results.aggregate import aggregate  # noqa: E402
+from harness.spec.tariffs import load_tariffs  # noqa: E402
 
 MODELS = ("tiny-llama", "meta-llama/Llama-3.1-8B-Instruct", "Qwen/Qwen2.5-7B-Instruct")
 DEVICES = {  # catalog GPU → (target, HBM GB/s for a plausible roofline)

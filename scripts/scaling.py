@@ -4,7 +4,7 @@ A `ray.cluster_utils.Cluster` (real Ray, one raylet per node): a head with num_c
 accelerator resource (nothing can be placed there), plus 1 or 2 worker nodes advertising
 ``{"accel:cpu": 1}`` with labels ``{"vendor": "cpu"}`` and num_cpus=1 each, exactly what
 `harness node start` advertises on a CPU machine. The sweep is run in this process with
-``harness.cli.run_sweep(scenario, cluster.address, out_dir, True, None)``: the tiny model,
+``harness.cli.main.run_sweep(scenario, cluster.address, out_dir, True, None)``: the tiny model,
 quantization {none, bnb-int8, bnb-nf4, bnb-fp4} × batch {1} × context {128}; 32 new tokens;
 repeats 3; quality max_windows 32, arc_items 20. Four groups of one point: the reference group
 (none) runs first, alone; the three others then share the worker nodes.
@@ -67,7 +67,7 @@ def sweep_on(workers: int, scenario: Path, out: Path, args: argparse.Namespace) 
     import ray
     from ray.cluster_utils import Cluster
 
-    from harness.cli import run_sweep
+    from harness.cli.main import run_sweep
 
     started = time.perf_counter()
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})

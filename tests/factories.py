@@ -7,9 +7,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from harness.schema import Provenance, ResultRow
-from harness.store import write_row
-from harness.tariffs import Package, Tariff, TariffTable
+from harness.row import Provenance, ResultRow
+from harness.run.store import write_row
+from harness.spec.tariffs import Package, Tariff, TariffTable
 
 _counter = itertools.count()
 

@@ -8,9 +8,10 @@ import time
 import pytest
 from typer.testing import CliRunner
 
-from harness import catalog, plan
-from harness.cli import app
-from harness.scenario import Point
+from harness import plan
+from harness.cli.main import app
+from harness.spec import catalog
+from harness.spec.scenario import Point
 from harness.units import GIB
 
 LLAMA8B = "meta-llama/Llama-3.1-8B-Instruct"

@@ -15,12 +15,12 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from pydantic import BaseModel, ConfigDict
 
 from harness.errors import UserInputError, did_you_mean
-from harness.scenario import VllmOptions
+from harness.spec.scenario import VllmOptions
 
 if TYPE_CHECKING:
     from numpy.typing import NDArray
 
-    from harness.scenario import GroupKey
+    from harness.spec.scenario import GroupKey
 
 
 class BackendOptions(BaseModel):

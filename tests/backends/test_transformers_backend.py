@@ -16,7 +16,7 @@ from harness.backends.transformers import (
 )
 from harness.corpus import calibration_texts, eval_text
 from harness.errors import UserInputError
-from harness.scenario import GroupKey
+from harness.spec.scenario import GroupKey
 
 TINY = Path(__file__).resolve().parents[2] / "harness" / "data" / "tiny-llama"
 

@@ -1,0 +1,346 @@
+"""The `harness` command line: plan, measure, run, aggregate, report, compare, node, bench.
+
+Every command turns a UserInputError into one clear line on stderr and exit code 2.
+Engines are imported only by the commands that measure.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import json
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import typer
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+from rich.table import Table
+
+from harness.console import console, err_console
+from harness.errors import UserInputError
+
+app = typer.Typer(
+    add_completion=False, no_args_is_help=True, help=__doc__, pretty_exceptions_show_locals=False
+)
+node_app = typer.Typer(no_args_is_help=True, help="Start a Ray node with detected resources.")
+app.add_typer(node_app, name="node")
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def friendly(fn: F) -> F:
+    """Bad input → one line naming what was wrong and where, exit 2, nothing written."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except UserInputError as exc:
+            err_console.print(f"[bold red]error[/]: {exc.render()}", highlight=False)
+            raise typer.Exit(2) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+def hourly_price(tariffs: Path | None, gpu: str) -> tuple[float | None, str | None]:
+    """Hourly $ per GPU of the first tariff for this card, if a tariff file was given."""
+    if tariffs is None:
+        return None, None
+    from harness.spec.tariffs import load_tariffs
+
+    for tariff in load_tariffs(tariffs).tariffs:
+        if tariff.gpu == gpu:
+            return tariff.hourly_usd / tariff.gpus_per_node, f"{tariff.provider} {tariff.gpu}"
+    raise UserInputError(f"no tariff for GPU {gpu!r}", file=str(tariffs), field="gpu")
+
+
+@app.command()
+@friendly
+def plan(
+    scenario: Annotated[Path, typer.Argument(help="scenario YAML")],
+    gpu: Annotated[str | None, typer.Option(help="catalog GPU to plan GPU targets on")] = None,
+    tariffs: Annotated[Path | None, typer.Option(help="tariff YAML: prices the budget")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
+) -> None:
+    """Every point with its memory plan and fit verdict, every skip with its reason, the budget."""
+    from harness import plan as planner
+    from harness.spec import catalog
+    from harness.spec import scenario as scen
+
+    grid = scen.expand(scen.load(scenario))
+    card = catalog.gpu(gpu or grid.scenario.gpu or "H100-SXM-80GB")
+    price, tariff_name = hourly_price(tariffs, card.name)
+    result = planner.plan_grid(grid, gpu=gpu, hourly_usd=price)
+    result.budget.tariff = tariff_name
+    if as_json:
+        sys.stdout.write(json.dumps(result.contract()) + "\n")
+        return
+    print_plan(result)
+
+
+def print_plan(result: Any) -> None:
+    table = Table(title="plan: memory in GiB (2^30 bytes), time in s")
+    for col in ("point", "gpu", "weights", "KV", "activ.", "reserve", "total", "est s"):
+        table.add_column(
+            col, overflow="fold", justify="left" if col in ("point", "gpu") else "right"
+        )
+    for p in result.points:
+        point = (
+            f"{p.model} · {p.backend} · {p.quantization} · kv={p.kv_cache_dtype} · "
+            f"b={p.batch} ctx={p.context} · {p.target}"
+        )
+        table.add_row(
+            point, p.gpu, f"{p.weights_gib:.2f}", f"{p.kv_cache_gib:.2f}",
+            f"{p.activations_gib:.2f}", f"{p.reserve_gib:.2f}", f"{p.total_gib:.2f}",
+            f"{p.est_seconds:.1f}",
+        )  # fmt: skip
+    console.print(table)
+    if result.skipped:
+        skips = Table(title=f"skipped ({len(result.skipped)})")
+        for col in ("model", "backend", "quant", "kv", "batch", "context", "target", "reason"):
+            skips.add_column(col, overflow="fold")
+        for skip, _ in result.skipped:
+            pt = skip.point
+            skips.add_row(
+                pt.model,
+                pt.backend,
+                pt.quantization,
+                pt.kv_cache_dtype,
+                str(pt.batch),
+                str(pt.context),
+                pt.target,
+                skip.reason,
+            )
+        console.print(skips)
+    b = result.budget
+    cost = f", ≈ ${b.est_cost_usd:.2f} on {b.tariff}" if b.est_cost_usd is not None else ""
+    console.print(
+        f"budget: {b.points} points in {b.groups} groups, {b.skipped} skipped; "
+        f"≈ {b.est_seconds:.0f} s measured work (+{b.est_load_seconds:.0f} s loading), "
+        f"{b.est_gpu_hours:.3f} GPU-h{cost}"
+    )
+
+
+@app.command()
+@friendly
+def measure(
+    scenario: Annotated[Path, typer.Argument(help="scenario YAML")],
+    out: Annotated[Path, typer.Option(help="run folder: points/ and manifest.json go here")],
+    gpu: Annotated[str | None, typer.Option(help="catalog GPU, when the device is unknown")] = None,
+    resume: Annotated[bool, typer.Option(help="skip points already measured ok")] = True,
+) -> None:
+    """Run every group in this process (no Ray): for debugging, and the driver's building block."""
+    from harness.run import store, sweep
+    from harness.run.worker import measure_group
+
+    plan, todo = sweep.begin(scenario, out, gpu=gpu, resume=resume, mode="in-process")
+    started = time.perf_counter()
+    with progress_bar(plan.total_points) as (progress, task):
+        progress.advance(task, plan.total_points - sum(len(pts) for _, pts in todo))
+        for work, points in todo:
+            progress.update(task, description=work.group.label)
+
+            def emit(row: Any) -> None:
+                store.write_row(out, row)
+                progress.advance(task)
+
+            measure_group(work.group, points, plan.context, emit)
+    sweep.finish_manifest(out, wall_s=time.perf_counter() - started)
+    console.print(
+        f"results: {out}/points ({plan.total_points} points, {len(plan.skipped)} skipped)"
+    )
+
+
+@app.command()
+@friendly
+def run(
+    scenario: Annotated[Path, typer.Argument(help="scenario YAML")],
+    address: Annotated[
+        str | None, typer.Option(help="Ray cluster: auto or HOST:PORT; none starts a local node")
+    ] = None,
+    out: Annotated[Path | None, typer.Option(help="run folder (default results/<name>)")] = None,
+    resume: Annotated[bool, typer.Option(help="skip points already measured ok")] = True,
+    gpu: Annotated[str | None, typer.Option(help="catalog GPU, when the device is unknown")] = None,
+    simulate_on_cpu: Annotated[bool, typer.Option(hidden=True)] = False,
+) -> None:
+    """Fan the sweep out over Ray: one actor per group, on a node that matches its target."""
+    run_dir, _ = run_sweep(scenario, address, out, resume, gpu, simulate_on_cpu)
+    console.print(f"results: {run_dir}")
+
+
+def run_sweep(
+    scenario: Path,
+    address: str | None,
+    out: Path | None,
+    resume: bool,
+    gpu: str | None,
+    simulate_on_cpu: bool = False,
+) -> tuple[Path, dict[str, Any]]:
+    from harness.run import driver, sweep
+    from harness.run.worker import GroupActor
+    from harness.spec import scenario as scen
+
+    run_dir = out or Path("results") / scen.load(scenario).name
+    started = time.perf_counter()
+
+    def start_cluster() -> dict[str, Any]:
+        return {"cluster": driver.connect(address), "nodes": driver.node_inventory()}
+
+    plan, todo = sweep.begin(
+        scenario, run_dir, gpu=gpu, resume=resume, mode="ray", on_start=start_cluster
+    )
+    with progress_bar(plan.total_points) as (progress, task):
+        progress.advance(task, plan.total_points - sum(len(pts) for _, pts in todo))
+        plan_s = sum(w.est_seconds for w, _ in todo)
+        progress.update(task, description=f"sweep (plan ≈ {plan_s:.0f} s)")
+        groups: dict[str, TaskID] = {}
+
+        def on_row(row: Any, node_id: str | None) -> None:
+            progress.advance(task)
+            if row.group in groups:
+                progress.advance(groups[row.group])
+
+        def on_group(label: str, node_id: str | None) -> None:
+            size = next(len(p) for w, p in todo if w.group.label == label)
+            where = (node_id or "?")[:8]
+            groups[label] = progress.add_task(f"  {label} @ node {where}", total=size)
+
+        runner = driver.Driver(
+            run_dir, plan.context, GroupActor, simulate_on_cpu=simulate_on_cpu, on_row=on_row,
+            on_group=on_group,
+        )  # fmt: skip
+        references = [(w, p) for w, p in todo if w.reference]
+        others = [(w, p) for w, p in todo if not w.reference]
+        for wave in (references, others):
+            if wave:
+                runner.run_wave(wave)
+    wall_s = time.perf_counter() - started
+    sweep.finish_manifest(run_dir, wall_s=wall_s, failures=runner.failures if todo else [])
+    return run_dir, {"wall_s": wall_s}
+
+
+@app.command()
+@friendly
+def bench(
+    scenario: Annotated[Path, typer.Argument(help="scenario YAML")] = Path(
+        "scenarios/default.yaml"
+    ),
+    out: Annotated[Path | None, typer.Option(help="run folder")] = None,
+    tariffs: Annotated[Path, typer.Option(help="tariff YAML")] = Path("tariffs/example.yaml"),
+    address: Annotated[str | None, typer.Option(help="Ray cluster address")] = None,
+) -> None:
+    """Plan, run (Ray), publish; print the headline cost table and where everything is."""
+    from harness import plan as planner
+    from harness.spec import scenario as scen
+
+    result = planner.plan_grid(scen.expand(scen.load(scenario)))
+    print_plan(result)
+    run_dir, stats = run_sweep(scenario, address, out, True, None)
+    console.print(f"sweep wall time: {stats['wall_s']:.1f} s")
+    publish_run(run_dir, tariffs)
+
+
+def publish_run(run_dir: Path, tariffs: Path) -> None:
+    from harness.cli import results
+
+    results.report_cmd(run_dir, tariffs=tariffs)
+
+
+@node_app.command("start")
+@friendly
+def node_start(
+    head: Annotated[bool, typer.Option("--head", help="start a new cluster here")] = False,
+    address: Annotated[str | None, typer.Option(help="join the head at HOST:PORT")] = None,
+    port: Annotated[int, typer.Option(help="head port")] = 6379,
+    block: Annotated[bool, typer.Option(help="stay in the foreground (containers)")] = False,
+    dry_run: Annotated[bool, typer.Option(help="print the ray start command only")] = False,
+) -> None:
+    """`ray start` with this node's detected accelerators as Ray resources and labels."""
+    import os
+    import subprocess
+
+    from harness.run import node
+
+    if head == bool(address):
+        raise UserInputError("give exactly one of --head or --address HOST:PORT", field="node")
+    inventory = node.detect()
+    argv = node.start_command(head, address, inventory, port=port, block=block)
+    console.print(" ".join(argv), highlight=False)
+    if dry_run:
+        return
+    if block:
+        os.execvp(argv[0], argv)
+    raise typer.Exit(subprocess.run(argv, check=False).returncode)
+
+
+@app.command()
+@friendly
+def doctor() -> None:
+    """What this machine offers the harness: accelerators, engines, versions."""
+    import importlib.util
+    import shutil
+
+    from harness.run import node, provenance
+
+    inventory = node.detect()
+    table = Table(title="harness doctor")
+    table.add_column("check")
+    table.add_column("found", overflow="fold")
+    table.add_row(
+        "accelerator", f"{inventory.vendor} × {inventory.gpu_count} {inventory.gpu_names}"
+    )
+    table.add_row("catalog GPU", str(inventory.catalog_gpu))
+    table.add_row("Ray resources", json.dumps(node.ray_resources(inventory)))
+    for name in ("torch", "transformers", "bitsandbytes", "optimum-quanto", "gptqmodel", "vllm",
+                 "ray", "nvidia-ml-py", "amdsmi"):  # fmt: skip
+        table.add_row(name, provenance.package_version(name) or "[yellow]not installed[/]")
+    table.add_row("vllm importable", str(importlib.util.find_spec("vllm") is not None))
+    table.add_row("chromium (browser test)", shutil.which("chromium") or "[yellow]absent[/]")
+    table.add_row("git SHA", str(provenance.git_sha()))
+    console.print(table)
+
+
+@contextlib.contextmanager
+def progress_bar(total: int) -> Iterator[tuple[Progress, TaskID]]:
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+    )
+    with Progress(*columns, console=err_console, transient=False) as progress:
+        yield progress, progress.add_task("starting", total=total)
+
+
+def _register_result_commands() -> None:
+    from harness.cli import results
+
+    for name, fn in (
+        ("aggregate", results.aggregate_cmd),
+        ("report", results.report_cmd),
+        ("compare", results.compare_cmd),
+    ):
+        app.command(name)(friendly(fn))
+
+
+_register_result_commands()
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

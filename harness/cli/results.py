@@ -1,0 +1,216 @@
+"""`harness aggregate`, `harness report`, `harness compare`: typer-annotated plain functions.
+
+They are registered on the app by ``harness.cli.main``; each raises UserInputError on bad input
+(the CLI turns it into one line and exit code 2) and prints rich tables.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+
+from harness.console import console
+from harness.errors import UserInputError
+
+QUALITY_CLASS_HELP = "quality class: 99 (within 1 % of the reference) or 99.9 (within 0.1 %)"
+
+
+def _tariffs(path: Path | None) -> Any:
+    from harness.spec.tariffs import load_tariffs
+
+    return None if path is None else load_tariffs(path)
+
+
+def _check_run(run: Path) -> Path:
+    if not run.is_dir():
+        raise UserInputError("run folder not found (expected results/<run>/)", file=str(run))
+    return run
+
+
+def _check_class(quality_class: str) -> str:
+    from harness.results.aggregate import check_quality_class
+
+    return check_quality_class(quality_class, field="--quality-class")
+
+
+def _table(title: str, rows: list[dict[str, str]], numeric: set[str] | None = None) -> Table:
+    table = Table(title=title, title_justify="left")
+    if not rows:
+        return table
+    for column in rows[0]:
+        table.add_column(column, justify="right" if column in (numeric or set()) else "left")
+    for row in rows:
+        table.add_row(*(row[c] for c in rows[0]))
+    return table
+
+
+HEADLINE_NUMERIC = {
+    "days",
+    "batch",
+    "context",
+    "decode tok/s",
+    "$/Mtok out",
+    "$/Mtok total",
+    "tokens/package",
+    "breakeven util.",
+    "× cheapest",
+}
+
+
+def print_headline(result: Any, quality_class: str) -> None:
+    from harness.results.publish import headline_table
+
+    rows = headline_table(result, quality_class, compact=True)
+    if rows:
+        title = (
+            f"Cheapest configuration per GPU and package, quality class {quality_class} "
+            f"(utilisation {result.utilisation:g})"
+        )
+        console.print(_table(title, rows, HEADLINE_NUMERIC))
+    else:
+        console.print(
+            f"[yellow]no configuration passes class {quality_class} on a GPU with a tariff[/]"
+        )
+
+
+def print_counts(result: Any) -> None:
+    c = result.counts
+    statuses = ", ".join(f"{k} {v}" for k, v in c["by_status"].items())
+    console.print(
+        f"rows {c['rows']} ({statuses}); priced {c['priced_rows']}; no tariff for their GPU "
+        f"{c['eligible_without_tariff']}; above the roofline (excluded) "
+        f"{c['flagged_above_roofline']}",
+        highlight=False,
+    )
+    if c["models_without_reference"]:
+        console.print(
+            "[yellow]no reference row (no quality class) for:[/] "
+            + ", ".join(c["models_without_reference"]),
+            highlight=False,
+        )
+    for path, why in result.unreadable:
+        console.print(f"[yellow]unreadable, skipped:[/] {path}: {why}", highlight=False)
+
+
+RunArg = Annotated[Path, typer.Argument(help="run folder (results/<run>)")]
+TariffsOpt = Annotated[Path | None, typer.Option(help="tariff YAML")]
+QualityClassOpt = Annotated[str, typer.Option(help=QUALITY_CLASS_HELP)]
+UtilisationOpt = Annotated[
+    float, typer.Option(help="share of the package's hours the node works, in (0, 1]")
+]
+
+
+def aggregate_cmd(
+    run: RunArg,
+    tariffs: TariffsOpt = None,
+    quality_class: QualityClassOpt = "99",
+    utilisation: UtilisationOpt = 1.0,
+) -> None:
+    """Equal-quality gate, cost per tariff package, cheapest configurations: printed."""
+    from harness.results.aggregate import aggregate_run, check_utilisation
+
+    _check_class(quality_class)
+    check_utilisation(utilisation)
+    result = aggregate_run(_check_run(run), _tariffs(tariffs), utilisation)
+    print_counts(result)
+    if tariffs is None:
+        console.print("no --tariffs given: nothing priced (try --tariffs tariffs/example.yaml)")
+        return
+    print_headline(result, quality_class)
+    ratios = result.gpu_ratios
+    ratios = ratios[ratios["quality_class"] == quality_class]
+    if not ratios.empty:
+        rows = [
+            {
+                "model": str(r["model"]),
+                "days": str(r["package_days"]),
+                "GPU a": str(r["gpu_a"]),
+                "GPU b": str(r["gpu_b"]),
+                "cost a ÷ b": f"{r['cost_ratio_a_over_b']:.3g}",
+            }
+            for r in ratios.to_dict(orient="records")
+            if r["cost_ratio_a_over_b"] >= 1
+        ]
+        console.print(_table("GPU against GPU at equal quality", rows, {"days", "cost a ÷ b"}))
+
+
+def report_cmd(
+    run: RunArg,
+    tariffs: TariffsOpt = None,
+    quality_class: QualityClassOpt = "99",
+    utilisation: UtilisationOpt = 1.0,
+) -> None:
+    """Write results/<run>/published/ (CSV, Parquet, JSON, README, report.html) and print the
+    headline table."""
+    from harness.results.aggregate import aggregate_run, check_utilisation
+    from harness.results.publish import report
+
+    _check_class(quality_class)
+    check_utilisation(utilisation)
+    table = _tariffs(tariffs)
+    result = aggregate_run(_check_run(run), table, utilisation)
+    out = report(run, table, utilisation=utilisation, quality_class=quality_class, result=result)
+    print_counts(result)
+    print_headline(result, quality_class)
+    console.print(f"published: {out}/ (report.html, README.md, cost.csv, points.csv, …)")
+
+
+METRIC_LABELS = {"decode_tok_s": "decode", "ppl": "ppl", "peak_mib_decode": "peak MiB"}
+
+
+def _change(r: dict[str, Any]) -> str:
+    """'+1.23 [+0.5, +2.0]' (change in % of A, 95 % CI), or the change alone without a CI."""
+    pct, low, high = r["diff_pct"], r["ci_low_pct"], r["ci_high_pct"]
+    if pct != pct:  # NaN
+        return "–"
+    if low != low or high != high:
+        return f"{pct:+.2f}"
+    return f"{pct:+.2f} [{low:+.2f}, {high:+.2f}]"
+
+
+def compare_cmd(
+    run_a: Annotated[Path, typer.Argument(help="baseline run folder")],
+    run_b: Annotated[Path, typer.Argument(help="run folder compared with the baseline")],
+    threshold_pct: Annotated[
+        float, typer.Option(help="smallest change worth acting on, in % of the baseline")
+    ] = 2.0,
+) -> None:
+    """Per-configuration differences (decode tok/s, ppl, peak memory) with 95 % CIs and a
+    verdict against the threshold."""
+    from harness.results.compare import MATCH_FIELDS, compare
+
+    result = compare(_check_run(run_a), _check_run(run_b), threshold_pct)
+    rows: dict[tuple[Any, ...], dict[str, str]] = {}
+    for r in result.table.to_dict(orient="records"):
+        config = (*(r[f] for f in MATCH_FIELDS), r["gpu_a"], r["gpu_b"])
+        device_a, device_b = r["gpu_a"] or r["target"], r["gpu_b"] or r["target"]
+        device = device_a if device_a == device_b else f"{device_a}→{device_b}"
+        row = rows.setdefault(
+            config,
+            {
+                "model": str(r["model"]),
+                "config": f"{r['backend']} {r['quantization']} kv={r['kv_cache_dtype']} "
+                f"b={r['batch']} ctx={r['context']} {device}",
+            },
+        )
+        label = METRIC_LABELS[str(r["metric"])]
+        row[f"{label} Δ %"] = _change(r)
+        row[f"{label}"] = str(r["verdict"])
+    title = f"B against A, useful-effect threshold ±{result.threshold_pct:g} %"
+    numeric = {f"{label} Δ %" for label in METRIC_LABELS.values()}
+    console.print(_table(title, list(rows.values()), numeric))
+    for metric, counts in result.verdicts().items():
+        console.print(
+            f"{metric}: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())),
+            highlight=False,
+        )
+    console.print(
+        f"matched {len(rows)} on {', '.join(result.matched_on)}; only in A "
+        f"{len(result.only_a)}; only in B {len(result.only_b)}",
+        highlight=False,
+    )
+    for path, why in result.unreadable:
+        console.print(f"[yellow]unreadable, skipped:[/] {path}: {why}", highlight=False)

@@ -1,0 +1,84 @@
+"""Write a publication: every file into a temp folder beside ``published/``, then swapped in."""
+
+from __future__ import annotations
+
+import io
+import os
+import shutil
+import tempfile
+import uuid
+from pathlib import Path
+
+import pandas as pd
+
+from harness.atomic import atomic_write_bytes, atomic_write_json, atomic_write_text
+from harness.results.aggregate import Aggregate, aggregate_run, check_quality_class
+from harness.results.publish.html import report_html
+from harness.results.publish.markdown import readme
+from harness.results.publish.summary import json_safe, summary
+from harness.spec.tariffs import TariffTable
+
+PUBLISHED = "published"
+FILES = ("points.csv", "points.parquet", "cost.csv", "summary.json", "README.md", "report.html")
+
+
+def parquet_bytes(frame: pd.DataFrame) -> bytes:
+    buffer = io.BytesIO()
+    frame.to_parquet(buffer, index=False)
+    return buffer.getvalue()
+
+
+def cost_for_csv(result: Aggregate) -> pd.DataFrame:
+    return result.cost.drop(columns=["point_index", "package_index"], errors="ignore")
+
+
+def write_published(
+    result: Aggregate, out_dir: Path, tariffs: TariffTable | None, quality_class: str = "99"
+) -> Path:
+    """Write every file into a fresh temp folder, then swap it in as ``out_dir``."""
+    out_dir = Path(out_dir)
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
+    try:
+        atomic_write_text(tmp / "points.csv", result.points.to_csv(index=False))
+        atomic_write_bytes(tmp / "points.parquet", parquet_bytes(result.points))
+        atomic_write_text(tmp / "cost.csv", cost_for_csv(result).to_csv(index=False))
+        atomic_write_json(tmp / "summary.json", json_safe(summary(result, tariffs, quality_class)))
+        atomic_write_text(tmp / "README.md", readme(result, tariffs, quality_class))
+        atomic_write_text(tmp / "report.html", report_html(result, tariffs, quality_class))
+        swap_in(tmp, out_dir)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out_dir
+
+
+def swap_in(new: Path, final: Path) -> None:
+    """Rename ``new`` to ``final``; an older ``final`` is moved aside first, then removed."""
+    if not final.exists():
+        os.rename(new, final)
+        return
+    old = final.with_name(f".{final.name}.old-{uuid.uuid4().hex[:8]}")
+    os.rename(final, old)
+    try:
+        os.rename(new, final)
+    except BaseException:
+        os.rename(old, final)
+        raise
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def report(
+    run_dir: Path,
+    tariffs: TariffTable | None,
+    *,
+    utilisation: float = 1.0,
+    quality_class: str = "99",
+    result: Aggregate | None = None,
+) -> Path:
+    """Aggregate ``run_dir`` (unless ``result`` is given) and publish it to run_dir/published/."""
+    check_quality_class(quality_class)
+    run_dir = Path(run_dir)
+    if result is None:
+        result = aggregate_run(run_dir, tariffs, utilisation)
+    return write_published(result, run_dir / PUBLISHED, tariffs, quality_class)

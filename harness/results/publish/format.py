@@ -1,0 +1,65 @@
+"""Numbers and text as a person reads them: dollars, counts, significant digits, escaping.
+
+Every formatter takes anything (None, NaN, numpy scalars) and returns "–" when there is no value.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from typing import Any
+
+
+def number(value: Any) -> float | None:
+    """A finite float, or None (missing, NaN, infinite, not a number)."""
+    try:
+        out = float(value)
+    except (TypeError, ValueError):
+        return None
+    return None if math.isnan(out) or math.isinf(out) else out
+
+
+def number_or_nan(value: Any) -> float:
+    v = number(value)
+    return float("nan") if v is None else v
+
+
+def escape(value: Any) -> str:
+    """HTML-escape anything (quotes too: safe inside attributes)."""
+    return html.escape(str(value), quote=True)
+
+
+def fmt_usd(value: Any) -> str:
+    v = number(value)
+    if v is None:
+        return "–"
+    return f"${v:,.2f}" if abs(v) >= 100 else f"${v:.4g}"
+
+
+def fmt_count(value: Any) -> str:
+    v = number(value)
+    if v is None:
+        return "–"
+    for size, unit in ((1e12, " T"), (1e9, " G"), (1e6, " M"), (1e3, " k")):
+        if abs(v) >= size:
+            return f"{v / size:.3g}{unit}"
+    return f"{v:.3g}"
+
+
+def fmt_float(value: Any, digits: int = 4) -> str:
+    v = number(value)
+    return "–" if v is None else f"{v:.{digits}g}"
+
+
+def fmt_pct_ci(est: Any, low: Any, high: Any) -> str:
+    e, lo, hi = number(est), number(low), number(high)
+    if e is None:
+        return "–"
+    if lo is None or hi is None:
+        return f"{e:+.3f}"
+    return f"{e:+.3f} [{lo:+.3f}, {hi:+.3f}]"
+
+
+def fmt_int(value: Any) -> str:
+    v = number(value)
+    return "–" if v is None else f"{v:.0f}"

@@ -1,0 +1,349 @@
+"""report.html: one self-contained page (sortable tables, inline SVG charts, no network)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+import pandas as pd
+
+from harness import __version__
+from harness.results.aggregate import QUALITY_CLASSES, Aggregate
+from harness.results.publish.format import (
+    escape,
+    fmt_count,
+    fmt_float,
+    fmt_int,
+    fmt_usd,
+    number,
+    number_or_nan,
+)
+from harness.results.publish.method import FORMULAS, LICENCES
+from harness.results.publish.svg import svg_bars, svg_intervals, svg_scatter
+from harness.spec.tariffs import TariffTable
+
+CSS = """
+body{font:14px/1.45 system-ui,sans-serif;margin:24px auto;max-width:1200px;color:#222;
+padding:0 12px}
+h1{font-size:22px}h2{font-size:18px;margin-top:28px;border-bottom:1px solid #ddd}
+table{border-collapse:collapse;margin:8px 0;font-size:13px}
+th,td{border:1px solid #ddd;padding:3px 7px;text-align:left;white-space:nowrap}
+td.n{text-align:right;font-variant-numeric:tabular-nums}
+th{background:#f3f3f3;cursor:pointer;user-select:none}
+th[aria-sort=ascending]::after{content:" ▲"}th[aria-sort=descending]::after{content:" ▼"}
+.wrap{overflow-x:auto}.note{color:#666}.warn{color:#a40}
+svg.chart{background:#fff;border:1px solid #eee;margin:6px 8px 6px 0}
+svg .axis{stroke:#444}svg .grid{stroke:#eee}svg .diag,svg .ref{stroke:#999;stroke-dasharray:4 3}
+svg .front{fill:none;stroke-width:1.5}svg .ci{stroke:#1f77b4;stroke-width:2}
+svg .title{font-weight:600;font-size:13px}svg .label{font-size:12px}svg .tick{font-size:11px}
+"""
+
+# Sorting reads each cell's data-v (numbers) or its text; rows are moved, never re-parsed.
+JS = """
+document.querySelectorAll('table.sortable').forEach(function (table) {
+  table.querySelectorAll('th').forEach(function (th, col) {
+    th.addEventListener('click', function () {
+      var asc = th.getAttribute('aria-sort') !== 'ascending';
+      table.querySelectorAll('th').forEach(function (h) { h.removeAttribute('aria-sort'); });
+      th.setAttribute('aria-sort', asc ? 'ascending' : 'descending');
+      var body = table.tBodies[0];
+      var rows = Array.prototype.slice.call(body.rows);
+      var num = th.getAttribute('data-type') === 'num';
+      function key(row) {
+        var cell = row.cells[col];
+        if (!num) { return cell.textContent; }
+        var v = parseFloat(cell.getAttribute('data-v'));
+        return isNaN(v) ? Infinity : v;
+      }
+      rows.sort(function (a, b) {
+        var x = key(a), y = key(b);
+        var c = num ? (x === y ? 0 : (x < y ? -1 : 1)) : String(x).localeCompare(String(y));
+        return asc ? c : -c;
+      });
+      rows.forEach(function (r) { body.appendChild(r); });
+    });
+  });
+});
+"""
+
+Column = tuple[str, str, Callable[[Any], str] | None]  # (field, header, formatter or None=text)
+
+
+def html_table(
+    frame: pd.DataFrame, columns: Sequence[Column], table_id: str, limit: int = 5000
+) -> str:
+    """A sortable table: numeric columns carry their raw value in data-v for sorting."""
+    present = [c for c in columns if c[0] in frame.columns]
+    head = "".join(
+        f'<th data-type="{"num" if fmt else "text"}">{escape(label)}</th>'
+        for _, label, fmt in present
+    )
+    rows = []
+    for rec in frame.head(limit).astype("object").to_dict(orient="records"):
+        cells = []
+        for name, _, fmt in present:
+            value = rec.get(name)
+            if fmt is None:
+                text = (
+                    ""
+                    if value is None or (isinstance(value, float) and math.isnan(value))
+                    else value
+                )
+                cells.append(f"<td>{escape(text)}</td>")
+            else:
+                raw = number(value)
+                data_v = "" if raw is None else repr(raw)
+                cells.append(f'<td class="n" data-v="{escape(data_v)}">{escape(fmt(value))}</td>')
+        rows.append("<tr>" + "".join(cells) + "</tr>")
+    more = (
+        f'<p class="note">showing {limit} of {len(frame)} rows; all are in the CSV files.</p>'
+        if len(frame) > limit
+        else ('<p class="note">(no rows)</p>' if frame.empty else "")
+    )
+    return (
+        f'<div class="wrap"><table class="sortable" id="{escape(table_id)}"><thead><tr>{head}</tr>'
+        f"</thead><tbody>{''.join(rows)}</tbody></table></div>{more}"
+    )
+
+
+CHEAPEST_COLUMNS: list[Column] = [
+    ("model", "model", None),
+    ("quality_class", "class", None),
+    ("package_days", "days", fmt_int),
+    ("gpu", "GPU", None),
+    ("provider", "provider", None),
+    ("quantization", "quant", None),
+    ("kv_cache_dtype", "KV", None),
+    ("batch", "batch", fmt_int),
+    ("context", "context", fmt_int),
+    ("decode_tok_s", "decode tok/s", fmt_float),
+    ("usd_per_mtok_output", "$/Mtok out", fmt_usd),
+    ("usd_per_mtok_total", "$/Mtok total", fmt_usd),
+    ("usd_per_mtok_output_hourly", "$/Mtok out, hourly", fmt_usd),
+    ("tokens_per_package", "tokens/package", fmt_count),
+    ("breakeven_utilisation", "breakeven util.", fmt_float),
+    ("ratio_to_cheapest_gpu", "× cheapest GPU", fmt_float),
+    ("dppl_pct", "Δppl %", fmt_float),
+    ("dppl_pct_ci_low", "CI low", fmt_float),
+    ("dppl_pct_ci_high", "CI high", fmt_float),
+]
+POINT_COLUMNS: list[Column] = [
+    ("model", "model", None),
+    ("backend", "backend", None),
+    ("quantization", "quant", None),
+    ("kv_cache_dtype", "KV", None),
+    ("batch", "batch", fmt_int),
+    ("context", "context", fmt_int),
+    ("device", "device", None),
+    ("status", "status", None),
+    ("decode_tok_s", "decode tok/s", fmt_float),
+    ("total_tok_s", "total tok/s", fmt_float),
+    ("tpot_ms_p50", "TPOT ms", fmt_float),
+    ("peak_mib_decode", "peak MiB", fmt_float),
+    ("predicted_peak_mib", "predicted MiB", fmt_float),
+    ("roofline_fraction", "roofline frac.", fmt_float),
+    ("ppl", "ppl", fmt_float),
+    ("dppl_pct", "Δppl %", fmt_float),
+    ("quality_class", "class", None),
+    ("exceeds_roofline", "above roofline", None),
+    ("error", "error", None),
+]
+RATIO_COLUMNS: list[Column] = [
+    ("model", "model", None),
+    ("quality_class", "class", None),
+    ("package_days", "days", fmt_int),
+    ("gpu_a", "GPU a", None),
+    ("gpu_b", "GPU b", None),
+    ("cost_ratio_a_over_b", "cost a ÷ b", fmt_float),
+]
+EFFECT_COLUMNS: list[Column] = [
+    ("model", "model", None),
+    ("device", "device", None),
+    ("axis", "axis", None),
+    ("level", "level", None),
+    ("metric", "metric", None),
+    ("mean", "mean", fmt_float),
+    ("effect", "effect", fmt_float),
+    ("n", "n", fmt_int),
+]
+
+
+def charts(result: Aggregate, quality_class: str, max_models: int = 4) -> list[str]:
+    out: list[str] = []
+    cheapest = result.cheapest[result.cheapest["quality_class"] == quality_class]
+    for model in list(dict.fromkeys(cheapest["model"]))[:max_models]:
+        part = cheapest[cheapest["model"] == model]
+        groups = [str(d) for d in sorted(part["package_days"].unique())]
+        gpus = [str(g) for g in dict.fromkeys(part.sort_values("usd_per_mtok_output")["gpu"])]
+        values = {
+            (str(r["package_days"]), str(r["gpu"])): float(r["usd_per_mtok_output"])
+            for r in part.to_dict(orient="records")
+        }
+        out.append(
+            svg_bars(
+                f"{model}: $/Mtok out, class {quality_class}", "$ per Mtok", groups, gpus, values
+            )
+        )
+    front = result.pareto_cost_quality
+    if not front.empty:
+        longest = front["package_days"].max()
+        part = front[front["package_days"] == longest]
+        series = []
+        for model in list(dict.fromkeys(part["model"]))[:max_models]:
+            sub = part[part["model"] == model]
+            pts = [
+                (
+                    float(r["usd_per_mtok_output"]),
+                    float(r["ppl"]),
+                    f"{model} {r['gpu']} {r['quantization']} kv={r['kv_cache_dtype']} "
+                    f"b={r['batch']} ctx={r['context']}: {fmt_usd(r['usd_per_mtok_output'])}, "
+                    f"ppl {r['ppl']:.5g}",
+                )
+                for r in sub.to_dict(orient="records")
+            ]
+            series.append((str(model), pts, True))
+        out.append(
+            svg_scatter(
+                f"Pareto: cost vs perplexity ({longest}-day package)",
+                "$ per Mtok out",
+                "perplexity",
+                series,
+            )
+        )
+    tl = result.pareto_throughput_latency
+    if not tl.empty:
+        series = []
+        for (model, device), sub in list(tl.groupby(["model", "device"], sort=False))[:8]:
+            pts = [
+                (
+                    float(r["tpot_ms_p50"]),
+                    float(r["decode_tok_s"]),
+                    f"{model} {device} {r['quantization']} kv={r['kv_cache_dtype']} b={r['batch']} "
+                    f"ctx={r['context']}",
+                )
+                for r in sub.to_dict(orient="records")
+            ]
+            series.append((f"{model} · {device}", pts, True))
+        out.append(
+            svg_scatter(
+                "Pareto: decode throughput vs TPOT", "TPOT p50 (ms)", "decode tok/s", series
+            )
+        )
+    mem = result.points.loc[
+        result.points["predicted_peak_mib"].notna() & result.points["peak_mib_decode"].notna()
+    ]
+    if not mem.empty:
+        series = []
+        for device, sub in list(mem.groupby("device", sort=False))[:8]:
+            pts = [
+                (
+                    float(r["predicted_peak_mib"]),
+                    float(r["peak_mib_decode"]),
+                    f"{r['model']} {r['quantization']} kv={r['kv_cache_dtype']} b={r['batch']} "
+                    f"ctx={r['context']}: predicted {r['predicted_peak_mib']:.0f} MiB, measured "
+                    f"{r['peak_mib_decode']:.0f} MiB",
+                )
+                for r in sub.head(1500).to_dict(orient="records")
+            ]
+            series.append((str(device), pts, False))
+        out.append(
+            svg_scatter(
+                "Memory: predicted vs measured peak (decode)",
+                "predicted MiB",
+                "measured MiB",
+                series,
+                diagonal=True,
+            )
+        )
+    points = result.points
+    quality = points.loc[points["dppl_pct"].notna() & (points["status"] == "ok")]
+    group_cols = ["model", "backend", "quantization", "kv_cache_dtype", "device"]
+    limits = [(0.0, "reference")] + [
+        ((1 / level - 1) * 100, f"class {name} limit") for name, level in QUALITY_CLASSES.items()
+    ]
+    for model, sub in list(quality.groupby("model", sort=False))[:max_models]:
+        configs = sub.drop_duplicates(group_cols).sort_values("dppl_pct")
+        items = [
+            (
+                f"{r['quantization']} kv={r['kv_cache_dtype']} {r['backend']} {r['device']}",
+                float(r["dppl_pct"]),
+                number_or_nan(r["dppl_pct_ci_low"]),
+                number_or_nan(r["dppl_pct_ci_high"]),
+            )
+            for r in configs.to_dict(orient="records")
+        ]
+        out.append(
+            svg_intervals(
+                f"{model}: perplexity change vs reference, paired 95 % CI",
+                "Δ perplexity (%)",
+                items,
+                limits,
+            )
+        )
+    return out
+
+
+def report_html(result: Aggregate, tariffs: TariffTable | None, quality_class: str) -> str:
+    c = result.counts
+    cheapest = result.cheapest[result.cheapest["quality_class"] == quality_class]
+    sections = [
+        "<h1>Cheapest tokens at equal quality</h1>",
+        f'<p class="note">harness {escape(__version__)} · '
+        f"utilisation {escape(f'{result.utilisation:g}')}"
+        f" · quality class {escape(quality_class)} · generated "
+        f"{escape(datetime.now(UTC).strftime('%Y-%m-%d %H:%M UTC'))}</p>",
+        f"<h2>Cheapest configuration per GPU and package (class {escape(quality_class)})</h2>",
+        html_table(cheapest, CHEAPEST_COLUMNS, "cheapest"),
+        "<h2>Charts</h2>",
+        *charts(result, quality_class),
+        "<h2>GPU against GPU at equal quality</h2>",
+        html_table(result.gpu_ratios, RATIO_COLUMNS, "ratios"),
+        "<h2>Every point</h2>",
+        html_table(result.points, POINT_COLUMNS, "points"),
+        "<h2>Factor effects (main effects)</h2>",
+        html_table(result.main_effects, EFFECT_COLUMNS, "effects", limit=2000),
+        "<h2>Rows</h2><ul>",
+        f"<li>rows read: {escape(c['rows'])}; by status: "
+        f"{escape(', '.join(f'{k} {v}' for k, v in c['by_status'].items()))}</li>",
+        f"<li>excluded from cost, not ok: {escape(c['excluded_not_ok'])}</li>",
+        "<li>flagged, decode above the roofline ceiling: "
+        f"{escape(c['flagged_above_roofline'])}</li>",
+        f"<li>priced: {escape(c['priced_rows'])}; no tariff for their GPU: "
+        f"{escape(c['eligible_without_tariff'])}</li>",
+        f"<li>unreadable point files, skipped: {escape(c['unreadable_files'])}</li>",
+        *[f'<li class="warn">{escape(f)}: {escape(why)}</li>' for f, why in result.unreadable],
+        "</ul>",
+        "<h2>Method and formulas</h2><ul>",
+        *[f"<li>{escape(f)}</li>" for f in FORMULAS],
+        "</ul>",
+        "<h2>Tariffs</h2>",
+    ]
+    if tariffs:
+        if tariffs.note:
+            sections.append(f'<p class="note">{escape(tariffs.note)}</p>')
+        sections.append("<ul>")
+        for t in tariffs.tariffs:
+            packages = "; ".join(
+                f"{p.days} d {fmt_usd(t.package_price_usd(p))}" + (f" ({p.rule})" if p.rule else "")
+                for p in t.packages
+            )
+            sections.append(
+                f"<li>{escape(t.provider)} {escape(t.gpu)} × {escape(t.gpus_per_node)}: "
+                f"{escape(fmt_usd(t.hourly_usd))}/node-hour{' (example)' if t.example else ''}; "
+                f"source {escape(t.source)} ({escape(t.date)}); {escape(packages)}</li>"
+            )
+        sections.append("</ul>")
+    else:
+        sections.append("<p>No tariffs given: nothing is priced.</p>")
+    sections += ["<h2>Data licences</h2><ul>"]
+    sections += [f"<li><b>{escape(name)}</b>: {escape(text)}</li>" for name, text in LICENCES]
+    sections += ["</ul>"]
+    return (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        '<meta http-equiv="Content-Security-Policy" content="default-src \'none\'; '
+        "style-src 'unsafe-inline'; script-src 'unsafe-inline'; img-src data:\">"
+        "<title>harness report</title>"
+        f"<style>{CSS}</style></head><body>{''.join(sections)}<script>{JS}</script></body></html>\n"
+    )

@@ -1,0 +1,36 @@
+"""What every publication states besides the numbers: the formulas and the data licences."""
+
+from __future__ import annotations
+
+LICENCES = [
+    (
+        "WikiText-2 (raw), the perplexity corpus",
+        "WikiText-2 (raw) by Stephen Merity, Caiming Xiong, James Bradbury and Richard Socher "
+        '(Salesforce Research), from "Pointer Sentinel Mixture Models", arXiv:1609.07843 (2016). '
+        "Text extracted from verified Good and Featured articles of the English Wikipedia, "
+        "© Wikipedia contributors. Licensed under CC BY-SA 3.0 "
+        "(https://creativecommons.org/licenses/by-sa/3.0/). Files redistributed unchanged.",
+    ),
+    (
+        "ARC-Easy, the accuracy check",
+        "ARC (AI2 Reasoning Challenge), Easy set, test split, by Peter Clark, Isaac Cowhey, Oren "
+        "Etzioni, Tushar Khot, Ashish Sabharwal, Carissa Schoenick and Oyvind Tafjord (Allen "
+        'Institute for AI), "Think you have Solved Question Answering? Try ARC, the AI2 Reasoning '
+        'Challenge", arXiv:1803.05457 (2018). Licensed CC BY-SA 4.0 '
+        "(https://creativecommons.org/licenses/by-sa/4.0/). Reformatted by MosaicML "
+        "(mosaicml/llm-foundry); modified from the original (format only).",
+    ),
+]
+
+FORMULAS = [
+    "$/Mtok (package) = (package price ÷ (days × 24) ÷ utilisation) × GPUs used ÷ GPUs in the "
+    "package ÷ (tok/s × 3600) × 10⁶ — decode tok/s for output tokens, total tok/s for all tokens",
+    "tokens per package = tok/s × 3600 × days × 24 × utilisation × (GPUs in package ÷ GPUs used)",
+    "breakeven utilisation = package price ÷ (hourly price × days × 24): above it the package "
+    "costs less than hourly billing for the same hours of work",
+    "package price = hourly × 24 × days × (1 − discount ÷ 100) when a tariff gives a discount",
+    "class 99: ppl ≤ ppl_ref ÷ 0.99 (and ARC acc ≥ 0.99 × acc_ref when both are measured); "
+    "class 99.9: ppl ≤ ppl_ref ÷ 0.999 (and acc ≥ 0.999 × acc_ref)",
+    "Δppl % = (exp(ΔNLL) − 1) × 100, ΔNLL the paired per-window NLL difference against the "
+    "reference, with its bootstrap 95 % CI",
+]

@@ -1,0 +1,54 @@
+"""What the orchestration side (sweep, driver) and the device side (worker) agree on.
+
+The worker implements these contracts; sweep and driver use them without importing the worker:
+- ``WorkContext``: what a worker needs beyond its points, the same for every group of a run;
+- ``is_reference``: whether a group is its model's quality reference;
+- ``point_row``: the one way a result row is made for a point (measured, skipped or lost);
+- ``GroupItem``: what measuring a group yields, in order: its window scores once (after the load
+  and quality scoring), then one row per point the moment it is measured.
+Where results live (rows, manifest, window scores) is ``harness.run.store``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from harness.backends.base import WindowScores
+from harness.row import ResultRow
+from harness.spec.scenario import GroupKey, Point, QualitySettings, Reference, VllmOptions
+
+GroupItem = WindowScores | ResultRow
+
+
+class WorkContext(BaseModel):
+    """What a worker needs beyond its points; the same for every group of a run."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    run_dir: str
+    run: str
+    reference: Reference
+    quality: QualitySettings
+    vllm: VllmOptions
+    reference_backend: str
+    gpu: str | None = None  # catalog card when the device name is not matched
+
+
+def is_reference(group: GroupKey, ctx: WorkContext) -> bool:
+    return (
+        group.quantization == ctx.reference.quantization
+        and group.kv_cache_dtype == ctx.reference.kv_cache_dtype
+        and group.backend == ctx.reference_backend
+    )
+
+
+def point_row(point: Point, *, run: str, corpus_hash: str, **fields: Any) -> ResultRow:
+    """A result row for a point: its fields, its key, its group, and what was found."""
+    return ResultRow(
+        key=point.key(corpus_hash),
+        run=run,
+        group=point.group.label,
+        **point.model_dump(exclude={"warmups", "min_duration_s", "window_tokens", "max_windows"}),
+        **fields,
+    )

@@ -1,0 +1,228 @@
+"""The Ray driver: one actor per group on a node that matches its target, rows streamed back.
+
+Rows come back to the driver as they are measured (a streaming generator), so the run folder
+lives on the driver's machine and needs no shared filesystem. A lost node ends its actor's
+stream; the group's remaining points are retried on another matching node (bounded), and what
+still cannot run is written as `node_lost`. Resume is the default: `ok` points are never re-run.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from harness import corpus
+from harness.backends.base import WindowScores
+from harness.row import ResultRow
+from harness.run import node, store, sweep
+from harness.run.contracts import GroupItem, WorkContext, point_row
+from harness.run.store import keep_scores, load_scores, reference_artifact
+from harness.spec.scenario import Point
+
+MAX_ATTEMPTS = 3  # per group: the first try and two retries on another node
+PLACEMENT_TIMEOUT_S = 600.0  # an actor no node can host for this long is lost (image pulls)
+
+
+def connect(address: str | None) -> dict[str, Any]:
+    """Join a cluster, or start a local Ray node advertising this machine's accelerators."""
+    import ray
+
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    if ray.is_initialized():
+        return {"address": "existing"}
+    address = address or os.environ.get("RAY_ADDRESS")
+    if address:
+        ray.init(address=address, log_to_driver=False)
+        return {"address": address}
+    inventory = node.detect()
+    ray.init(
+        num_cpus=os.cpu_count(),
+        num_gpus=inventory.gpu_count,
+        resources=node.ray_resources(inventory),
+        labels=node.ray_labels(inventory),
+        include_dashboard=False,
+        log_to_driver=False,
+    )
+    return {"address": "local", "inventory": inventory.model_dump()}
+
+
+def placement(target: str, simulate_on_cpu: bool) -> dict[str, Any]:
+    """Actor options for a target. Simulation (tests only) routes by vendor but takes no GPU."""
+    options = node.actor_options(target)
+    if simulate_on_cpu:
+        options = {**options, "num_gpus": 0, "num_cpus": 0}
+    return options
+
+
+def node_inventory() -> list[dict[str, Any]]:
+    import ray
+
+    return [
+        {
+            "node_id": n["NodeID"],
+            "address": n.get("NodeManagerAddress"),
+            "alive": n["Alive"],
+            "resources": n.get("Resources", {}),
+            "labels": n.get("Labels", {}),
+        }
+        for n in ray.nodes()
+    ]
+
+
+def has_capacity(target: str, simulate_on_cpu: bool) -> bool:
+    """Is any live node able to host this target's actor at all?"""
+    import ray
+
+    needed = placement(target, simulate_on_cpu)["resources"]
+    totals = ray.cluster_resources()
+    return all(totals.get(name, 0.0) >= amount for name, amount in needed.items())
+
+
+@dataclass
+class Attempt:
+    work: sweep.Work
+    points: list[Point]
+    tries: int = 1
+    actor: Any = None
+    stream: Any = None
+    node_id: str | None = None
+    received: set[str] = field(default_factory=set)
+
+
+class GroupActor(Protocol):
+    """What the driver asks of the actor that measures one group on a node (harness.run.worker
+    implements it; the driver is handed the class and never imports the device side)."""
+
+    def __init__(self, simulate_on_cpu: bool = False) -> None: ...
+
+    def measure(
+        self, work: sweep.Work, points: list[Point], ctx: WorkContext, ref: WindowScores | None
+    ) -> Iterator[tuple[GroupItem, str]]:
+        """Yields each item of the group (harness.run.contracts.GroupItem) with the Ray node id
+        that produced it."""
+        ...
+
+
+class Driver:
+    def __init__(
+        self,
+        run_dir: Path,
+        ctx: WorkContext,
+        actor: type[GroupActor],
+        *,
+        simulate_on_cpu: bool = False,
+        on_row: Callable[[ResultRow, str | None], None] | None = None,
+        on_group: Callable[[str, str | None], None] | None = None,
+    ) -> None:
+        import ray
+
+        self.ray = ray
+        self.run_dir = run_dir
+        self.ctx = ctx
+        self.simulate_on_cpu = simulate_on_cpu
+        self.on_row = on_row or (lambda row, node_id: None)
+        self.on_group = on_group or (lambda label, node_id: None)
+        self.actor_cls = ray.remote(max_restarts=0, max_task_retries=0)(actor)
+        self.corpus_hash = corpus.corpus_hash()
+        self.failures: list[dict[str, Any]] = []
+
+    def reference_for(self, work: sweep.Work) -> WindowScores | None:
+        return None if work.reference else load_scores(reference_artifact(self.ctx, work.group))
+
+    def launch(self, attempt: Attempt) -> None:
+        """A fresh actor (process) per group: memory figures of one group never carry another's
+        leftovers, and engines that keep device memory release it when the process ends."""
+        options = placement(attempt.work.group.target, self.simulate_on_cpu)
+        attempt.actor = self.actor_cls.options(**options).remote(self.simulate_on_cpu)
+        attempt.stream = attempt.actor.measure.options(num_returns="streaming").remote(
+            attempt.work, attempt.points, self.ctx, self.reference_for(attempt.work)
+        )
+        attempt.node_id = None
+
+    def run_wave(self, works: list[tuple[sweep.Work, list[Point]]]) -> None:
+        """Launch every group of a wave at once; Ray queues what the cluster cannot host yet."""
+        running: dict[Any, Attempt] = {}
+        for work, points in works:
+            attempt = Attempt(work=work, points=points)
+            self.launch(attempt)
+            running[attempt.stream] = attempt
+        waiting_since = {id(a): time.monotonic() for a in running.values()}
+        while running:
+            ready, _ = self.ray.wait(list(running), num_returns=1, timeout=5.0)
+            if not ready:
+                self.check_stalled(running, waiting_since)
+                continue
+            attempt = running.pop(ready[0])
+            if self.advance(attempt):
+                running[attempt.stream] = attempt
+                waiting_since[id(attempt)] = time.monotonic()
+
+    def advance(self, attempt: Attempt) -> bool:
+        """Take one item from a stream; True while the attempt (or its retry) goes on."""
+        from ray.exceptions import RayError
+
+        try:
+            item, node_id = self.ray.get(next(attempt.stream))
+        except StopIteration:
+            self.ray.kill(attempt.actor)
+            return False
+        except RayError as exc:
+            return self.retry_or_lose(attempt, exc)
+        if attempt.node_id is None:
+            attempt.node_id = node_id
+            self.on_group(attempt.work.group.label, node_id)
+        if isinstance(item, ResultRow):
+            store.write_row(self.run_dir, item)
+            attempt.received.add(item.key)
+            self.on_row(item, node_id)
+        else:
+            keep_scores(self.ctx, attempt.work.group, item)
+        return True
+
+    def remaining(self, attempt: Attempt) -> list[Point]:
+        return [p for p in attempt.points if p.key(self.corpus_hash) not in attempt.received]
+
+    def retry_or_lose(self, attempt: Attempt, exc: BaseException) -> bool:
+        left = self.remaining(attempt)
+        self.failures.append(
+            {
+                "group": attempt.work.group.label,
+                "node_id": attempt.node_id,
+                "error": f"{type(exc).__name__}: {str(exc)[:300]}",
+                "points_left": len(left),
+                "attempt": attempt.tries,
+            }
+        )
+        self.ray.kill(attempt.actor)
+        target = attempt.work.group.target
+        if left and attempt.tries < MAX_ATTEMPTS and has_capacity(target, self.simulate_on_cpu):
+            retry = Attempt(work=attempt.work, points=left, tries=attempt.tries + 1)
+            self.launch(retry)
+            attempt.__dict__.update(retry.__dict__)
+            return True
+        self.write_lost(attempt.work, left, f"node lost: {type(exc).__name__}")
+        return False
+
+    def write_lost(self, work: sweep.Work, points: list[Point], reason: str) -> None:
+        for point in points:
+            row = point_row(
+                point, run=self.ctx.run, corpus_hash=self.corpus_hash, status="node_lost",
+                error=reason,
+            )  # fmt: skip
+            store.write_row(self.run_dir, row)
+            self.on_row(row, None)
+
+    def check_stalled(self, running: dict[Any, Attempt], since: dict[int, float]) -> None:
+        """An attempt that never started because no node can host it any more is lost."""
+        for stream, attempt in list(running.items()):
+            started = attempt.node_id is not None
+            if started or time.monotonic() - since[id(attempt)] < PLACEMENT_TIMEOUT_S:
+                continue
+            if not has_capacity(attempt.work.group.target, self.simulate_on_cpu):
+                running.pop(stream)
+                self.ray.kill(attempt.actor)
+                self.write_lost(attempt.work, self.remaining(attempt), "no node can host it")

@@ -1,0 +1,114 @@
+"""Where a figure came from: device, driver, library versions, git SHA, corpus hash, load."""
+
+from __future__ import annotations
+
+import functools
+import os
+import platform
+import socket
+import subprocess
+import sys
+from importlib import metadata
+from pathlib import Path
+
+from harness import __version__
+from harness.row import Provenance
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def package_version(name: str) -> str | None:
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+@functools.cache
+def git_sha() -> str | None:
+    """HEAD of the checkout (or $HARNESS_GIT_SHA, set in container images); '+dirty' if edited."""
+    if os.environ.get("HARNESS_GIT_SHA"):
+        return os.environ["HARNESS_GIT_SHA"]
+    try:
+        sha = subprocess.run(
+            ["git", "-C", str(REPO), "rev-parse", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=5,
+            check=True,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            timeout=5,
+            check=False,
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return sha + ("+dirty" if dirty else "")
+
+
+def cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return f"{line.split(':', 1)[1].strip()} ({os.cpu_count()} threads)"
+    except OSError:
+        pass
+    return platform.processor() or "cpu"
+
+
+def device_name(device: str) -> str:
+    if device.startswith("cuda"):
+        import torch
+
+        return str(torch.cuda.get_device_name(torch.cuda.current_device()))
+    return cpu_name()
+
+
+def driver_version(device: str) -> str | None:
+    if not device.startswith("cuda"):
+        return None
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        return str(pynvml.nvmlSystemGetDriverVersion())
+    except Exception:  # NVML absent (ROCm, containers without it)
+        return None
+
+
+def ray_node_id() -> str | None:
+    ray = sys.modules.get("ray")  # only when this process already runs under Ray
+    if ray is None or not ray.is_initialized():
+        return None
+    return str(ray.get_runtime_context().get_node_id())
+
+
+def collect(device: str, corpus_hash: str) -> Provenance:
+    torch_version = package_version("torch")
+    cuda = rocm = None
+    if device.startswith("cuda"):
+        import torch
+
+        cuda = torch.version.cuda
+        rocm = getattr(torch.version, "hip", None)
+    return Provenance(
+        device_name=device_name(device),
+        driver=driver_version(device),
+        cuda=cuda,
+        rocm=rocm,
+        torch=torch_version,
+        transformers=package_version("transformers"),
+        bitsandbytes=package_version("bitsandbytes"),
+        vllm=package_version("vllm"),
+        python=platform.python_version(),
+        hostname=socket.gethostname(),
+        node_id=ray_node_id(),
+        git_sha=git_sha(),
+        container_image=os.environ.get("HARNESS_IMAGE"),
+        harness=__version__,
+        corpus_hash=corpus_hash,
+        load_average=os.getloadavg()[0],
+    )

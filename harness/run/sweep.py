@@ -1,0 +1,195 @@
+"""From a scenario to the work of a run: groups in order (references first), skip rows, manifest.
+
+Shared by `harness measure` (in-process) and `harness run` (Ray); neither decides this alone.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import platform
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from harness import __version__, corpus
+from harness import plan as planner
+from harness.errors import UserInputError
+from harness.row import ResultRow
+from harness.run import provenance, store
+from harness.run.contracts import WorkContext, is_reference, point_row
+from harness.spec import scenario as scen
+from harness.spec.scenario import GroupKey, Point, Scenario
+
+
+class Work(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    group: GroupKey
+    points: list[Point]
+    reference: bool
+    est_seconds: float
+
+
+class SweepPlan(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    scenario: Scenario
+    context: WorkContext
+    work: list[Work]  # reference groups first
+    skipped: list[tuple[Point, str]]
+    added_reference_groups: list[str]
+
+    @property
+    def total_points(self) -> int:
+        return sum(len(w.points) for w in self.work)
+
+
+def prepare(scenario_path: Path, run_dir: Path, gpu: str | None = None) -> SweepPlan:
+    """Validate, expand, plan; add each model's reference group when the grid lacks it."""
+    scenario = scen.load(scenario_path)
+    grid = scen.expand(scenario)
+    points = list(grid.points)
+    added: list[str] = []
+    reference_backend = (
+        "transformers" if "transformers" in scenario.backend else (scenario.backend[0])
+    )
+    ctx = WorkContext(
+        run_dir=str(run_dir),
+        run=run_dir.name,
+        reference=scenario.reference,
+        quality=scenario.quality,
+        vllm=scenario.vllm,
+        reference_backend=reference_backend,
+        gpu=gpu or scenario.gpu,
+    )
+    present = {p.group for p in points}
+    for point in grid.points:
+        ref = scen.reference_point(scenario, point).model_copy(
+            update={"backend": reference_backend}
+        )
+        if ref.group not in present and ref not in points:
+            points.append(ref)
+            if ref.group.label not in added:
+                added.append(ref.group.label)
+    plan = planner.plan_grid(grid.model_copy(update={"points": points}), gpu=gpu)
+    est = {_shape(p): p.est_seconds for p in plan.points}  # only the points that fit
+    groups: dict[GroupKey, list[Point]] = defaultdict(list)
+    for point in points:
+        if _shape(point) in est:
+            groups[point.group].append(point)
+    work = [
+        Work(
+            group=g,
+            points=ps,
+            reference=is_reference(g, ctx),
+            est_seconds=sum(est[_shape(p)] for p in ps),
+        )
+        for g, ps in groups.items()
+    ]
+    work.sort(key=lambda w: not w.reference)  # stable: references first, else scenario order
+    skipped = [(s.point, s.reason) for s, _ in plan.skipped]
+    return SweepPlan(
+        scenario=scenario, context=ctx, work=work, skipped=skipped, added_reference_groups=added
+    )
+
+
+def _shape(p: Point | planner.PointPlan) -> tuple[Any, ...]:
+    return (p.model, p.backend, p.quantization, p.kv_cache_dtype, p.target, p.batch, p.context)
+
+
+def skipped_rows(sweep: SweepPlan) -> list[ResultRow]:
+    corpus_hash = corpus.corpus_hash()
+    return [
+        point_row(
+            point, run=sweep.context.run, corpus_hash=corpus_hash, status="skipped", error=reason
+        )
+        for point, reason in sweep.skipped
+    ]
+
+
+def scenario_hash(path: Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16]
+
+
+def start_manifest(
+    run_dir: Path, scenario_path: Path, sweep: SweepPlan, mode: str
+) -> dict[str, Any]:
+    """The run manifest: append-only history of what ran, where and why (runs are resumable)."""
+    manifest = store.read_manifest(run_dir)
+    entry = {
+        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "mode": mode,
+        "harness": __version__,
+        "git_sha": provenance.git_sha(),
+        "scenario": str(scenario_path),
+        "scenario_hash": scenario_hash(scenario_path),
+        "corpus_hash": corpus.corpus_hash(),
+        "python": platform.python_version(),
+        "packages": {
+            name: provenance.package_version(name)
+            for name in (
+                "torch",
+                "transformers",
+                "bitsandbytes",
+                "optimum-quanto",
+                "gptqmodel",
+                "vllm",
+                "ray",
+                "pandas",
+                "pydantic",
+            )
+        },
+        "groups": [w.group.label for w in sweep.work],
+        "points": sweep.total_points,
+        "added_reference_groups": sweep.added_reference_groups,
+        "skipped": [{"point": p.model_dump(), "reason": r} for p, r in sweep.skipped],
+    }
+    manifest.setdefault("runs", []).append(entry)
+    manifest["name"] = run_dir.name
+    store.write_manifest(run_dir, manifest)
+    return manifest
+
+
+def finish_manifest(run_dir: Path, **fields: Any) -> None:
+    manifest = store.read_manifest(run_dir)
+    if manifest.get("runs"):
+        manifest["runs"][-1].update(ended=time.strftime("%Y-%m-%dT%H:%M:%S%z"), **fields)
+    store.write_manifest(run_dir, manifest)
+
+
+def begin(
+    scenario_path: Path,
+    run_dir: Path,
+    *,
+    gpu: str | None,
+    resume: bool,
+    mode: str,
+    on_start: Callable[[], dict[str, Any]] | None = None,
+) -> tuple[SweepPlan, list[tuple[Work, list[Point]]]]:
+    """Start (or resume) a run: plan it, call `on_start` (e.g. connect to a cluster; what it
+    returns joins the manifest entry), record the run, write the skip rows, and return the
+    groups with the points still to measure. Bad input fails before anything starts; without
+    resume, a folder that already holds points is refused rather than silently mixed."""
+    if not resume and (run_dir / store.POINTS).exists():
+        raise UserInputError(
+            f"{run_dir} already holds points; choose a new --out or keep resume on", field="--out"
+        )
+    plan = prepare(scenario_path, run_dir, gpu=gpu)
+    extra = on_start() if on_start else {}
+    start_manifest(run_dir, scenario_path, plan, mode=mode)
+    if extra:
+        recorded = store.read_manifest(run_dir)
+        recorded["runs"][-1].update(extra)
+        store.write_manifest(run_dir, recorded)
+    for row in skipped_rows(plan):
+        store.write_row(run_dir, row)
+    done = store.done_keys(run_dir) if resume else set()
+    todo = [(w, pending(w, done)) for w in plan.work]
+    return plan, [(w, pts) for w, pts in todo if pts]
+
+
+def pending(work: Work, done: set[str]) -> list[Point]:
+    corpus_hash = corpus.corpus_hash()
+    return [p for p in work.points if p.key(corpus_hash) not in done]

@@ -1,0 +1,151 @@
+"""GPU specs and model architectures, read from the YAML data files beside this module.
+
+A model is a catalog id or a local directory holding a config.json; both go through
+`arch_from_config`, so the catalog and real checkpoints share one parser.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import cache
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict
+
+from harness.errors import UserInputError, did_you_mean
+
+HERE = Path(__file__).parent
+PACKAGE_DATA = HERE.parents[1] / "data"
+
+Vendor = Literal["nvidia", "amd", "cpu"]
+DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
+
+
+class GpuSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    name: str
+    vendor: Vendor
+    memory_gib: float
+    bandwidth_gb_s: float
+    bf16_tflops: float
+    fp8_tflops: float | None
+    aliases: tuple[str, ...] = ()
+    source: str
+
+
+class ModelArch(BaseModel):
+    """The facts of a config.json that memory and roofline need."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    id: str
+    model_type: str
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    max_positions: int
+    tie_embeddings: bool
+    dtype: str
+    sliding_window: int | None = None
+    sliding_layers: int = 0
+    num_experts: int = 1
+    experts_per_token: int = 1
+    attention_bias: bool = False
+    path: str | None = None  # a local directory with weights, when there is one
+
+    @property
+    def dtype_bytes(self) -> int:
+        return DTYPE_BYTES.get(self.dtype, 2)
+
+
+def arch_from_config(model_id: str, cfg: dict[str, Any], path: str | None = None) -> ModelArch:
+    heads = int(cfg["num_attention_heads"])
+    hidden = int(cfg["hidden_size"])
+    layers = int(cfg["num_hidden_layers"])
+    window = cfg.get("sliding_window")
+    sliding_layers = 0
+    if window:
+        # Gemma-2 alternates sliding and global layers; Mistral/Phi-3 slide on every layer.
+        sliding_layers = layers // 2 if cfg.get("model_type") == "gemma2" else layers
+    return ModelArch(
+        id=model_id,
+        model_type=str(cfg.get("model_type", "llama")),
+        vocab_size=int(cfg["vocab_size"]),
+        hidden_size=hidden,
+        intermediate_size=int(cfg["intermediate_size"]),
+        num_layers=layers,
+        num_heads=heads,
+        num_kv_heads=int(cfg.get("num_key_value_heads") or heads),
+        head_dim=int(cfg.get("head_dim") or hidden // heads),
+        max_positions=int(cfg.get("max_position_embeddings", 2048)),
+        tie_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+        dtype=str(cfg.get("torch_dtype") or cfg.get("dtype") or "bfloat16"),
+        sliding_window=int(window) if window else None,
+        sliding_layers=sliding_layers,
+        num_experts=int(cfg.get("num_local_experts", 1)),
+        experts_per_token=int(cfg.get("num_experts_per_tok", 1)),
+        attention_bias=bool(cfg.get("attention_bias", cfg.get("model_type") == "qwen2")),
+        path=path,
+    )
+
+
+@cache
+def gpus() -> dict[str, GpuSpec]:
+    rows = yaml.safe_load((HERE / "gpus.yaml").read_text())
+    return {row["name"]: GpuSpec(**row) for row in rows}
+
+
+@cache
+def catalog_models() -> dict[str, ModelArch]:
+    rows = yaml.safe_load((HERE / "models.yaml").read_text())
+    models = {row["id"]: arch_from_config(row["id"], row["config"]) for row in rows}
+    for shipped in sorted(PACKAGE_DATA.glob("*/config.json")):
+        name = shipped.parent.name
+        models[name] = arch_from_config(name, json.loads(shipped.read_text()), str(shipped.parent))
+    return models
+
+
+def gpu(name: str) -> GpuSpec:
+    """A catalog GPU by name or alias (case-insensitive)."""
+    table = gpus()
+    if name in table:
+        return table[name]
+    wanted = name.lower()
+    for spec in table.values():
+        if wanted == spec.name.lower() or wanted in (a.lower() for a in spec.aliases):
+            return spec
+    raise UserInputError(
+        f"unknown GPU {name!r}{did_you_mean(name, table)}; known: {', '.join(table)}",
+        field="gpu",
+    )
+
+
+def gpu_for_device_name(device_name: str) -> GpuSpec | None:
+    """Match what torch/NVML report (e.g. 'NVIDIA H100 80GB HBM3') to a catalog entry."""
+    lowered = device_name.lower()
+    for spec in gpus().values():
+        for alias in (spec.name, *spec.aliases):
+            if alias.lower() == lowered:
+                return spec
+    return None
+
+
+def model(model_id: str) -> ModelArch:
+    """A catalog model, a shipped model (e.g. tiny-llama) or a local directory with config.json."""
+    table = catalog_models()
+    if model_id in table:
+        return table[model_id]
+    local = Path(model_id).expanduser()
+    if (local / "config.json").is_file():
+        cfg = json.loads((local / "config.json").read_text())
+        return arch_from_config(model_id, cfg, str(local.resolve()))
+    raise UserInputError(
+        f"unknown model {model_id!r}{did_you_mean(model_id, table)}: expected a catalog id "
+        f"({', '.join(table)}) or a local directory containing config.json",
+        field="models.id",
+    )

@@ -1,0 +1,116 @@
+"""The worker on the shipped tiny model: complete rows, golden quality, self-reference, OOM rows."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from harness.backends.transformers import TransformersBackend
+from harness.row import ResultRow
+from harness.run.contracts import WorkContext
+from harness.run.store import reference_artifact
+from harness.run.worker import measure_group
+from harness.spec.scenario import Point, QualitySettings, Reference, VllmOptions
+
+QUALITY = QualitySettings(window_tokens=64, max_windows=4, arc_items=4, bootstrap_samples=200)
+
+
+def context(tmp_path: Path) -> WorkContext:
+    return WorkContext(
+        run_dir=str(tmp_path), run="t", reference=Reference(), quality=QUALITY,
+        vllm=VllmOptions(), reference_backend="transformers",
+    )  # fmt: skip
+
+
+def point(**kw: Any) -> Point:
+    base: dict[str, Any] = dict(
+        model="tiny-llama", backend="transformers", quantization="none", kv_cache_dtype="auto",
+        batch=2, context=16, output_tokens=4, target="cpu", repeats=2, warmups=1,
+        window_tokens=QUALITY.window_tokens, max_windows=QUALITY.max_windows,
+    )  # fmt: skip
+    return Point.model_validate({**base, **kw})
+
+
+def run(tmp_path: Path, points: list[Point]) -> list[ResultRow]:
+    emitted: list[ResultRow] = []
+    rows = measure_group(points[0].group, points, context(tmp_path), emitted.append)
+    assert [r.key for r in rows] == [r.key for r in emitted]  # each row emitted as it is made
+    return rows
+
+
+def test_the_reference_measured_against_itself_gives_kl_0_and_top1_1(tmp_path: Path) -> None:
+    (row,) = run(tmp_path, [point()])
+    assert row.status == "ok", row.error
+    assert row.is_reference
+    assert row.kl_vs_ref == 0.0 and row.top1_agree == 1.0
+    assert row.dnll_vs_ref == 0.0 and row.dnll_ci_low == 0.0 and row.dnll_ci_high == 0.0
+    assert reference_artifact(context(tmp_path), point().group).is_file()
+
+
+def test_golden_perplexity_of_the_shipped_model(tmp_path: Path) -> None:
+    """fp32 tiny-llama on 4 evenly spaced 64-token windows of wiki.test: PPL 188.61
+    (NLL 5.23968 nats/token), far below the uniform 4,096; recorded from this model."""
+    (row,) = run(tmp_path, [point()])
+    assert row.ppl == pytest.approx(188.6108, rel=1e-4)
+    assert row.nll_mean == pytest.approx(5.239686, rel=1e-5)
+    assert row.ppl_ci_low is not None and row.ppl_ci_high is not None
+    assert row.ppl_ci_low <= row.ppl <= row.ppl_ci_high
+    assert row.quality_windows == 4 and row.window_tokens == 64
+
+
+def test_rows_are_complete_and_tokens_are_counted_from_outputs(tmp_path: Path) -> None:
+    rows = run(tmp_path, [point(), point(batch=1, context=32)])
+    for row in rows:
+        assert row.status == "ok", row.error
+        assert row.generated_tokens == row.batch * row.output_tokens
+        for name in ("prefill_tok_s", "decode_tok_s", "ttft_ms_p50", "tpot_ms_p50", "itl_ms_p99",
+                     "e2e_ms_p50", "peak_mib_load", "peak_mib_prefill", "peak_mib_decode",
+                     "predicted_peak_mib", "ppl", "arc_acc"):  # fmt: skip
+            assert getattr(row, name) is not None, name
+        assert row.timer == "perf_counter" and row.memory_source == "rss-sampler"
+        assert row.repeats_done is not None and row.repeats_done >= row.repeats
+        assert row.roofline_fraction is None  # a CPU row has no catalog peak to compare with
+
+
+def test_measured_weights_are_within_15_percent_of_the_plan(tmp_path: Path) -> None:
+    for quantization in ("none", "bnb-int8", "bnb-nf4", "quanto-int4"):
+        (row,) = run(tmp_path / quantization, [point(quantization=quantization)])
+        assert row.weights_gap_pct is not None
+        assert abs(row.weights_gap_pct) < 15, (quantization, row.weights_gap_pct)
+
+
+def test_an_oom_in_one_point_is_a_row_and_the_group_goes_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import torch
+
+    real = TransformersBackend.generate
+
+    def generate(self: TransformersBackend, prompts: list[list[int]], new_tokens: int) -> Any:
+        if len(prompts) == 2:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        return real(self, prompts, new_tokens)
+
+    monkeypatch.setattr(TransformersBackend, "generate", generate)
+    rows = run(tmp_path, [point(batch=2), point(batch=1)])
+    assert [r.status for r in rows] == ["oom", "ok"]
+    assert rows[0].predicted_peak_mib is not None and "out of memory" in (rows[0].error or "")
+
+
+def test_a_group_that_cannot_load_fails_each_point_with_the_reason(tmp_path: Path) -> None:
+    rows = run(tmp_path, [point(quantization="fp8"), point(quantization="fp8", batch=1)])
+    assert [r.status for r in rows] == ["error", "error"]
+    assert all("load/quality" in (r.error or "") for r in rows)
+
+
+def test_an_int8_kv_cache_is_compared_with_the_reference(tmp_path: Path) -> None:
+    run(tmp_path, [point()])  # the reference first, as the driver orders them
+    (row,) = run(tmp_path, [point(kv_cache_dtype="int8")])
+    assert row.status == "ok", row.error
+    assert not row.is_reference
+    assert row.dnll_ci_low is not None and row.dnll_ci_high is not None
+    assert row.dnll_ci_low <= row.dnll_vs_ref <= row.dnll_ci_high  # type: ignore[operator]
+    assert row.kl_vs_ref is not None and row.kl_vs_ref >= -1e-9
+    assert row.top1_agree is not None and 0.9 < row.top1_agree <= 1.0

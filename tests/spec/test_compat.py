@@ -1,0 +1,53 @@
+"""Every compatibility rule forbids what it says, and nothing else."""
+
+from __future__ import annotations
+
+import pytest
+
+from harness.spec.compat import RULES, rule_for
+
+COMPATIBLE = {
+    "backend": "transformers",
+    "quantization": "bf16",
+    "kv_cache_dtype": "auto",
+    "target": "cuda",
+}
+
+EXAMPLES: dict[str, dict[str, str]] = {
+    "vllm-no-int-kv": {"backend": "vllm", "kv_cache_dtype": "int4"},
+    "vllm-16bit-kv-follows-model": {"backend": "vllm", "kv_cache_dtype": "fp16"},
+    "rocm-no-fp8-e5m2-kv": {"backend": "vllm", "kv_cache_dtype": "fp8_e5m2", "target": "rocm"},
+    "bnb-transformers-only": {"backend": "vllm", "quantization": "bnb-nf4"},
+    "quanto-transformers-only": {"backend": "vllm", "quantization": "quanto-int4"},
+    "vllm-gpu-only": {"backend": "vllm", "target": "cpu"},
+    "fp8-weights-gpu-only": {"quantization": "fp8", "target": "cpu"},
+    "fp8-weights-vllm-only": {"quantization": "fp8"},
+    "transformers-no-fp8-kv": {"kv_cache_dtype": "fp8_e4m3"},
+    "transformers-kv-follows-compute": {"kv_cache_dtype": "bf16"},
+}
+
+
+def test_every_rule_has_an_example_and_a_reason() -> None:
+    assert set(EXAMPLES) == {rule.id for rule in RULES}
+    assert all(len(rule.reason) > 20 for rule in RULES)
+
+
+@pytest.mark.parametrize("rule_id", sorted(EXAMPLES))
+def test_a_rule_catches_its_example(rule_id: str) -> None:
+    broken = rule_for({**COMPATIBLE, **EXAMPLES[rule_id]})
+    assert broken is not None and broken.id == rule_id
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        COMPATIBLE,
+        {**COMPATIBLE, "backend": "vllm", "kv_cache_dtype": "fp8"},
+        {**COMPATIBLE, "backend": "vllm", "quantization": "fp8", "kv_cache_dtype": "fp8_e5m2"},
+        {**COMPATIBLE, "quantization": "bnb-nf4", "kv_cache_dtype": "int4", "target": "rocm"},
+        {**COMPATIBLE, "quantization": "gptq-int4", "target": "cpu"},
+        {**COMPATIBLE, "backend": "vllm", "quantization": "gptq-int4", "target": "rocm"},
+    ],
+)
+def test_supported_combinations_pass(fields: dict[str, str]) -> None:
+    assert rule_for(fields) is None

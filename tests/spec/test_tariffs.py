@@ -1,0 +1,142 @@
+"""Tariff files: validation with file/line/field, package prices from discounts, the example."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from harness.errors import UserInputError
+from harness.spec.tariffs import Package, Tariff, load_tariffs, parse_tariffs
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "tariffs" / "example.yaml"
+
+GOOD = """\
+tariffs:
+  - provider: Lambda
+    gpu: H100
+    gpus_per_node: 8
+    hourly_usd: 23.92
+    source: https://lambda.ai/pricing
+    date: 2026-05-01
+    example: true
+    packages:
+      - {days: 3, discount_pct: 8}
+      - {days: 30, price_usd: 12000}
+"""
+
+
+def test_example_file_prices_six_gpus_and_a_cpu_node_for_3_7_and_30_days_as_examples() -> None:
+    table = load_tariffs(EXAMPLE)
+    gpus = {t.gpu for t in table.tariffs}
+    six = {"H100-SXM-80GB", "H200-141GB", "A100-SXM-80GB", "L40S", "MI300X", "RTX-4090"}
+    assert gpus == six | {"cpu"}
+    for tariff in table.tariffs:
+        assert tariff.example
+        assert tariff.source and tariff.date
+        assert sorted(p.days for p in tariff.packages) == [3, 7, 30]
+        assert all(p.rule for p in tariff.packages)  # which published rule gave the price
+    assert table.note and "example" in table.note.lower()
+
+
+def test_example_packages_apply_the_published_discounts_to_the_hourly_price() -> None:
+    table = load_tariffs(EXAMPLE)
+    h100 = next(t for t in table.tariffs if t.gpu == "H100-SXM-80GB")
+    price = {p.days: h100.package_price_usd(p) for p in h100.packages}
+    # 8 × 2.99 = 23.92 per node-hour; day −8 %, week −10 %, month −20 %
+    assert price[3] == pytest.approx(23.92 * 24 * 3 * 0.92)
+    assert price[7] == pytest.approx(3616.704)
+    assert price[30] == pytest.approx(13777.92)
+
+
+def test_a_gpu_alias_is_stored_as_its_catalog_name_and_dates_become_text() -> None:
+    table = parse_tariffs(GOOD, "t.yaml")
+    tariff = table.tariffs[0]
+    assert tariff.gpu == "H100-SXM-80GB"
+    assert tariff.date == "2026-05-01"
+    assert tariff.package_price_usd(tariff.packages[1]) == 12000
+
+
+def test_package_rows_are_flat_and_carry_the_node_size() -> None:
+    rows = parse_tariffs(GOOD, "t.yaml").package_rows()
+    assert [r["package_days"] for r in rows] == [3, 30]
+    assert rows[0]["gpus_in_package"] == 8
+    assert rows[0]["package_price_usd"] == pytest.approx(23.92 * 72 * 0.92)
+
+
+def _error(text: str) -> UserInputError:
+    with pytest.raises(UserInputError) as info:
+        parse_tariffs(text, "prices.yaml")
+    return info.value
+
+
+def test_an_unknown_gpu_is_named_with_file_line_field_and_a_suggestion() -> None:
+    err = _error(GOOD.replace("gpu: H100", "gpu: H100-SXM-80G"))
+    assert err.file == "prices.yaml"
+    assert err.line == 3
+    assert err.field == "tariffs[0].gpu"
+    assert "H100-SXM-80GB" in err.message  # did you mean
+
+
+def test_an_unknown_field_is_named_with_its_line_and_the_known_ones() -> None:
+    err = _error(GOOD.replace("hourly_usd:", "hourly_used:"))
+    assert err.line == 5
+    assert err.field == "tariffs[0].hourly_used"
+    assert "hourly_usd" in err.message
+
+
+def test_an_unknown_package_field_lists_the_package_fields() -> None:
+    err = _error(GOOD.replace("{days: 3, discount_pct: 8}", "{days: 3, discount: 8}"))
+    assert err.line == 10
+    assert "discount_pct" in err.message and "price_usd" in err.message
+
+
+def test_a_package_needs_exactly_one_of_price_and_discount() -> None:
+    err = _error(
+        GOOD.replace("{days: 3, discount_pct: 8}", "{days: 3, discount_pct: 8, price_usd: 1}")
+    )
+    assert err.line == 10
+    assert "exactly one of price_usd or discount_pct" in err.message
+    err = _error(GOOD.replace("{days: 3, discount_pct: 8}", "{days: 3}"))
+    assert "exactly one" in err.message
+
+
+def test_a_currency_other_than_usd_is_refused_with_the_choices() -> None:
+    err = _error(GOOD.replace("    example: true\n", "    example: true\n    currency: EUR\n"))
+    assert err.field == "tariffs[0].currency"
+    assert "'EUR' is not allowed" in err.message and "USD" in err.message
+
+
+def test_two_packages_of_the_same_length_are_refused() -> None:
+    err = _error(GOOD.replace("{days: 30, price_usd: 12000}", "{days: 3, price_usd: 12000}"))
+    assert "two packages of 3 days" in err.message
+
+
+def test_negative_prices_and_full_discounts_are_refused() -> None:
+    assert "greater than 0" in _error(GOOD.replace("23.92", "-1")).message
+    assert _error(GOOD.replace("discount_pct: 8", "discount_pct: 100")).line == 10
+
+
+def test_bad_yaml_and_wrong_shapes_name_the_file() -> None:
+    err = _error("tariffs: [\n  {provider: x\n")
+    assert err.file == "prices.yaml" and err.line is not None
+    assert "expected a mapping" in _error("- a\n- b\n").message
+    assert _error("{}\n").field == "tariffs"
+
+
+def test_a_missing_file_is_a_user_error(tmp_path: Path) -> None:
+    with pytest.raises(UserInputError, match="tariff file not found"):
+        load_tariffs(tmp_path / "nope.yaml")
+
+
+def test_models_can_be_built_in_code() -> None:
+    tariff = Tariff(
+        provider="p",
+        gpu="L40S",
+        hourly_usd=1.4,
+        source="s",
+        date="2026-03",
+        packages=[Package(days=7, discount_pct=10)],
+    )
+    assert tariff.package_price_usd(tariff.packages[0]) == pytest.approx(1.4 * 24 * 7 * 0.9)
+    assert tariff.label == "p L40S×1"
