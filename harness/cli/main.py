@@ -302,9 +302,10 @@ def doctor() -> None:
     )
     table.add_row("catalog GPU", str(inventory.catalog_gpu))
     table.add_row("Ray resources", json.dumps(node.ray_resources(inventory)))
-    for name in ("torch", "transformers", "bitsandbytes", "optimum-quanto", "gptqmodel", "vllm",
+    for name in ("torch", "transformers", "bitsandbytes", "optimum-quanto", "gptqmodel",
                  "ray", "nvidia-ml-py", "amdsmi"):  # fmt: skip
         table.add_row(name, provenance.package_version(name) or "[yellow]not installed[/]")
+    table.add_row("vLLM build", provenance.vllm_build() or "[yellow]not installed[/]")
     table.add_row("vllm importable", str(importlib.util.find_spec("vllm") is not None))
     table.add_row("chromium (browser test)", shutil.which("chromium") or "[yellow]absent[/]")
     table.add_row("git SHA", str(provenance.git_sha()))

