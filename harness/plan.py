@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict
 
 from harness.measure import roofline
 from harness.spec import catalog
-from harness.spec.capabilities import KV_BYTES, WEIGHT_FORMATS, compute_dtype_bytes
+from harness.spec.capabilities import KV_CACHE_FORMATS, WEIGHT_FORMATS, compute_dtype_bytes
 from harness.spec.catalog import GpuSpec, ModelArch
 from harness.spec.scenario import Grid, Point, Scenario, Skip
 from harness.units import GIB, MIB
@@ -76,11 +76,7 @@ def weights_bytes(arch: ModelArch, quantization: str) -> float:
     counts = param_counts(arch)
     if not fmt.quantizes_linears:
         return counts.total * unquantized_bytes_per_param(arch, quantization)
-    bits = fmt.bits or 16.0
-    per_weight = bits
-    if fmt.group_size:
-        per_weight += fmt.group_overhead_bits / fmt.group_size
-    linear = counts.linear * per_weight / 8
+    linear = counts.linear * fmt.bits_per_weight / 8
     rows = _linear_output_rows(arch)
     linear += rows * fmt.per_row_overhead_bits / 8
     kept = counts.embeddings + counts.lm_head + counts.other
@@ -94,8 +90,7 @@ def unquantized_bytes_per_param(arch: ModelArch, quantization: str) -> float:
     fmt = WEIGHT_FORMATS[quantization]
     if not fmt.quantizes_linears:
         return arch.dtype_bytes if fmt.bits is None else fmt.bits / 8
-    in_place = fmt.library in ("bitsandbytes", "optimum-quanto")
-    return arch.dtype_bytes if in_place else min(arch.dtype_bytes, 2)
+    return arch.dtype_bytes if fmt.rest_in_loaded_dtype else min(arch.dtype_bytes, 2)
 
 
 def _linear_output_rows(arch: ModelArch) -> int:
@@ -107,7 +102,7 @@ def _linear_output_rows(arch: ModelArch) -> int:
 
 def kv_bytes_per_token(arch: ModelArch, kv_cache_dtype: str, quantization: str) -> float:
     """Bytes of K and V for one token across all layers (before any sliding-window cap)."""
-    per_element = KV_BYTES[kv_cache_dtype]
+    per_element = KV_CACHE_FORMATS[kv_cache_dtype].bytes_per_element
     if per_element is None:
         per_element = compute_dtype_bytes(quantization, arch.dtype_bytes)
     return 2 * arch.num_layers * arch.num_kv_heads * arch.head_dim * per_element

@@ -54,9 +54,9 @@ def test_nf4_weights_count_block_scales_and_16_bit_embeddings() -> None:
 
 
 def test_gptq_weights_count_group_scales_and_zeros() -> None:
-    """linears × (4 + (16 + 4)/128) / 8 = 6,979,321,856 × 0.51953125 = 3,625,975,808;
-    + 2,101,878,784 kept in 16 bit = 5,727,854,592."""
-    assert plan.weights_bytes(catalog.model(LLAMA8B), "gptq-int4") == 5_727_854_592
+    """Groups of 64 (what the backend quantizes with): linears × (4 + (16 + 4)/64) / 8
+    = 6,979,321,856 × 0.5390625 = 3,762,290,688; + 2,101,878,784 kept in 16 bit = 5,864,169,472."""
+    assert plan.weights_bytes(catalog.model(LLAMA8B), "gptq-int4") == 5_864_169_472
 
 
 def test_kv_cache_follows_gqa_heads_dtype_tokens_and_batch() -> None:

@@ -22,30 +22,28 @@ from numpy.typing import NDArray
 from harness.backends.base import Backend, Generation, MemoryFacts, WindowScores
 from harness.errors import UserInputError
 from harness.measure.timing import StepClock, step_timestamps_processor
+from harness.spec.capabilities import (
+    KV_CACHE_FORMATS,
+    WEIGHT_FORMATS,
+    kv_cache_formats_for,
+    weight_formats_for,
+)
 
-# KV dtype → transformers QuantizedCache settings. residual_length: the newest tokens kept in the
-# compute dtype until a re-quantization; 32 keeps most of a 128+ token context quantized.
-KV_CACHE_SETTINGS: dict[str, dict[str, Any]] = {
-    "int4": {"backend": "quanto", "nbits": 4, "q_group_size": 64, "residual_length": 32},
-    "int8": {
-        "backend": "hqq",
-        "nbits": 8,
-        "axis_key": 1,
-        "axis_value": 1,
-        "q_group_size": 64,
-        "residual_length": 32,
-    },
-}
-SUPPORTED = frozenset({"none", "fp32", "bf16", "fp16", "bnb-int8", "bnb-nf4", "bnb-fp4",
-                       "gptq-int4", "quanto-int8", "quanto-int4", "quanto-int2"})  # fmt: skip
+SUPPORTED = frozenset(weight_formats_for("transformers"))
+KV_CACHE_DTYPES = kv_cache_formats_for("transformers")
 GPTQ_CALIBRATION_SAMPLES = 64
 LOGITS_BUDGET_BYTES = 256 * 2**20  # fp32 log-probs held at once while scoring
-GPTQ_GROUP_SIZE = 64
+GPTQ = WEIGHT_FORMATS["gptq-int4"]  # bits and group size: the planner's, from the table
 
 
 def torch_dtype_name(quantization: str) -> str | None:
     """The dtype weights load in (None = the checkpoint's own)."""
-    return {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}.get(quantization)
+    return WEIGHT_FORMATS[quantization].torch_dtype
+
+
+def cache_settings(kv_cache_dtype: str) -> dict[str, Any] | None:
+    """transformers' QuantizedCache arguments for a KV dtype (None: the model-dtype cache)."""
+    return KV_CACHE_FORMATS[kv_cache_dtype].transformers_cache_config()
 
 
 def quantization_config(quantization: str, compute_dtype: Any) -> Any:
@@ -106,10 +104,10 @@ class TransformersBackend(Backend):
                 f"it loads: {', '.join(sorted(SUPPORTED))}",
                 field="quantization",
             )
-        if self.group.kv_cache_dtype not in ("auto", *KV_CACHE_SETTINGS):
+        if self.group.kv_cache_dtype not in KV_CACHE_DTYPES:
             raise UserInputError(
                 f"the transformers backend has no {self.group.kv_cache_dtype!r} KV cache; "
-                f"it offers: auto, {', '.join(KV_CACHE_SETTINGS)}",
+                f"it offers: {', '.join(KV_CACHE_DTYPES)}",
                 field="kv_cache_dtype",
             )
         import torch
@@ -174,8 +172,9 @@ class TransformersBackend(Backend):
         return getattr(self.torch, name)
 
     def _load_gptq(self) -> Any:
-        """GPTQ 4-bit g64 with gptqmodel, calibrated on wiki.valid (disjoint from the eval
-        corpus); the quantized checkpoint is cached by model + calibration hash."""
+        """GPTQ (bits and group size from the capability table) with gptqmodel, calibrated on
+        wiki.valid (disjoint from the eval corpus); the quantized checkpoint is cached by model +
+        calibration hash."""
         os.environ.setdefault("GPTQMODEL_CPU_WORKERS", str(max(2, os.cpu_count() or 2)))
         from gptqmodel import BACKEND, GPTQModel, QuantizeConfig
 
@@ -186,7 +185,7 @@ class TransformersBackend(Backend):
         if not (out / "config.json").is_file():
             model = GPTQModel.load(
                 self.options.model_path,
-                QuantizeConfig(bits=4, group_size=GPTQ_GROUP_SIZE),
+                QuantizeConfig(bits=int(GPTQ.bits or 4), group_size=GPTQ.group_size),
                 device=self.device,
             )
             model.quantize(texts, batch_size=4)
@@ -206,7 +205,7 @@ class TransformersBackend(Backend):
             if path.is_file():
                 digest.update(hashlib.sha256(path.read_bytes()).digest())
         digest.update("\n".join(texts).encode())
-        digest.update(f"g{GPTQ_GROUP_SIZE}".encode())
+        digest.update(f"g{GPTQ.group_size}".encode())
         root = Path(self.options.cache_dir or Path.home() / ".cache" / "harness" / "gptq")
         root.mkdir(parents=True, exist_ok=True)
         return root / digest.hexdigest()[:20]
@@ -218,13 +217,13 @@ class TransformersBackend(Backend):
         return ids
 
     def _cache_kwargs(self) -> dict[str, Any]:
-        settings = KV_CACHE_SETTINGS.get(self.group.kv_cache_dtype)
+        settings = cache_settings(self.group.kv_cache_dtype)
         if settings is None:
             return {}
-        return {"cache_implementation": "quantized", "cache_config": dict(settings)}
+        return {"cache_implementation": "quantized", "cache_config": settings}
 
     def _new_cache(self) -> Any:
-        settings = KV_CACHE_SETTINGS.get(self.group.kv_cache_dtype)
+        settings = cache_settings(self.group.kv_cache_dtype)
         if settings is None:
             from transformers import DynamicCache
 

@@ -1,6 +1,13 @@
-"""Weight formats and KV-cache dtypes: the names a scenario may use and what each costs in bytes.
+"""What each weight format and each KV-cache dtype is, declared once: one table per axis.
 
-One table of data per axis; the planner reads the byte costs, the backends read the engine names.
+A row of a table says what the format costs in bytes, with which engines (backends) and on which
+targets the harness measures it, and the names each engine gives it. Everything that needs one
+of these facts reads it here: the planner (bytes, group sizes), the compatibility rules (engines,
+targets), the transformers backend (torch dtype, GPTQ group size, quantized-cache settings) and
+the vLLM backend (its `quantization`, `dtype` and `kv_cache_dtype` arguments).
+
+API: ``WEIGHT_FORMATS[name] -> WeightFormat``, ``KV_CACHE_FORMATS[name] -> KvCacheFormat``,
+``weight_formats_for(backend)`` / ``kv_cache_formats_for(backend)``, ``compute_dtype_bytes``.
 """
 
 from __future__ import annotations
@@ -29,90 +36,227 @@ Target = Literal["cpu", "cuda", "rocm"]
 
 QUANTIZATIONS: tuple[str, ...] = get_args(Quantization)
 KV_CACHE_DTYPES: tuple[str, ...] = get_args(KvCacheDtype)
+BACKENDS: tuple[str, ...] = get_args(Backend)
+TARGETS: tuple[str, ...] = get_args(Target)
+
+BOTH_ENGINES: frozenset[Backend] = frozenset(get_args(Backend))
+ALL_TARGETS: frozenset[Target] = frozenset(get_args(Target))
+GPU_TARGETS: frozenset[Target] = frozenset({"cuda", "rocm"})
+TRANSFORMERS: frozenset[Backend] = frozenset({"transformers"})
+VLLM: frozenset[Backend] = frozenset({"vllm"})
+
+# vLLM's name for FP8 quantized on the fly from a 16-bit checkpoint differs between builds
+# ("fp8_per_tensor" where registered, else "fp8"): the vLLM backend resolves this placeholder.
+VLLM_ONLINE_FP8 = "online-fp8"
 
 
-class WeightFormat(BaseModel):
-    """Bytes a format spends per weight of a quantized linear layer.
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
-    bits: storage bits per weight (None = the model's own dtype).
+
+class WeightFormat(Strict):
+    """One weight format: its bytes per weight, where it runs, and each engine's name for it.
+
+    bits: storage bits per weight of a quantized linear (None = the model's own dtype).
     group_size / group_overhead_bits: one scale (and zero point) per group of weights;
-    e.g. GPTQ g128 with an fp16 scale and a packed 4-bit zero = (16 + 4) / 128 bit per weight.
+      e.g. GPTQ g64 with an fp16 scale and a packed 4-bit zero = (16 + 4) / 64 bit per weight.
     per_row_overhead_bits: one scale per output row (LLM.int8, quanto int8 per channel).
-    keeps_embeddings_16bit: embeddings and lm_head stay in 16-bit (2 bytes) when quantized.
+    rest_in_loaded_dtype: embeddings, lm_head and norms stay in the loaded dtype (bitsandbytes,
+      quanto quantize in place); otherwise they are served in 16 bit (gptqmodel, vLLM).
+    compute_dtype_bytes: activations and the "auto" KV cache (None = the model's own dtype).
+    engines / targets: where the harness measures it (the compatibility rules read these).
+    torch_dtype: the dtype transformers loads the weights in (None = the checkpoint's).
+    vllm_quantization / vllm_dtype: vLLM's `quantization` and `dtype` arguments.
+    vllm_checkpoint_methods: `quantization_config.quant_method`s a checkpoint may declare for it.
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
-    name: str
+    name: Quantization
     bits: float | None
     group_size: int | None = None
     group_overhead_bits: float = 0.0
     per_row_overhead_bits: float = 0.0
     quantizes_linears: bool = True
     library: str
+    rest_in_loaded_dtype: bool = False
+    compute_dtype_bytes: int | None = None
+    engines: frozenset[Backend]
+    targets: frozenset[Target] = ALL_TARGETS
+    torch_dtype: str | None = None
+    vllm_quantization: str | None = None
+    vllm_dtype: str | None = None
+    vllm_checkpoint_methods: frozenset[str] = frozenset()
+
+    @property
+    def bits_per_weight(self) -> float:
+        """Storage bits of one quantized-linear weight, its group's scale and zero included."""
+        bits = self.bits or 16.0
+        return bits + (self.group_overhead_bits / self.group_size if self.group_size else 0.0)
+
+
+class QuantizedCacheSettings(Strict):
+    """transformers' QuantizedCache for a KV dtype (q_group_size is the format's group_size).
+    residual_length: the newest tokens kept in the compute dtype until a re-quantization; 32
+    keeps most of a 128+ token context quantized."""
+
+    backend: Literal["quanto", "hqq"]
+    nbits: int
+    axis_key: int | None = None
+    axis_value: int | None = None
+    residual_length: int = 32
+
+
+class KvCacheFormat(Strict):
+    """One KV-cache dtype: bytes per element, where it runs, and each engine's name for it.
+
+    bits: per element (None = the compute dtype, "auto"); group_size / group_overhead_bytes: a
+    quantized cache's scale and zero point per group of elements (16 bit each: 4 bytes).
+    family: what kind of cache it is (the compatibility rules give one reason per family).
+    """
+
+    name: KvCacheDtype
+    bits: int | None
+    group_size: int | None = None
+    group_overhead_bytes: float = 0.0
+    family: Literal["compute", "float16", "fp8", "int"]
+    engines: frozenset[Backend]
+    targets: frozenset[Target] = ALL_TARGETS
+    vllm_kv_cache_dtype: str | None = None
+    transformers_cache: QuantizedCacheSettings | None = None
+
+    @property
+    def bytes_per_element(self) -> float | None:
+        """None for "auto": the compute dtype's bytes (see compute_dtype_bytes)."""
+        if self.bits is None:
+            return None
+        overhead = self.group_overhead_bytes / self.group_size if self.group_size else 0.0
+        return self.bits / 8 + overhead
+
+    def transformers_cache_config(self) -> dict[str, object] | None:
+        """The keyword arguments of transformers' QuantizedCache, None for a plain cache."""
+        if self.transformers_cache is None:
+            return None
+        settings = self.transformers_cache.model_dump(exclude_none=True)
+        return {**settings, "q_group_size": self.group_size}
 
 
 WEIGHT_FORMATS: dict[str, WeightFormat] = {
     f.name: f
     for f in [
-        WeightFormat(name="none", bits=None, quantizes_linears=False, library="torch"),
-        WeightFormat(name="fp32", bits=32, quantizes_linears=False, library="torch"),
-        WeightFormat(name="bf16", bits=16, quantizes_linears=False, library="torch"),
-        WeightFormat(name="fp16", bits=16, quantizes_linears=False, library="torch"),
+        WeightFormat(
+            name="none", bits=None, quantizes_linears=False, library="torch",
+            engines=BOTH_ENGINES, vllm_dtype="auto",
+        ),
+        WeightFormat(
+            name="fp32", bits=32, quantizes_linears=False, library="torch", compute_dtype_bytes=4,
+            engines=BOTH_ENGINES, torch_dtype="float32", vllm_dtype="float32",
+        ),
+        WeightFormat(
+            name="bf16", bits=16, quantizes_linears=False, library="torch", compute_dtype_bytes=2,
+            engines=BOTH_ENGINES, torch_dtype="bfloat16", vllm_dtype="bfloat16",
+        ),
+        WeightFormat(
+            name="fp16", bits=16, quantizes_linears=False, library="torch", compute_dtype_bytes=2,
+            engines=BOTH_ENGINES, torch_dtype="float16", vllm_dtype="float16",
+        ),
         # LLM.int8: int8 weights, one fp32 absmax per output row.
-        WeightFormat(name="bnb-int8", bits=8, per_row_overhead_bits=32, library="bitsandbytes"),
+        WeightFormat(
+            name="bnb-int8", bits=8, per_row_overhead_bits=32, library="bitsandbytes",
+            rest_in_loaded_dtype=True, engines=TRANSFORMERS,
+        ),
         # 4-bit bnb: blocks of 64 with an fp32 absmax each (no double quantization).
         WeightFormat(
-            name="bnb-nf4", bits=4, group_size=64, group_overhead_bits=32, library="bitsandbytes"
+            name="bnb-nf4", bits=4, group_size=64, group_overhead_bits=32, library="bitsandbytes",
+            rest_in_loaded_dtype=True, engines=TRANSFORMERS,
         ),
         WeightFormat(
-            name="bnb-fp4", bits=4, group_size=64, group_overhead_bits=32, library="bitsandbytes"
+            name="bnb-fp4", bits=4, group_size=64, group_overhead_bits=32, library="bitsandbytes",
+            rest_in_loaded_dtype=True, engines=TRANSFORMERS,
+        ),
+        # GPTQ 4 bit, groups of 64 (the transformers backend quantizes with this group size):
+        # an fp16 scale and a packed 4-bit zero point per group.
+        WeightFormat(
+            name="gptq-int4", bits=4, group_size=64, group_overhead_bits=16 + 4,
+            library="gptqmodel", engines=BOTH_ENGINES, vllm_quantization="gptq",
+            vllm_dtype="auto", vllm_checkpoint_methods=frozenset({"gptq"}),
         ),
         WeightFormat(
-            name="gptq-int4",
-            bits=4,
-            group_size=128,
-            group_overhead_bits=16 + 4,
-            library="gptqmodel",
-        ),
-        WeightFormat(
-            name="quanto-int8", bits=8, per_row_overhead_bits=16, library="optimum-quanto"
+            name="quanto-int8", bits=8, per_row_overhead_bits=16, library="optimum-quanto",
+            rest_in_loaded_dtype=True, engines=TRANSFORMERS,
         ),
         # quanto int4/int2: groups of 128 with a 16-bit scale and a 16-bit shift.
         WeightFormat(
-            name="quanto-int4",
-            bits=4,
-            group_size=128,
-            group_overhead_bits=32,
-            library="optimum-quanto",
+            name="quanto-int4", bits=4, group_size=128, group_overhead_bits=32,
+            library="optimum-quanto", rest_in_loaded_dtype=True, engines=TRANSFORMERS,
         ),
         WeightFormat(
-            name="quanto-int2",
-            bits=2,
-            group_size=128,
-            group_overhead_bits=32,
-            library="optimum-quanto",
+            name="quanto-int2", bits=2, group_size=128, group_overhead_bits=32,
+            library="optimum-quanto", rest_in_loaded_dtype=True, engines=TRANSFORMERS,
         ),
-        WeightFormat(name="fp8", bits=8, per_row_overhead_bits=32, library="vllm"),
+        # FP8 weights, one fp32 scale per output row, quantized by vLLM on the fly (or an
+        # FP8-serialized checkpoint): needs a GPU with FP8 support.
+        WeightFormat(
+            name="fp8", bits=8, per_row_overhead_bits=32, library="vllm", engines=VLLM,
+            targets=GPU_TARGETS, vllm_quantization=VLLM_ONLINE_FP8, vllm_dtype="auto",
+            vllm_checkpoint_methods=frozenset({"fp8"}),
+        ),
     ]
-}
+}  # fmt: skip
 
-# Bytes per KV element; None = the model's compute dtype. int8/int4 add one 16-bit scale and
-# zero point per group of 64 elements (transformers' quantized cache, q_group_size=64).
-KV_BYTES: dict[str, float | None] = {
-    "auto": None,
-    "fp16": 2.0,
-    "bf16": 2.0,
-    "fp8": 1.0,
-    "fp8_e4m3": 1.0,
-    "fp8_e5m2": 1.0,
-    "int8": 1.0 + 4.0 / 64,
-    "int4": 0.5 + 4.0 / 64,
-}
+KV_CACHE_FORMATS: dict[str, KvCacheFormat] = {
+    k.name: k
+    for k in [
+        KvCacheFormat(
+            name="auto", bits=None, family="compute", engines=BOTH_ENGINES,
+            vllm_kv_cache_dtype="auto",
+        ),
+        # A 16-bit cache is the compute dtype's business in both engines ("auto" selects it).
+        KvCacheFormat(
+            name="fp16", bits=16, family="float16", engines=frozenset(),
+            vllm_kv_cache_dtype="float16",
+        ),
+        KvCacheFormat(
+            name="bf16", bits=16, family="float16", engines=frozenset(),
+            vllm_kv_cache_dtype="bfloat16",
+        ),
+        KvCacheFormat(
+            name="fp8", bits=8, family="fp8", engines=VLLM, vllm_kv_cache_dtype="fp8",
+        ),
+        KvCacheFormat(
+            name="fp8_e4m3", bits=8, family="fp8", engines=VLLM, vllm_kv_cache_dtype="fp8_e4m3",
+        ),
+        KvCacheFormat(
+            name="fp8_e5m2", bits=8, family="fp8", engines=VLLM, targets=frozenset({"cpu", "cuda"}),
+            vllm_kv_cache_dtype="fp8_e5m2",
+        ),
+        # transformers' quantized caches: int8 with hqq (per-channel axes), int4 with quanto;
+        # groups of 64 elements, a 16-bit scale and a 16-bit zero point each.
+        KvCacheFormat(
+            name="int8", bits=8, group_size=64, group_overhead_bytes=4, family="int",
+            engines=TRANSFORMERS,
+            transformers_cache=QuantizedCacheSettings(
+                backend="hqq", nbits=8, axis_key=1, axis_value=1
+            ),
+        ),
+        KvCacheFormat(
+            name="int4", bits=4, group_size=64, group_overhead_bytes=4, family="int",
+            engines=TRANSFORMERS,
+            transformers_cache=QuantizedCacheSettings(backend="quanto", nbits=4),
+        ),
+    ]
+}  # fmt: skip
 
-COMPUTE_DTYPE_BYTES: dict[str, int | None] = {"fp32": 4, "bf16": 2, "fp16": 2}
+
+def weight_formats_for(backend: str) -> list[str]:
+    """The weight formats an engine is measured with, in table order."""
+    return [f.name for f in WEIGHT_FORMATS.values() if backend in f.engines]
+
+
+def kv_cache_formats_for(backend: str) -> list[str]:
+    """The KV-cache dtypes an engine is measured with, in table order."""
+    return [k.name for k in KV_CACHE_FORMATS.values() if backend in k.engines]
 
 
 def compute_dtype_bytes(quantization: str, model_dtype_bytes: int) -> int:
     """Bytes of the activations/KV dtype a format computes in (its own, else the model's)."""
-    own = COMPUTE_DTYPE_BYTES.get(quantization)
+    own = WEIGHT_FORMATS[quantization].compute_dtype_bytes
     return own if own is not None else model_dtype_bytes

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from harness import plan
 from harness.backends.base import BackendOptions
 from harness.backends.transformers import (
     TransformersBackend,
@@ -16,6 +17,8 @@ from harness.backends.transformers import (
 )
 from harness.corpus import calibration_texts, eval_text
 from harness.errors import UserInputError
+from harness.spec import catalog
+from harness.spec.capabilities import KV_CACHE_FORMATS, WEIGHT_FORMATS
 from harness.spec.scenario import GroupKey
 
 TINY = Path(__file__).resolve().parents[2] / "harness" / "data" / "tiny-llama"
@@ -102,6 +105,46 @@ def test_an_int4_quanto_kv_cache_changes_scores_but_not_shapes() -> None:
     assert a.nll_sum.shape == b.nll_sum.shape == (2,)
     assert b.logprobs_at_ref is not None and b.logprobs_at_ref.shape == (2, 127, 4)
     assert (a.nll_sum != b.nll_sum).any()  # the second half of each window reads a 4-bit cache
+
+
+def test_the_plan_assumes_the_gptq_group_size_the_backend_quantizes_with(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One value (the capability table's), read by gptqmodel's QuantizeConfig and the planner."""
+    import gptqmodel
+
+    seen: dict[str, int] = {}
+
+    class Stop(Exception):
+        pass
+
+    def load(path: str, config: object = None, **kwargs: object) -> None:
+        seen["group_size"] = config.group_size  # type: ignore[attr-defined]
+        seen["bits"] = config.bits  # type: ignore[attr-defined]
+        raise Stop
+
+    monkeypatch.setattr(gptqmodel.GPTQModel, "load", load)
+    with pytest.raises(Stop):
+        backend("gptq-int4", tmp=tmp_path).load()
+    group = seen["group_size"]
+    assert group == WEIGHT_FORMATS["gptq-int4"].group_size == 64
+    arch = catalog.model("meta-llama/Llama-3.1-8B-Instruct")
+    counts = plan.param_counts(arch)
+    scale_and_zero_bits = 16 + 4
+    linear = counts.linear * (seen["bits"] + scale_and_zero_bits / group) / 8
+    kept = (counts.embeddings + counts.lm_head + counts.other) * 2
+    assert plan.weights_bytes(arch, "gptq-int4") == linear + kept
+
+
+def test_quantized_kv_caches_use_the_tables_group_size() -> None:
+    from harness.backends.transformers import cache_settings
+
+    assert cache_settings("auto") is None
+    for name in ("int8", "int4"):
+        settings = cache_settings(name)
+        assert settings is not None
+        assert settings["q_group_size"] == KV_CACHE_FORMATS[name].group_size == 64
+        assert settings["nbits"] == KV_CACHE_FORMATS[name].bits
 
 
 @pytest.mark.slow

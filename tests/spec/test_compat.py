@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from harness.spec.capabilities import BACKENDS, KV_CACHE_FORMATS, WEIGHT_FORMATS
 from harness.spec.compat import RULES, rule_for
 
 COMPATIBLE = {
@@ -51,3 +52,25 @@ def test_a_rule_catches_its_example(rule_id: str) -> None:
 )
 def test_supported_combinations_pass(fields: dict[str, str]) -> None:
     assert rule_for(fields) is None
+
+
+@pytest.mark.parametrize("name", sorted(WEIGHT_FORMATS))
+def test_a_weight_format_runs_exactly_where_its_capability_row_says(name: str) -> None:
+    """On the GPU targets (where both engines run), the rules follow the table's engines and
+    targets: one fact, one home."""
+    fmt = WEIGHT_FORMATS[name]
+    for backend in BACKENDS:
+        for target in ("cuda", "rocm"):
+            fields = {**COMPATIBLE, "backend": backend, "quantization": name, "target": target}
+            allowed = backend in fmt.engines and target in fmt.targets
+            assert (rule_for(fields) is None) == allowed, fields
+
+
+@pytest.mark.parametrize("name", sorted(KV_CACHE_FORMATS))
+def test_a_kv_dtype_runs_exactly_where_its_capability_row_says(name: str) -> None:
+    kv = KV_CACHE_FORMATS[name]
+    for backend in BACKENDS:
+        for target in ("cuda", "rocm"):
+            fields = {**COMPATIBLE, "backend": backend, "kv_cache_dtype": name, "target": target}
+            allowed = backend in kv.engines and target in kv.targets
+            assert (rule_for(fields) is None) == allowed, fields
