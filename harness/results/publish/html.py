@@ -11,6 +11,7 @@ import pandas as pd
 
 from harness import __version__
 from harness.results.aggregate import QUALITY_CLASSES, Aggregate
+from harness.results.engines import AGREEMENT_TOLERANCE, agreement_lines, engine_agreement
 from harness.results.publish.format import (
     escape,
     fmt_count,
@@ -302,6 +303,9 @@ def report_html(result: Aggregate, tariffs: TariffTable | None, quality_class: s
         html_table(result.gpu_ratios, RATIO_COLUMNS, "ratios"),
         "<h2>Every point</h2>",
         html_table(result.points, POINT_COLUMNS, "points"),
+        f"<h2>Engines agree (same model and dtype, within {AGREEMENT_TOLERANCE:.1%})</h2><ul>",
+        *[f"<li>{escape(line)}</li>" for line in agreement_lines(engine_agreement(result.points))],
+        "</ul>",
         "<h2>Factor effects (main effects)</h2>",
         html_table(result.main_effects, EFFECT_COLUMNS, "effects", limit=2000),
         "<h2>Rows</h2><ul>",

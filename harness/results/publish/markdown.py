@@ -8,6 +8,7 @@ from typing import Any
 
 from harness import __version__
 from harness.results.aggregate import Aggregate
+from harness.results.engines import AGREEMENT_TOLERANCE, agreement_lines, engine_agreement
 from harness.results.publish.format import fmt_usd
 from harness.results.publish.headline import headline_table
 from harness.results.publish.method import FORMULAS, LICENCES
@@ -51,6 +52,10 @@ def readme(result: Aggregate, tariffs: TariffTable | None, quality_class: str) -
     if c["models_without_reference"]:
         names = ", ".join(md_escape(m) for m in c["models_without_reference"])
         parts.append(f"- models without a reference row (no quality class): {names}")
+    parts += [
+        f"\n## Engines agree (same model and dtype, within {AGREEMENT_TOLERANCE:.1%})\n",
+        *[f"- {md_escape(line)}" for line in agreement_lines(engine_agreement(result.points))],
+    ]
     parts += [
         "\n## Method\n",
         "Every configuration is measured on the same corpus in the same run as its reference "
