@@ -274,7 +274,7 @@ def parse_generation(outputs: Sequence[Any], started: float) -> Generation:
     if not outputs:
         raise ValueError("the engine returned no outputs")
     new_tokens = [len(out.outputs[0].token_ids) if out.outputs else 0 for out in outputs]
-    stats = [getattr(out, "metrics", None) for out in outputs]
+    stats: list[Any] = [getattr(out, "metrics", None) for out in outputs]
     if any(m is None or not getattr(m, "first_token_ts", 0.0) for m in stats):
         raise ValueError(
             "the engine gave no per-request timestamps (RequestOutput.metrics); it must run "
