@@ -2,6 +2,9 @@
 
 The YAML shape is a contract (see README). Validation happens before anything runs; errors name
 the file, the line, the field path, what was expected and, for near misses, what was meant.
+Reading is strict: no coercion ("8" is not 8, true is not 1), every number finite and inside the
+bounds below (the bound is in the message), every list capped and free of duplicates, and the
+grid capped at ``MAX_GRID_POINTS`` before it is expanded.
 """
 
 from __future__ import annotations
@@ -10,7 +13,7 @@ import hashlib
 import itertools
 import json
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import (
     BaseModel,
@@ -32,16 +35,43 @@ from harness.spec.capabilities import (
     Target,
 )
 from harness.spec.compat import rule_for
-from harness.spec.yamlinput import load_model, parse_model
+from harness.spec.yamlinput import excerpt, load_model, parse_model
+
+# Plausible bounds: a value outside them is a typo or an attack, never a benchmark.
+MAX_BATCH = 4096
+MAX_CONTEXT = 1 << 20  # tokens (1,048,576)
+MAX_OUTPUT_TOKENS = 1 << 16  # 65,536
+MAX_REPEATS = 100
+MAX_WARMUPS = 100
+MAX_MIN_DURATION_S = 3600.0
+MAX_SEED = 2**32 - 1  # numpy's seed range
+MAX_WINDOW_TOKENS = 8192
+MAX_WINDOWS = 100_000
+MAX_ARC_ITEMS = 10_000
+MAX_BOOTSTRAP = 100_000
+MAX_MODELS = 32
+MAX_AXIS_VALUES = 64  # values in one list: batch, context, …
+MAX_EXCLUDES = 256
+MAX_GRID_POINTS = 10_000  # cells of the grid before skips
+MAX_NAME = 200  # characters of a model id, revision or GPU name
+
+Batch = Annotated[int, Field(gt=0, le=MAX_BATCH)]
+Context = Annotated[int, Field(gt=0, le=MAX_CONTEXT)]
 
 
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-class ModelRef(Strict):
-    id: str = Field(min_length=1)
-    revision: str = "main"
+class Input(Strict):
+    """What a person writes: no coercion, no inf/nan."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
+
+
+class ModelRef(Input):
+    id: str = Field(min_length=1, max_length=MAX_NAME)
+    revision: str = Field("main", min_length=1, max_length=MAX_NAME)
 
     @field_validator("id")
     @classmethod
@@ -53,36 +83,43 @@ class ModelRef(Strict):
         return value
 
 
-class Reference(Strict):
+class Reference(Input):
     """The configuration every other one is compared with, per model, in the same run."""
 
     quantization: Quantization = "none"
     kv_cache_dtype: KvCacheDtype = "auto"
 
 
-class QualitySettings(Strict):
-    window_tokens: PositiveInt = 256
-    max_windows: PositiveInt | None = 64  # None = every window of the corpus
-    arc_items: NonNegativeInt = 100
-    bootstrap_samples: PositiveInt = 1000
+class QualitySettings(Input):
+    window_tokens: int = Field(256, gt=0, le=MAX_WINDOW_TOKENS)
+    max_windows: int | None = Field(64, gt=0, le=MAX_WINDOWS)  # None = every window
+    arc_items: int = Field(100, ge=0, le=MAX_ARC_ITEMS)
+    bootstrap_samples: int = Field(1000, gt=0, le=MAX_BOOTSTRAP)
 
 
-class VllmOptions(Strict):
+class VllmOptions(Input):
     gpu_memory_utilization: float = Field(0.9, gt=0.0, le=1.0)
     enforce_eager: bool = False
-    max_model_len: PositiveInt | None = None
+    max_model_len: int | None = Field(None, gt=0, le=MAX_CONTEXT)
 
 
-class Exclude(Strict):
+Few = Field(min_length=1, max_length=MAX_AXIS_VALUES)
+
+
+class Exclude(Input):
     """One exclusion: every field given must match (a value, or any of a list of values)."""
 
-    model: str | list[str] | None = None
-    backend: Backend | list[Backend] | None = None
-    quantization: Quantization | list[Quantization] | None = None
-    kv_cache_dtype: KvCacheDtype | list[KvCacheDtype] | None = None
-    batch: PositiveInt | list[PositiveInt] | None = None
-    context: PositiveInt | list[PositiveInt] | None = None
-    target: Target | list[Target] | None = None
+    model: (
+        Annotated[str, Field(max_length=MAX_NAME)]
+        | Annotated[list[Annotated[str, Field(max_length=MAX_NAME)]], Few]
+        | None
+    ) = None
+    backend: Backend | Annotated[list[Backend], Few] | None = None
+    quantization: Quantization | Annotated[list[Quantization], Few] | None = None
+    kv_cache_dtype: KvCacheDtype | Annotated[list[KvCacheDtype], Few] | None = None
+    batch: Batch | Annotated[list[Batch], Few] | None = None
+    context: Context | Annotated[list[Context], Few] | None = None
+    target: Target | Annotated[list[Target], Few] | None = None
 
     @model_validator(mode="after")
     def names_at_least_one_field(self) -> Exclude:
@@ -102,28 +139,32 @@ _AUTO_KV: list[KvCacheDtype] = ["auto"]
 
 
 def _unique(values: list[Any]) -> list[Any]:
-    seen = [v for i, v in enumerate(values) if v in values[:i]]
-    if seen:
-        raise ValueError(f"duplicate value {seen[0]!r}")
+    seen: set[Any] = set()
+    for value in values:
+        if value in seen:
+            raise ValueError(f"duplicate value {excerpt(value)}; give each value once")
+        seen.add(value)
     return values
 
 
-class Scenario(Strict):
+class Scenario(Input):
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", max_length=80)
-    models: list[ModelRef] = Field(min_length=1)
-    backend: list[Backend] = Field(min_length=1)
-    quantization: list[Quantization] = Field(min_length=1)
-    kv_cache_dtype: list[KvCacheDtype] = Field(default_factory=lambda: list(_AUTO_KV), min_length=1)
-    batch: list[PositiveInt] = Field(min_length=1)
-    context: list[PositiveInt] = Field(min_length=1)
-    output_tokens: PositiveInt
-    targets: list[Target] = Field(min_length=1)
-    repeats: PositiveInt = 5
-    warmups: NonNegativeInt = 1
-    min_duration_s: float = Field(0.0, ge=0.0)
-    seed: int = 0
-    gpu: str | None = None  # catalog card the plan assumes for GPU targets
-    exclude: list[Exclude] = Field(default_factory=list)
+    models: list[ModelRef] = Field(min_length=1, max_length=MAX_MODELS)
+    backend: list[Backend] = Few
+    quantization: list[Quantization] = Few
+    kv_cache_dtype: list[KvCacheDtype] = Field(
+        default_factory=lambda: list(_AUTO_KV), min_length=1, max_length=MAX_AXIS_VALUES
+    )
+    batch: list[Batch] = Few
+    context: list[Context] = Few
+    output_tokens: int = Field(gt=0, le=MAX_OUTPUT_TOKENS)
+    targets: list[Target] = Few
+    repeats: int = Field(5, gt=0, le=MAX_REPEATS)
+    warmups: int = Field(1, ge=0, le=MAX_WARMUPS)
+    min_duration_s: float = Field(0.0, ge=0.0, le=MAX_MIN_DURATION_S)
+    seed: int = Field(0, ge=0, le=MAX_SEED)
+    gpu: str | None = Field(None, max_length=MAX_NAME)  # catalog card the plan assumes
+    exclude: list[Exclude] = Field(default_factory=list, max_length=MAX_EXCLUDES)
     reference: Reference = Reference()
     quality: QualitySettings = QualitySettings()
     vllm: VllmOptions = VllmOptions()
@@ -131,14 +172,40 @@ class Scenario(Strict):
     @field_validator("models", mode="before")
     @classmethod
     def model_strings_are_ids(cls, value: Any) -> Any:
-        if isinstance(value, list):
+        if isinstance(value, list) and len(value) <= MAX_MODELS:
             return [{"id": v} if isinstance(v, str) else v for v in value]
+        return value
+
+    @field_validator("models")
+    @classmethod
+    def each_model_once(cls, value: list[ModelRef]) -> list[ModelRef]:
+        seen: set[tuple[str, str]] = set()
+        for m in value:
+            if (m.id, m.revision) in seen:
+                raise ValueError(
+                    f"model {excerpt(m.id)} (revision {excerpt(m.revision)}) is listed twice; "
+                    "list each model once"
+                )
+            seen.add((m.id, m.revision))
         return value
 
     @field_validator("backend", "quantization", "kv_cache_dtype", "batch", "context", "targets")
     @classmethod
     def no_duplicates(cls, value: list[Any]) -> list[Any]:
         return _unique(value)
+
+    @model_validator(mode="after")
+    def grid_is_bounded(self) -> Scenario:
+        axes = (self.models, self.backend, self.quantization, self.kv_cache_dtype, self.batch)
+        cells = len(self.context) * len(self.targets)
+        for axis in axes:
+            cells *= len(axis)
+        if cells > MAX_GRID_POINTS:
+            raise ValueError(
+                f"the grid has {cells:,} cells; the limit is {MAX_GRID_POINTS:,} "
+                "(split the scenario or use fewer values)"
+            )
+        return self
 
     @field_validator("gpu")
     @classmethod

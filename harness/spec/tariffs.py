@@ -6,7 +6,9 @@ whole days, priced either directly (``price_usd``, for the whole node and the wh
 discount on hourly billing (``discount_pct``: price = hourly_usd × 24 × days × (1 − pct/100)).
 
 Validation happens before anything is priced; errors name the file, the line and the field, the
-same way scenario errors do (the helpers are shared with ``harness.spec.scenario``).
+same way scenario errors do (the helpers are shared with ``harness.spec.scenario``). Reading is
+strict: no coercion ("2.5" is not 2.5), every number finite and inside the bounds below, lists
+capped, and a tariff (provider, GPU, cards per node) given twice is refused, never last-wins.
 """
 
 from __future__ import annotations
@@ -19,29 +21,38 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
-    PositiveInt,
     field_validator,
     model_validator,
 )
 
 from harness.errors import UserInputError
 from harness.spec import catalog
-from harness.spec.yamlinput import load_model, parse_model
+from harness.spec.yamlinput import excerpt, load_model, parse_model
 
 HOURS_PER_DAY = 24
 
+# Plausible bounds: a value outside them is a typo or an attack, never a price.
+MAX_HOURLY_USD = 10_000.0  # one node per hour
+MAX_PACKAGE_USD = 100_000_000.0
+MAX_DAYS = 3650
+MAX_GPUS_PER_NODE = 64
+MAX_TARIFFS = 1000
+MAX_PACKAGES = 64
+MAX_TEXT = 500  # characters of provider, source, rule
+MAX_NOTE = 4000
+
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
 
 
 class Package(_Strict):
     """A fixed rental of ``days`` days of one node: a price, or a discount on hourly billing."""
 
-    days: PositiveInt
-    price_usd: float | None = Field(None, gt=0)
+    days: int = Field(gt=0, le=MAX_DAYS)
+    price_usd: float | None = Field(None, gt=0, le=MAX_PACKAGE_USD)
     discount_pct: float | None = Field(None, ge=0, lt=100)
-    rule: str | None = None  # which published rule gave the price, in words
+    rule: str | None = Field(None, max_length=MAX_TEXT)  # which published rule gave the price
 
     @model_validator(mode="after")
     def price_or_discount(self) -> Package:
@@ -51,13 +62,13 @@ class Package(_Strict):
 
 
 class Tariff(_Strict):
-    provider: str = Field(min_length=1)
-    gpu: str  # catalog name; an alias is accepted and stored as the catalog name
-    gpus_per_node: PositiveInt = 1
-    hourly_usd: float = Field(gt=0)  # the whole node, per hour
-    packages: list[Package] = Field(default_factory=list)
+    provider: str = Field(min_length=1, max_length=MAX_TEXT)
+    gpu: str = Field(max_length=MAX_TEXT)  # catalog name; an alias is stored as the catalog name
+    gpus_per_node: int = Field(1, gt=0, le=MAX_GPUS_PER_NODE)
+    hourly_usd: float = Field(gt=0, le=MAX_HOURLY_USD)  # the whole node, per hour
+    packages: list[Package] = Field(default_factory=list, max_length=MAX_PACKAGES)
     currency: Literal["USD"] = "USD"
-    source: str = Field(min_length=1)  # URL or words: where the price was read
+    source: str = Field(min_length=1, max_length=MAX_TEXT)  # URL or words: where it was read
     date: str = Field(pattern=r"^\d{4}-\d{2}(-\d{2})?$")  # when it was read: YYYY-MM[-DD]
     example: bool = False  # True = illustrative, not a quote
 
@@ -77,10 +88,11 @@ class Tariff(_Strict):
     @field_validator("packages")
     @classmethod
     def one_package_per_length(cls, value: list[Package]) -> list[Package]:
-        days = [p.days for p in value]
-        twice = sorted({d for d in days if days.count(d) > 1})
-        if twice:
-            raise ValueError(f"two packages of {twice[0]} days; give each length once")
+        seen: set[int] = set()
+        for package in value:
+            if package.days in seen:
+                raise ValueError(f"two packages of {package.days} days; give each length once")
+            seen.add(package.days)
         return value
 
     @property
@@ -96,8 +108,22 @@ class Tariff(_Strict):
 
 
 class TariffTable(_Strict):
-    tariffs: list[Tariff] = Field(min_length=1)
-    note: str | None = None
+    tariffs: list[Tariff] = Field(min_length=1, max_length=MAX_TARIFFS)
+    note: str | None = Field(None, max_length=MAX_NOTE)
+
+    @field_validator("tariffs")
+    @classmethod
+    def each_tariff_once(cls, value: list[Tariff]) -> list[Tariff]:
+        seen: dict[tuple[str, str, int], int] = {}
+        for index, tariff in enumerate(value):
+            key = (tariff.provider, tariff.gpu, tariff.gpus_per_node)
+            if key in seen:
+                raise ValueError(
+                    f"tariffs[{index}] repeats tariffs[{seen[key]}] ({excerpt(tariff.provider)} "
+                    f"{tariff.gpu}×{tariff.gpus_per_node}); give each tariff once"
+                )
+            seen[key] = index
+        return value
 
     def for_gpu(self, gpu: str) -> list[Tariff]:
         return [t for t in self.tariffs if t.gpu == gpu]

@@ -3,6 +3,12 @@
 Shared by scenario and tariff files: read, parse, validate; the first problem becomes a
 UserInputError with the line of the offending node, the field path, what was expected and, for
 near misses, what was meant.
+
+One strict reading, capped before any work: at most ``MAX_INPUT_BYTES`` of text, ``MAX_DEPTH``
+levels of nesting and ``MAX_NODES`` values once aliases are expanded (an alias bomb is refused
+while it is composed, before anything is built from it); a mapping key given twice is refused
+with the line of the second one (never last-wins). Messages quote at most ``EXCERPT_CHARS`` of a
+value.
 """
 
 from __future__ import annotations
@@ -18,29 +24,126 @@ from harness.errors import UserInputError, did_you_mean
 
 M = TypeVar("M", bound=BaseModel)
 
+MAX_INPUT_BYTES = 1 << 20  # 1 MiB: the largest shipped file is a few KiB
+MAX_DEPTH = 32  # nesting levels of mappings and lists
+MAX_NODES = 100_000  # values in the document, aliases expanded
+EXCERPT_CHARS = 40  # the most of a value an error message quotes
+
+
+def excerpt(value: object, limit: int = EXCERPT_CHARS) -> str:
+    """`repr(value)`, cut to `limit` characters (never renders more than a few items)."""
+    if isinstance(value, (list, tuple, dict, set)) and len(value) > 8:
+        text = f"<{type(value).__name__} of {len(value)} items>"
+    elif isinstance(value, str) and len(value) > limit:
+        text = repr(value[:limit])
+    else:
+        text = repr(value)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """PyYAML's safe loader with the caps above and duplicate keys refused."""
+
+    def __init__(self, text: str, filename: str) -> None:
+        super().__init__(text)
+        self.filename = filename
+        self.depth = 0
+        self.sizes: dict[int, int] = {}  # id(node) → values it expands to
+
+    def refuse(self, message: str, node: yaml.Node | None = None) -> UserInputError:
+        line = node.start_mark.line + 1 if node is not None else None
+        return UserInputError(message, file=self.filename, line=line)
+
+    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node | None:
+        self.depth += 1
+        try:
+            if self.depth > MAX_DEPTH:
+                event = self.peek_event()  # type: ignore[no-untyped-call]
+                raise UserInputError(
+                    f"nested deeper than {MAX_DEPTH} levels (the limit)",
+                    file=self.filename,
+                    line=event.start_mark.line + 1,
+                )
+            node = super().compose_node(parent, index)
+        finally:
+            self.depth -= 1
+        if node is None or id(node) in self.sizes:  # an alias: counted again by its parent
+            return node
+        size = 1
+        if isinstance(node, yaml.SequenceNode):
+            size += sum(self.sizes.get(id(child), 1) for child in node.value)
+        elif isinstance(node, yaml.MappingNode):
+            size += sum(self.sizes.get(id(k), 1) + self.sizes.get(id(v), 1) for k, v in node.value)
+        if size > MAX_NODES:
+            raise self.refuse(f"more than {MAX_NODES:,} values (aliases expanded; the limit)", node)
+        self.sizes[id(node)] = size
+        return node
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            if not isinstance(key_node, yaml.ScalarNode):
+                raise self.refuse("a mapping key must be a plain value", key_node)
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            key = self.construct_object(key_node)
+            line = key_node.start_mark.line + 1
+            if key in seen:
+                raise UserInputError(
+                    f"key given twice (first on line {seen[key]}); give each key once",
+                    file=self.filename,
+                    line=line,
+                    field=excerpt(key).strip("'\""),
+                )
+            seen[key] = line
+        return super().construct_mapping(node, deep=deep)
+
 
 def load_model(path: str | Path, model: type[M], what: str) -> M:
     """Read `path` and validate it as `model`; `what` names the file kind in errors."""
     path = Path(path)
     try:
-        text = path.read_text()
+        size = path.stat().st_size
+        if size > MAX_INPUT_BYTES:
+            raise UserInputError(
+                f"{what} file is {size:,} bytes; the limit is {MAX_INPUT_BYTES:,}", file=str(path)
+            )
+        with path.open("rb") as handle:
+            raw = handle.read(MAX_INPUT_BYTES + 1)
+        text = raw.decode()
     except FileNotFoundError:
         raise UserInputError(f"{what} file not found", file=str(path)) from None
-    except (IsADirectoryError, UnicodeDecodeError) as exc:
-        raise UserInputError(f"cannot read {what} file: {exc}", file=str(path)) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else type(exc).__name__
+        raise UserInputError(f"cannot read {what} file: {reason}", file=str(path)) from None
     return parse_model(text, model, str(path), what)
 
 
-def parse_model(text: str, model: type[M], filename: str, what: str) -> M:
+def parse_yaml(text: str, filename: str) -> tuple[yaml.Node | None, Any]:
+    """The composed document (for line numbers) and its data, under the caps above."""
+    if len(text) > MAX_INPUT_BYTES:
+        raise UserInputError(
+            f"{len(text):,} characters; the limit is {MAX_INPUT_BYTES:,}", file=filename
+        )
+    loader = _StrictLoader(text, filename)
     try:
-        root = yaml.compose(text)
-        data = yaml.safe_load(text)
+        root = loader.get_single_node()
+        data = loader.construct_document(root) if root is not None else None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
-        problem = getattr(exc, "problem", None) or str(exc)
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         raise UserInputError(
             f"not valid YAML: {problem}", file=filename, line=mark.line + 1 if mark else None
         ) from None
+    except RecursionError:  # the depth cap stops nesting first; this is the backstop
+        raise UserInputError(f"nested deeper than {MAX_DEPTH} levels", file=filename) from None
+    finally:
+        loader.dispose()
+    return root, data
+
+
+def parse_model(text: str, model: type[M], filename: str, what: str) -> M:
+    root, data = parse_yaml(text, filename)
     if not isinstance(data, dict):
         raise UserInputError(
             f"expected a mapping of {what} fields at the top, found {type(data).__name__}",
@@ -51,6 +154,8 @@ def parse_model(text: str, model: type[M], filename: str, what: str) -> M:
         return model.model_validate(data)
     except ValidationError as exc:
         raise first_error(exc, root, filename, model) from None
+    except RecursionError:
+        raise UserInputError(f"nested deeper than {MAX_DEPTH} levels", file=filename) from None
 
 
 def first_error(
@@ -63,13 +168,11 @@ def first_error(
     value = err.get("input")
     if kind == "extra_forbidden":
         known = known_fields(model, loc[:-1])
-        message = (
-            f"unknown field{did_you_mean(loc[-1], known)}; expected one of: {', '.join(known)}"
-        )
+        message = f"unknown field{near_miss(loc[-1], known)}; expected one of: {', '.join(known)}"
     elif kind == "literal_error":
         choices = re.findall(r"'([^']*)'", str(err.get("ctx", {}).get("expected", "")))
         message = (
-            f"{value!r} is not allowed{did_you_mean(value, choices)}; expected one of: "
+            f"{excerpt(value)} is not allowed{near_miss(value, choices)}; expected one of: "
             f"{', '.join(choices)}"
         )
     elif kind == "missing":
@@ -77,8 +180,13 @@ def first_error(
     elif kind == "value_error":
         message = str(err["msg"]).removeprefix("Value error, ")
     else:
-        message = f"{err['msg']} (got {value!r})" if value is not None else str(err["msg"])
+        message = f"{err['msg']} (got {excerpt(value)})" if value is not None else str(err["msg"])
     return UserInputError(message, file=filename, line=line_of(root, loc), field=field_path(loc))
+
+
+def near_miss(value: object, choices: list[str]) -> str:
+    """`did_you_mean` for short values only (a long one is no typo, and difflib is quadratic)."""
+    return did_you_mean(value, choices) if len(str(value)) <= 2 * EXCERPT_CHARS else ""
 
 
 def data_location(loc: tuple[Any, ...]) -> tuple[Any, ...]:
@@ -89,6 +197,7 @@ def data_location(loc: tuple[Any, ...]) -> tuple[Any, ...]:
 def field_path(loc: tuple[Any, ...]) -> str:
     out = ""
     for part in loc:
+        part = part if isinstance(part, int) else excerpt(part).strip("'\"")
         out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
     return out
 

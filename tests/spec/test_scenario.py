@@ -58,7 +58,7 @@ MALFORMED: dict[str, tuple[str, str]] = {
     ),
     "string batch": (
         replace("batch", "batch: [one]"),
-        "bad.yaml:5: batch[0]: Input should be a valid integer, unable to parse string as an integer (got 'one')",
+        "bad.yaml:5: batch[0]: Input should be a valid integer (got 'one')",
     ),
     "missing output_tokens": (
         BASE.replace("output_tokens: 16\n", ""),
@@ -74,7 +74,7 @@ MALFORMED: dict[str, tuple[str, str]] = {
     ),
     "duplicate quantization": (
         replace("quantization", "quantization: [bf16, bf16]"),
-        "bad.yaml:4: quantization: duplicate value 'bf16'",
+        "bad.yaml:4: quantization: duplicate value 'bf16'; give each value once",
     ),
     "unknown model": (
         replace("models", "models: [meta-llama/Llama-3.1-8B-Instruc]"),
@@ -142,7 +142,7 @@ MALFORMED: dict[str, tuple[str, str]] = {
     ),
     "output tokens as string": (
         replace("output_tokens", "output_tokens: lots"),
-        "bad.yaml:7: output_tokens: Input should be a valid integer, unable to parse string as an integer (got 'lots')",
+        "bad.yaml:7: output_tokens: Input should be a valid integer (got 'lots')",
     ),
     "context not a list": (
         replace("context", "context: {a: 1}"),
