@@ -15,6 +15,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict
 
 from harness.errors import UserInputError, did_you_mean
+from harness.spec import models as resolver
 
 HERE = Path(__file__).parent
 PACKAGE_DATA = HERE.parents[1] / "data"
@@ -135,8 +136,9 @@ def gpu_for_device_name(device_name: str) -> GpuSpec | None:
     return None
 
 
-def model(model_id: str) -> ModelArch:
-    """A catalog model, a shipped model (e.g. tiny-llama) or a local directory with config.json."""
+def model(model_id: str, revision: str = "main") -> ModelArch:
+    """A catalog model, a shipped model (e.g. tiny-llama), a local directory with config.json, or
+    a hub id whose config.json is in the Hugging Face cache or fetchable (harness.spec.models)."""
     table = catalog_models()
     if model_id in table:
         return table[model_id]
@@ -144,6 +146,12 @@ def model(model_id: str) -> ModelArch:
     if (local / "config.json").is_file():
         cfg = json.loads((local / "config.json").read_text())
         return arch_from_config(model_id, cfg, str(local.resolve()))
+    if resolver.is_hub_id(model_id):
+        try:
+            return arch_from_config(model_id, resolver.hub_config(model_id, revision))
+        except UserInputError:
+            if not did_you_mean(model_id, table):
+                raise  # the resolver's line: not cached offline, gated, no such revision, ...
     raise UserInputError(
         f"unknown model {model_id!r}{did_you_mean(model_id, table)}: expected a catalog id "
         f"({', '.join(table)}) or a local directory containing config.json",
