@@ -175,12 +175,18 @@ class PointPlan(BaseModel):
         return {k: getattr(self, k) for k in PLAN_JSON_FIELDS}
 
 
-def card_for(point: Point, default_gpu: str | None) -> GpuSpec:
-    if point.target == "cpu":
+# The card a GPU target is planned on when no --gpu / scenario `gpu` names one.
+DEFAULT_CARDS: dict[str, str] = {"cpu": "cpu", "cuda": "H100-SXM-80GB", "rocm": "MI300X"}
+
+
+def default_card(target: str, gpu: str | None = None) -> GpuSpec:
+    """The card a point of this target is planned on, and its measured row predicted on when
+    the device is not in the catalog: the CPU for cpu targets, else the named card, else the
+    target's default (CUDA: H100 SXM, ROCm: MI300X). `harness plan`, the sweep and the worker
+    all ask here."""
+    if target == "cpu":
         return catalog.gpu("cpu")
-    if default_gpu:
-        return catalog.gpu(default_gpu)
-    return catalog.gpu("MI300X" if point.target == "rocm" else "H100-SXM-80GB")
+    return catalog.gpu(gpu or DEFAULT_CARDS[target])
 
 
 def plan_point(
@@ -313,7 +319,7 @@ def plan_grid(grid: Grid, gpu: str | None = None, hourly_usd: float | None = Non
     for point in grid.points:
         plan = plan_point(
             point,
-            card_for(point, default_gpu),
+            default_card(point.target, default_gpu),
             gpu_memory_utilization=util,
             warmups=scenario.warmups,
         )

@@ -75,11 +75,11 @@ def plan(
 ) -> None:
     """Every point with its memory plan and fit verdict, every skip with its reason, the budget."""
     from harness import plan as planner
-    from harness.spec import catalog
     from harness.spec import scenario as scen
 
     grid = scen.expand(scen.load(scenario))
-    card = catalog.gpu(gpu or grid.scenario.gpu or "H100-SXM-80GB")
+    gpu_targets = [t for t in grid.scenario.targets if t != "cpu"] or ["cuda"]
+    card = planner.default_card(gpu_targets[0], gpu or grid.scenario.gpu)
     price, tariff_name = hourly_price(tariffs, card.name)
     result = planner.plan_grid(grid, gpu=gpu, hourly_usd=price)
     result.budget.tariff = tariff_name
