@@ -96,9 +96,10 @@ def print_plan(result: Any) -> None:
             col, overflow="fold", justify="left" if col in ("point", "gpu") else "right"
         )
     for p in result.points:
+        pt = p.point
         point = (
-            f"{p.model} · {p.backend} · {p.quantization} · kv={p.kv_cache_dtype} · "
-            f"b={p.batch} ctx={p.context} · {p.target}"
+            f"{pt.model} · {pt.backend} · {pt.quantization} · kv={pt.kv_cache_dtype} · "
+            f"b={pt.batch} ctx={pt.context} · {pt.target}"
         )
         table.add_row(
             point, p.gpu, f"{p.weights_gib:.2f}", f"{p.kv_cache_gib:.2f}",
