@@ -35,14 +35,9 @@ class Provenance(BaseModel):
     load_average: float | None = None  # 1-minute load average when the point started
 
 
-class Part(BaseModel):
-    """A typed part of a row: built with keyword arguments (checked by mypy --strict through the
-    pydantic plugin), merged into a ResultRow by ``ResultRow.compose``. Parts share no field."""
-
+class ResultRow(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-
-class Header(Part):
     schema_version: int = SCHEMA_VERSION
     key: str
     run: str | None = None
@@ -50,10 +45,7 @@ class Header(Part):
     error: str | None = None
     group: str | None = None
 
-
-class PointColumns(Part):
-    """The point (harness.spec.scenario.Point, without its run settings) and its card."""
-
+    # the point
     model: str
     revision: str = "main"
     backend: str
@@ -68,10 +60,7 @@ class PointColumns(Part):
     is_reference: bool = False
     gpu: str | None = None  # catalog name of the device, when matched
 
-
-class Speed(Part):
-    """Throughput and latency: medians over repeats, ITL percentiles over every step."""
-
+    # throughput and latency
     prefill_tok_s: float | None = None
     decode_tok_s: float | None = None  # aggregate over the batch
     total_tok_s: float | None = None  # (prompt + generated tokens) / end-to-end time
@@ -86,10 +75,7 @@ class Speed(Part):
     generated_tokens: int | None = None  # counted from the outputs, per repeat, whole batch
     timer: str | None = None  # "cuda_events" | "perf_counter"
 
-
-class Memory(Part):
-    """Measured memory: peaks per phase, and what the engine says of its weights and KV cache."""
-
+    # memory
     peak_mib_load: float | None = None
     peak_mib_prefill: float | None = None
     peak_mib_decode: float | None = None
@@ -99,28 +85,15 @@ class Memory(Part):
     memory_global_fallback: bool | None = None
     weights_mib_measured: float | None = None
     kv_cache_mib_measured: float | None = None
-
-
-class Prediction(Part):
-    """The plan's memory figures for the point, and the measured figures' gaps to them."""
-
     predicted_weights_mib: float | None = None
     predicted_kv_cache_mib: float | None = None
     predicted_activations_mib: float | None = None
     predicted_peak_mib: float | None = None
     weights_gap_pct: float | None = None
     peak_gap_pct: float | None = None
+    engine_preallocated_mib: float | None = None  # vLLM's reservation (gpu_memory_utilization)
 
-
-class Preallocation(Part):
-    """What an engine reserves up front (vLLM: gpu_memory_utilization × the card)."""
-
-    engine_preallocated_mib: float | None = None
-
-
-class Quality(Part):
-    """Once per group, copied onto each of its points."""
-
+    # quality (once per group, copied onto each of its points)
     ppl: float | None = None
     ppl_ci_low: float | None = None
     ppl_ci_high: float | None = None
@@ -137,39 +110,12 @@ class Quality(Part):
     window_tokens: int | None = None
     quality_s: float | None = None
 
-
-class Roofline(Part):
+    # roofline
     roofline_decode_tok_s: float | None = None
     roofline_fraction: float | None = None
 
-
-class HarnessTime(Part):
-    """Time the harness itself spent."""
-
+    # timing of the harness itself
     measured_s: float | None = None  # wall time inside measurement (timing + quality share)
     load_s: float | None = None
 
-
-# Field order (the JSON keys' and the CSV columns' order) is the parts' order: pydantic collects
-# inherited fields from the last base to the first.
-class ResultRow(HarnessTime, Roofline, Quality, Preallocation, Prediction, Memory, Speed,
-                PointColumns, Header):  # fmt: skip
-    """One row: the parts above, then where it came from."""
-
-    model_config = ConfigDict(extra="forbid")
-
     provenance: Provenance = Provenance()
-
-    @classmethod
-    def compose(cls, *parts: Part, provenance: Provenance | None = None) -> ResultRow:
-        """A row from its parts (each field set by at most one of them)."""
-        fields: dict[str, object] = {}
-        for part in parts:
-            values = part.model_dump(exclude_unset=True)
-            clash = fields.keys() & values.keys()
-            if clash:
-                raise ValueError(f"row fields given twice: {sorted(clash)}")
-            fields.update(values)
-        if provenance is not None:
-            fields["provenance"] = provenance
-        return cls.model_validate(fields)
