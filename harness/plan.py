@@ -26,7 +26,7 @@ from harness.measure import roofline
 from harness.spec import catalog
 from harness.spec.capabilities import KV_CACHE_FORMATS, WEIGHT_FORMATS, compute_dtype_bytes
 from harness.spec.catalog import GpuSpec, ModelArch
-from harness.spec.scenario import Grid, Point, Scenario, Skip
+from harness.spec.scenario import CONFIGURATION_FIELDS, Grid, Point, Scenario, Skip
 from harness.units import GIB, MIB
 
 CUDA_CONTEXT_BYTES = 700 * MIB  # CUDA context + cuBLAS: 680–750 MiB measured on an H200
@@ -137,10 +137,10 @@ def runtime_reserve_bytes(target: str, tensors_bytes: float) -> float:
     return context + ALLOCATOR_MARGIN * tensors_bytes
 
 
-PLAN_JSON_FIELDS = (
-    "model", "backend", "quantization", "kv_cache_dtype", "batch", "context", "output_tokens",
-    "target", "gpu", "weights_gib", "kv_cache_gib", "activations_gib", "reserve_gib", "total_gib",
-    "fits", "reason",
+# `harness plan --json`, per point: its configuration (no revision) and these figures.
+CONTRACT_FIGURES = (
+    "gpu", "weights_gib", "kv_cache_gib", "activations_gib", "reserve_gib", "total_gib", "fits",
+    "reason",
 )  # fmt: skip
 
 
@@ -148,14 +148,7 @@ class PointPlan(BaseModel):
     """The plan of one point on one card, in GiB (2**30 bytes)."""
 
     model_config = ConfigDict(extra="forbid")
-    model: str
-    backend: str
-    quantization: str
-    kv_cache_dtype: str
-    batch: int
-    context: int
-    output_tokens: int
-    target: str
+    point: Point
     gpu: str
     weights_gib: float
     kv_cache_gib: float
@@ -172,15 +165,22 @@ class PointPlan(BaseModel):
     roofline_decode_tok_s: float
 
     def contract(self) -> dict[str, object]:
-        return {k: getattr(self, k) for k in PLAN_JSON_FIELDS}
+        point = {f: getattr(self.point, f) for f in CONFIGURATION_FIELDS if f != "revision"}
+        return {**point, **{f: getattr(self, f) for f in CONTRACT_FIGURES}}
 
 
-def card_for(point: Point, default_gpu: str | None) -> GpuSpec:
-    if point.target == "cpu":
+# The card a GPU target is planned on when no --gpu / scenario `gpu` names one.
+DEFAULT_CARDS: dict[str, str] = {"cpu": "cpu", "cuda": "H100-SXM-80GB", "rocm": "MI300X"}
+
+
+def default_card(target: str, gpu: str | None = None) -> GpuSpec:
+    """The card a point of this target is planned on, and its measured row predicted on when
+    the device is not in the catalog: the CPU for cpu targets, else the named card, else the
+    target's default (CUDA: H100 SXM, ROCm: MI300X). `harness plan`, the sweep and the worker
+    all ask here."""
+    if target == "cpu":
         return catalog.gpu("cpu")
-    if default_gpu:
-        return catalog.gpu(default_gpu)
-    return catalog.gpu("MI300X" if point.target == "rocm" else "H100-SXM-80GB")
+    return catalog.gpu(gpu or DEFAULT_CARDS[target])
 
 
 def plan_point(
@@ -227,7 +227,7 @@ def plan_point(
     )
     ceiling = decode_ceiling_tok_s(card, weights, arch, point)
     return PointPlan(
-        **point.model_dump(include=set(PointPlan.model_fields)),
+        point=point,
         gpu=card.name,
         weights_gib=weights / GIB,
         kv_cache_gib=kv_decode / GIB,
@@ -313,7 +313,7 @@ def plan_grid(grid: Grid, gpu: str | None = None, hourly_usd: float | None = Non
     for point in grid.points:
         plan = plan_point(
             point,
-            card_for(point, default_gpu),
+            default_card(point.target, default_gpu),
             gpu_memory_utilization=util,
             warmups=scenario.warmups,
         )
@@ -330,10 +330,10 @@ def budget(
     hourly_usd: float | None,
 ) -> Budget:
     fitting = list(fitting)
-    first_of_group = {_group_of(p): p for p in reversed(fitting)}
+    first_of_group = {p.point.group: p for p in reversed(fitting)}
     load_s = sum(p.weights_gib * GIB / (LOAD_GB_S * 1e9) for p in first_of_group.values())
     seconds = sum(p.est_seconds for p in fitting) + load_s
-    gpu_seconds = sum(p.est_seconds for p in fitting if p.target != "cpu")
+    gpu_seconds = sum(p.est_seconds for p in fitting if p.point.target != "cpu")
     gpu_hours = gpu_seconds / 3600
     return Budget(
         points=len(fitting),
@@ -344,7 +344,3 @@ def budget(
         est_gpu_hours=gpu_hours,
         est_cost_usd=gpu_hours * hourly_usd if hourly_usd is not None else None,
     )
-
-
-def _group_of(p: PointPlan) -> tuple[str, ...]:
-    return (p.model, p.backend, p.quantization, p.kv_cache_dtype, p.target)

@@ -35,9 +35,14 @@ class Provenance(BaseModel):
     load_average: float | None = None  # 1-minute load average when the point started
 
 
-class ResultRow(BaseModel):
+class Part(BaseModel):
+    """A typed part of a row: built with keyword arguments (checked by mypy --strict through the
+    pydantic plugin), merged into a ResultRow by ``ResultRow.compose``. Parts share no field."""
+
     model_config = ConfigDict(extra="forbid")
 
+
+class Header(Part):
     schema_version: int = SCHEMA_VERSION
     key: str
     run: str | None = None
@@ -45,7 +50,10 @@ class ResultRow(BaseModel):
     error: str | None = None
     group: str | None = None
 
-    # the point
+
+class PointColumns(Part):
+    """The point (harness.spec.scenario.Point, without its run settings) and its card."""
+
     model: str
     revision: str = "main"
     backend: str
@@ -60,7 +68,10 @@ class ResultRow(BaseModel):
     is_reference: bool = False
     gpu: str | None = None  # catalog name of the device, when matched
 
-    # throughput and latency
+
+class Speed(Part):
+    """Throughput and latency: medians over repeats, ITL percentiles over every step."""
+
     prefill_tok_s: float | None = None
     decode_tok_s: float | None = None  # aggregate over the batch
     total_tok_s: float | None = None  # (prompt + generated tokens) / end-to-end time
@@ -75,7 +86,10 @@ class ResultRow(BaseModel):
     generated_tokens: int | None = None  # counted from the outputs, per repeat, whole batch
     timer: str | None = None  # "cuda_events" | "perf_counter"
 
-    # memory
+
+class Memory(Part):
+    """Measured memory: peaks per phase, and what the engine says of its weights and KV cache."""
+
     peak_mib_load: float | None = None
     peak_mib_prefill: float | None = None
     peak_mib_decode: float | None = None
@@ -85,15 +99,28 @@ class ResultRow(BaseModel):
     memory_global_fallback: bool | None = None
     weights_mib_measured: float | None = None
     kv_cache_mib_measured: float | None = None
+
+
+class Prediction(Part):
+    """The plan's memory figures for the point, and the measured figures' gaps to them."""
+
     predicted_weights_mib: float | None = None
     predicted_kv_cache_mib: float | None = None
     predicted_activations_mib: float | None = None
     predicted_peak_mib: float | None = None
     weights_gap_pct: float | None = None
     peak_gap_pct: float | None = None
-    engine_preallocated_mib: float | None = None  # vLLM's reservation (gpu_memory_utilization)
 
-    # quality (once per group, copied onto each of its points)
+
+class Preallocation(Part):
+    """What an engine reserves up front (vLLM: gpu_memory_utilization × the card)."""
+
+    engine_preallocated_mib: float | None = None
+
+
+class Quality(Part):
+    """Once per group, copied onto each of its points."""
+
     ppl: float | None = None
     ppl_ci_low: float | None = None
     ppl_ci_high: float | None = None
@@ -110,12 +137,39 @@ class ResultRow(BaseModel):
     window_tokens: int | None = None
     quality_s: float | None = None
 
-    # roofline
+
+class Roofline(Part):
     roofline_decode_tok_s: float | None = None
     roofline_fraction: float | None = None
 
-    # timing of the harness itself
+
+class HarnessTime(Part):
+    """Time the harness itself spent."""
+
     measured_s: float | None = None  # wall time inside measurement (timing + quality share)
     load_s: float | None = None
 
+
+# Field order (the JSON keys' and the CSV columns' order) is the parts' order: pydantic collects
+# inherited fields from the last base to the first.
+class ResultRow(HarnessTime, Roofline, Quality, Preallocation, Prediction, Memory, Speed,
+                PointColumns, Header):  # fmt: skip
+    """One row: the parts above, then where it came from."""
+
+    model_config = ConfigDict(extra="forbid")
+
     provenance: Provenance = Provenance()
+
+    @classmethod
+    def compose(cls, *parts: Part, provenance: Provenance | None = None) -> ResultRow:
+        """A row from its parts (each field set by at most one of them)."""
+        fields: dict[str, object] = {}
+        for part in parts:
+            values = part.model_dump(exclude_unset=True)
+            clash = fields.keys() & values.keys()
+            if clash:
+                raise ValueError(f"row fields given twice: {sorted(clash)}")
+            fields.update(values)
+        if provenance is not None:
+            fields["provenance"] = provenance
+        return cls.model_validate(fields)

@@ -55,40 +55,33 @@ from numpy.typing import NDArray
 
 from harness.backends.base import Backend, BackendOptions, Generation, MemoryFacts, WindowScores
 from harness.errors import UserInputError
+from harness.spec.capabilities import KV_CACHE_FORMATS, VLLM_ONLINE_FP8, WEIGHT_FORMATS
 from harness.spec.scenario import GroupKey, VllmOptions
 
-# Our quantization name -> (vLLM `quantization`, vLLM `dtype`). vLLM's dtype "auto" is the
-# checkpoint's own dtype, except that a float32 checkpoint is served in 16 bit. FP8 from a 16-bit
-# checkpoint is vLLM's online FP8, whose name is the dialect's (`EngineDialect.online_fp8`); an
-# FP8-serialized checkpoint keeps "fp8".
-ONLINE_FP8 = "online-fp8"  # placeholder resolved by the dialect
+# Our names -> vLLM's arguments, from the capability table (one home per fact). vLLM's dtype
+# "auto" is the checkpoint's own dtype, except that a float32 checkpoint is served in 16 bit. FP8
+# from a 16-bit checkpoint is vLLM's online FP8, named by the engine's dialect; an FP8-serialized
+# checkpoint keeps "fp8".
+ONLINE_FP8 = VLLM_ONLINE_FP8
 QUANTIZATION_ARGS: dict[str, tuple[str | None, str]] = {
-    "none": (None, "auto"),
-    "bf16": (None, "bfloat16"),
-    "fp16": (None, "float16"),
-    "fp32": (None, "float32"),
-    "fp8": (ONLINE_FP8, "auto"),
-    "gptq-int4": ("gptq", "auto"),
+    f.name: (f.vllm_quantization, f.vllm_dtype or "auto")
+    for f in WEIGHT_FORMATS.values()
+    if "vllm" in f.engines
 }
-# Our KV-cache name -> vLLM `kv_cache_dtype` (CacheDType).
 KV_CACHE_DTYPE_ARGS: dict[str, str] = {
-    "auto": "auto",
-    "bf16": "bfloat16",
-    "fp16": "float16",
-    "fp8": "fp8",
-    "fp8_e4m3": "fp8_e4m3",
-    "fp8_e5m2": "fp8_e5m2",
+    kv.name: kv.vllm_kv_cache_dtype or "auto"
+    for kv in KV_CACHE_FORMATS.values()
+    if "vllm" in kv.engines
+}
+# Checkpoint quantization methods that our names accept, when the checkpoint declares one.
+_CHECKPOINT_METHODS: dict[str, frozenset[str]] = {
+    f.name: f.vllm_checkpoint_methods for f in WEIGHT_FORMATS.values() if f.vllm_checkpoint_methods
 }
 # Top-k log-probs a request may ask for (vLLM's default max_logprobs is 20).
 MAX_LOGPROBS = 64
 # Where the engine cannot score given ids, our top (LOOKUP_FACTOR × k) is searched for the
 # reference's top-k ids, so that KL is measured wherever the two models roughly agree.
 LOOKUP_FACTOR = 4
-# Checkpoint quantization methods that our names accept, when the checkpoint declares one.
-_CHECKPOINT_METHODS: dict[str, frozenset[str]] = {
-    "fp8": frozenset({"fp8"}),
-    "gptq-int4": frozenset({"gptq"}),
-}
 # Environment the engine must see before it starts: the engine core in this process.
 IN_PROCESS_ENV = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_NO_USAGE_STATS": "1"}
 
@@ -414,13 +407,12 @@ def continuation_logprob(
 
 
 def kv_dtype_bytes(cache_dtype: str, model_dtype_bytes: int) -> int:
-    """Bytes per KV element for a vLLM cache_dtype ('auto' = the model's dtype)."""
+    """Bytes per KV element for a vLLM cache_dtype ('auto' = the model's dtype), from the table."""
     if cache_dtype == "auto":
         return model_dtype_bytes
-    if cache_dtype.startswith("fp8"):
-        return 1
-    if cache_dtype in ("bfloat16", "float16"):
-        return 2
+    for kv in KV_CACHE_FORMATS.values():
+        if kv.vllm_kv_cache_dtype == cache_dtype and kv.bytes_per_element is not None:
+            return int(kv.bytes_per_element)
     raise ValueError(f"unknown vLLM kv_cache_dtype {cache_dtype!r}")
 
 

@@ -75,11 +75,11 @@ def plan(
 ) -> None:
     """Every point with its memory plan and fit verdict, every skip with its reason, the budget."""
     from harness import plan as planner
-    from harness.spec import catalog
     from harness.spec import scenario as scen
 
     grid = scen.expand(scen.load(scenario))
-    card = catalog.gpu(gpu or grid.scenario.gpu or "H100-SXM-80GB")
+    gpu_targets = [t for t in grid.scenario.targets if t != "cpu"] or ["cuda"]
+    card = planner.default_card(gpu_targets[0], gpu or grid.scenario.gpu)
     price, tariff_name = hourly_price(tariffs, card.name)
     result = planner.plan_grid(grid, gpu=gpu, hourly_usd=price)
     result.budget.tariff = tariff_name
@@ -96,9 +96,10 @@ def print_plan(result: Any) -> None:
             col, overflow="fold", justify="left" if col in ("point", "gpu") else "right"
         )
     for p in result.points:
+        pt = p.point
         point = (
-            f"{p.model} · {p.backend} · {p.quantization} · kv={p.kv_cache_dtype} · "
-            f"b={p.batch} ctx={p.context} · {p.target}"
+            f"{pt.model} · {pt.backend} · {pt.quantization} · kv={pt.kv_cache_dtype} · "
+            f"b={pt.batch} ctx={pt.context} · {pt.target}"
         )
         table.add_row(
             point, p.gpu, f"{p.weights_gib:.2f}", f"{p.kv_cache_gib:.2f}",

@@ -60,21 +60,11 @@ from numpy.typing import NDArray
 from harness.errors import UserInputError
 from harness.row import ResultRow
 from harness.run.store import read_rows
+from harness.spec.scenario import CONFIGURATION_FIELDS
 from harness.spec.tariffs import HOURS_PER_DAY, TariffTable
 
 Array = NDArray[Any]  # numpy arrays of any dtype
 QUALITY_CLASSES: dict[str, float] = {"99": 0.99, "99.9": 0.999}
-POINT_FIELDS = (
-    "model",
-    "revision",
-    "backend",
-    "quantization",
-    "kv_cache_dtype",
-    "batch",
-    "context",
-    "output_tokens",
-    "target",
-)
 AXES = ("quantization", "kv_cache_dtype", "batch", "context")
 EFFECT_METRICS = ("decode_tok_s", "peak_mib_decode", "ppl")
 
@@ -88,13 +78,7 @@ COST_COLUMNS = [
     "gpus_in_package",
     "gpus_used",
     "utilisation",
-    "backend",
-    "quantization",
-    "kv_cache_dtype",
-    "batch",
-    "context",
-    "output_tokens",
-    "target",
+    *(f for f in CONFIGURATION_FIELDS if f not in ("model", "revision")),
     "decode_tok_s",
     "total_tok_s",
     "usd_per_mtok_output",
@@ -203,7 +187,7 @@ def normalise(frame: pd.DataFrame) -> pd.DataFrame:
     for name in INT_COLUMNS:
         if name in out and out[name].dtype != np.int64:
             out[name] = pd.to_numeric(out[name], errors="coerce").fillna(0).astype(np.int64)
-    for name in (*POINT_FIELDS, "status", "gpu", "run", "key"):
+    for name in (*CONFIGURATION_FIELDS, "status", "gpu", "run", "key"):
         if name not in out:
             out[name] = pd.Series([None] * n, dtype="object", index=out.index)
     return out.reset_index(drop=True)
@@ -218,6 +202,12 @@ def load_run(run_dir: Path) -> tuple[pd.DataFrame, list[tuple[str, str]]]:
     if not rows and not bad:
         raise UserInputError(
             "no point files under points/ (is this a run folder?)", file=str(run_dir)
+        )
+    if not rows:
+        path, why = bad[0]
+        raise UserInputError(
+            f"none of the {len(bad)} point files is readable (first: {path.name}: {why})",
+            file=str(run_dir),
         )
     return frame_from_rows(rows), [(str(path), why) for path, why in bad]
 
@@ -458,6 +448,20 @@ def _gpus_used(points: pd.DataFrame) -> Array:
     return np.ones(len(points))
 
 
+def package_usd_per_hour(
+    price: Array | float, days: Array | float, utilisation: float, share: Array
+) -> Array:
+    """What one hour of the row's work costs on a package: (package price ÷ (days × 24) ÷
+    utilisation) × GPUs used ÷ GPUs in the package (``share``)."""
+    return np.asarray(price / (days * HOURS_PER_DAY) / utilisation * share, dtype=np.float64)
+
+
+def usd_per_mtok(usd_per_hour: Array, tok_s: Array) -> Array:
+    """$ per million tokens at ``tok_s`` tokens per second: usd_per_hour ÷ (tok/s × 3600) × 10⁶."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.asarray(usd_per_hour / (tok_s * 3600) * 1e6, dtype=np.float64)
+
+
 def cost_table(
     points: pd.DataFrame,
     packages: pd.DataFrame,
@@ -483,7 +487,8 @@ def cost_table(
     )
     table = chosen.merge(packages, on="gpu", how="inner", sort=False)
     table = table[table["gpus_used"] <= table["gpus_in_package"]].reset_index(drop=True)
-    hours = table["package_days"].to_numpy(dtype=np.float64) * HOURS_PER_DAY
+    days = table["package_days"].to_numpy(dtype=np.float64)
+    hours = days * HOURS_PER_DAY
     price = table["package_price_usd"].to_numpy(dtype=np.float64)
     hourly = table["hourly_usd"].to_numpy(dtype=np.float64)
     share = table["gpus_used"].to_numpy(dtype=np.float64) / table["gpus_in_package"].to_numpy(
@@ -491,13 +496,11 @@ def cost_table(
     )
     decode = table["decode_tok_s"].to_numpy(dtype=np.float64)
     total = table["total_tok_s"].to_numpy(dtype=np.float64)
-    usd_per_hour = price / hours / utilisation * share
+    usd_per_hour = package_usd_per_hour(price, days, utilisation, share)
+    table["usd_per_mtok_output"] = usd_per_mtok(usd_per_hour, decode)
+    table["usd_per_mtok_total"] = np.where(total > 0, usd_per_mtok(usd_per_hour, total), np.nan)
+    table["usd_per_mtok_output_hourly"] = usd_per_mtok(hourly * share, decode)
     with np.errstate(invalid="ignore", divide="ignore"):
-        table["usd_per_mtok_output"] = usd_per_hour / (decode * 3600) * 1e6
-        table["usd_per_mtok_total"] = np.where(
-            total > 0, usd_per_hour / (total * 3600) * 1e6, np.nan
-        )
-        table["usd_per_mtok_output_hourly"] = hourly * share / (decode * 3600) * 1e6
         table["tokens_per_package"] = decode * 3600 * hours * utilisation / share
         table["total_tokens_per_package"] = total * 3600 * hours * utilisation / share
         table["breakeven_utilisation"] = price / (hourly * hours)
@@ -629,12 +632,14 @@ def _pairs(
     for j, package in enumerate(packages.itertuples(index=False)):
         fits = (gpu == package.gpu) & (used <= package.gpus_in_package)
         at = np.flatnonzero(fits)
-        hours = float(package.package_days) * HOURS_PER_DAY
-        usd_per_hour = float(package.package_price_usd) / hours / utilisation
         share = used[at] / float(package.gpus_in_package)
+        days = float(package.package_days)
+        usd_per_hour = package_usd_per_hour(
+            float(package.package_price_usd), days, utilisation, share
+        )
         row_parts.append(rows[at])
         package_parts.append(np.full(at.size, j, dtype=np.int64))
-        cost_parts.append(usd_per_hour * share / (decode[at] * 3600) * 1e6)
+        cost_parts.append(usd_per_mtok(usd_per_hour, decode[at]))
     if not row_parts:
         empty = np.zeros(0, dtype=np.int64)
         return empty, empty, np.zeros(0)

@@ -45,11 +45,12 @@ import pandas as pd
 from numpy.typing import NDArray
 
 from harness.errors import UserInputError
-from harness.results.aggregate import POINT_FIELDS, load_run
+from harness.results.aggregate import load_run
 from harness.run.store import load_window_nll
+from harness.spec.scenario import CONFIGURATION_FIELDS
 
 Array = NDArray[Any]  # numpy arrays of any dtype
-MATCH_FIELDS = POINT_FIELDS
+MATCH_FIELDS = CONFIGURATION_FIELDS
 # metric → +1 when higher is better, −1 when lower is better
 METRICS: dict[str, int] = {"decode_tok_s": +1, "ppl": -1, "peak_mib_decode": -1}
 Z95 = 1.959963984540054

@@ -11,12 +11,10 @@ Where results live (rows, manifest, window scores) is ``harness.run.store``.
 
 from __future__ import annotations
 
-from typing import Any
-
 from pydantic import BaseModel, ConfigDict
 
 from harness.backends.base import WindowScores
-from harness.row import ResultRow
+from harness.row import Header, Part, PointColumns, Provenance, ResultRow, Status
 from harness.spec.scenario import GroupKey, Point, QualitySettings, Reference, VllmOptions
 
 GroupItem = WindowScores | ResultRow
@@ -43,12 +41,24 @@ def is_reference(group: GroupKey, ctx: WorkContext) -> bool:
     )
 
 
-def point_row(point: Point, *, run: str, corpus_hash: str, **fields: Any) -> ResultRow:
-    """A result row for a point: its fields, its key, its group, and what was found."""
-    return ResultRow(
-        key=point.key(corpus_hash),
-        run=run,
-        group=point.group.label,
-        **point.model_dump(exclude={"warmups", "min_duration_s", "window_tokens", "max_windows"}),
-        **fields,
+def point_row(
+    point: Point,
+    *parts: Part,
+    run: str,
+    corpus_hash: str,
+    status: Status,
+    error: str | None = None,
+    is_reference: bool = False,
+    gpu: str | None = None,
+    provenance: Provenance | None = None,
+) -> ResultRow:
+    """The one way a row is made for a point: its key, its group, its columns, and what was
+    found (typed parts: speed, memory, prediction, quality, …), measured or not."""
+    header = Header(
+        key=point.key(corpus_hash), run=run, status=status, error=error, group=point.group.label
     )
+    columns = PointColumns.model_validate(
+        {**point.model_dump(include=set(PointColumns.model_fields)), "is_reference": is_reference}
+    )
+    columns.gpu = gpu
+    return ResultRow.compose(header, columns, *parts, provenance=provenance)

@@ -7,6 +7,12 @@
 
 Every write is atomic (harness.atomic), so a killed process leaves either the old file or the
 new one, never half of one. Resume reads what is there.
+
+Reading is as strict as the inputs: a row file over ``MAX_ROW_BYTES``, one that is not a
+``ResultRow``, or one whose measured values are non-finite, negative or out of range (see
+``row_problem``) is unreadable, named with its cause; two files holding the same point key are a
+conflict (UserInputError naming both), never a silent choice; a manifest that is not JSON or not a
+harness manifest is refused with what to do.
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +31,7 @@ from pydantic import ValidationError
 from harness import corpus
 from harness.atomic import atomic_write_bytes, atomic_write_json, atomic_write_text
 from harness.backends.base import WindowScores
+from harness.errors import UserInputError
 from harness.row import ResultRow
 from harness.run.contracts import WorkContext, is_reference
 from harness.spec.scenario import GroupKey
@@ -42,15 +50,93 @@ def write_row(run_dir: Path, row: ResultRow) -> Path:
     return path
 
 
+MAX_ROW_BYTES = 1 << 20  # a row is a few KiB
+MAX_RATE = 1e9  # tokens per second: beyond any machine
+MAX_MS = 1e9  # milliseconds (11.6 days)
+MAX_MIB = 1e9  # MiB (about a PiB)
+# Measured figures that may be negative (differences); every other number must be ≥ 0.
+SIGNED = {"weights_gap_pct", "peak_gap_pct", "dnll_vs_ref", "dnll_ci_low", "dnll_ci_high"}
+# Figures with a tighter range than [0, +∞).
+RANGES: dict[str, tuple[float, float]] = {
+    "ppl": (1.0, math.inf),
+    "ppl_ci_low": (1.0, math.inf),
+    "ppl_ci_high": (1.0, math.inf),
+    "top1_agree": (0.0, 1.0),
+    "arc_acc": (0.0, 1.0),
+    "arc_acc_norm": (0.0, 1.0),
+    "batch": (1, math.inf),
+    "context": (1, math.inf),
+    "output_tokens": (1, math.inf),
+}
+
+
+def upper_bound(name: str) -> float:
+    if name.endswith("_tok_s"):
+        return MAX_RATE
+    if "_ms" in name:
+        return MAX_MS
+    if "mib" in name:
+        return MAX_MIB
+    return math.inf
+
+
+def row_problem(row: ResultRow) -> str | None:
+    """Why a parsed row cannot be trusted (a non-finite, negative or out-of-range figure)."""
+    for name, value in row.model_dump(exclude={"provenance"}).items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            continue
+        if not math.isfinite(value):
+            return f"{name} is {value} (not finite)"
+        low, high = RANGES.get(name, (-math.inf if name in SIGNED else 0.0, upper_bound(name)))
+        if not low <= value <= high:
+            return f"{name} = {value:g} is outside [{low:g}, {high:g}]"
+    load = row.provenance.load_average
+    if load is not None and not (math.isfinite(load) and load >= 0):
+        return f"provenance.load_average = {load} is not a finite number ≥ 0"
+    return None
+
+
+def validation_reason(exc: ValidationError) -> str:
+    """The first problem of a row file in one line: field and cause (never the whole dump)."""
+    err = exc.errors()[0]
+    where = ".".join(str(p) for p in err["loc"]) or "row"
+    more = f" (+{exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
+    return f"{where}: {err['msg']}{more}"
+
+
+def read_row(path: Path) -> ResultRow | str:
+    """A row, or why the file is unreadable."""
+    try:
+        size = path.stat().st_size
+        if size > MAX_ROW_BYTES:
+            return f"{size:,} bytes; a row file is at most {MAX_ROW_BYTES:,}"
+        row = ResultRow.model_validate_json(path.read_bytes())
+    except ValidationError as exc:
+        return validation_reason(exc)
+    except (ValueError, OSError) as exc:
+        return str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
+    return row_problem(row) or row
+
+
 def read_rows(run_dir: Path) -> tuple[list[ResultRow], list[tuple[Path, str]]]:
-    """Every readable row of a run, and every unreadable file with why (never silently mixed)."""
+    """Every readable row of a run, and every unreadable file with why (never silently mixed).
+    Two files with the same point key are a conflict: UserInputError naming both."""
     rows: list[ResultRow] = []
     bad: list[tuple[Path, str]] = []
+    where: dict[str, Path] = {}
     for path in sorted((Path(run_dir) / POINTS).glob("*.json")):
-        try:
-            rows.append(ResultRow.model_validate_json(path.read_bytes()))
-        except (ValidationError, ValueError, OSError) as exc:
-            bad.append((path, str(exc).splitlines()[0]))
+        got = read_row(path)
+        if isinstance(got, str):
+            bad.append((path, got))
+            continue
+        if got.key in where:
+            raise UserInputError(
+                f"two files hold point {got.key}: {where[got.key]} and {path}; "
+                f"keep the one that belongs (its file name is {got.key}.json) and remove the other",
+                file=str(run_dir),
+            )
+        where[got.key] = path
+        rows.append(got)
     return rows, bad
 
 
@@ -123,9 +209,38 @@ def load_window_nll(run_dir: Path, group_label: str) -> tuple[NDArray[Any], NDAr
         return None
 
 
+MAX_MANIFEST_BYTES = 64 << 20
+
+
 def read_manifest(run_dir: Path) -> dict[str, Any]:
+    """The run's manifest ({} when there is none); one that is not a harness manifest is refused
+    (UserInputError saying what to do) rather than overwritten or half-read."""
     path = Path(run_dir) / MANIFEST
-    return json.loads(path.read_text()) if path.is_file() else {}
+    if not path.exists():
+        return {}
+    todo = "move it away (or choose another --out) and run again"
+    try:
+        if path.stat().st_size > MAX_MANIFEST_BYTES:
+            raise UserInputError(
+                f"larger than {MAX_MANIFEST_BYTES:,} bytes: not a harness manifest; {todo}",
+                file=str(path),
+            )
+        data = json.loads(path.read_bytes())
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
+        cause = exc.msg if isinstance(exc, json.JSONDecodeError) else type(exc).__name__
+        raise UserInputError(f"unreadable manifest ({cause}); {todo}", file=str(path)) from None
+    runs = data.get("runs") if isinstance(data, dict) else None
+    if (
+        not isinstance(data, dict)
+        or not isinstance(runs, list)
+        or not all(isinstance(r, dict) for r in runs)
+        or not isinstance(data.get("name", ""), str)
+    ):
+        raise UserInputError(
+            f"not a harness manifest (expected an object with a list of runs); {todo}",
+            file=str(path),
+        )
+    return data
 
 
 def write_manifest(run_dir: Path, manifest: dict[str, Any]) -> None:

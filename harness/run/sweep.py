@@ -74,17 +74,17 @@ def prepare(scenario_path: Path, run_dir: Path, gpu: str | None = None) -> Sweep
             if ref.group.label not in added:
                 added.append(ref.group.label)
     plan = planner.plan_grid(grid.model_copy(update={"points": points}), gpu=gpu)
-    est = {_shape(p): p.est_seconds for p in plan.points}  # only the points that fit
+    est = {p.point: p.est_seconds for p in plan.points}  # only the points that fit
     groups: dict[GroupKey, list[Point]] = defaultdict(list)
     for point in points:
-        if _shape(point) in est:
+        if point in est:
             groups[point.group].append(point)
     work = [
         Work(
             group=g,
             points=ps,
             reference=is_reference(g, ctx),
-            est_seconds=sum(est[_shape(p)] for p in ps),
+            est_seconds=sum(est[p] for p in ps),
         )
         for g, ps in groups.items()
     ]
@@ -93,10 +93,6 @@ def prepare(scenario_path: Path, run_dir: Path, gpu: str | None = None) -> Sweep
     return SweepPlan(
         scenario=scenario, context=ctx, work=work, skipped=skipped, added_reference_groups=added
     )
-
-
-def _shape(p: Point | planner.PointPlan) -> tuple[Any, ...]:
-    return (p.model, p.backend, p.quantization, p.kv_cache_dtype, p.target, p.batch, p.context)
 
 
 def skipped_rows(sweep: SweepPlan) -> list[ResultRow]:
@@ -176,7 +172,16 @@ def begin(
         raise UserInputError(
             f"{run_dir} already holds points; choose a new --out or keep resume on", field="--out"
         )
+    recorded = store.read_manifest(run_dir)  # a broken or foreign manifest stops here
     plan = prepare(scenario_path, run_dir, gpu=gpu)
+    last = recorded["runs"][-1].get("scenario_hash") if recorded.get("runs") else None
+    now = scenario_hash(scenario_path)
+    if last is not None and last != now:
+        raise UserInputError(
+            f"{run_dir} holds a run of another scenario (hash {str(last)[:16]}; this one is "
+            f"{now}): its rows would mix with these; choose a new --out",
+            file=str(scenario_path),
+        )
     extra = on_start() if on_start else {}
     start_manifest(run_dir, scenario_path, plan, mode=mode)
     if extra:

@@ -9,21 +9,41 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from harness import corpus
 from harness import plan as planner
-from harness.backends.base import Backend, BackendOptions, Generation, WindowScores, backend_class
+from harness.backends.base import (
+    Backend,
+    BackendOptions,
+    Generation,
+    MemoryFacts,
+    WindowScores,
+    backend_class,
+)
 from harness.measure import quality, roofline, timing
 from harness.measure.memory import PhaseMemory, measure_phase
-from harness.row import ResultRow
+from harness.row import (
+    HarnessTime,
+    Memory,
+    Part,
+    Preallocation,
+    Prediction,
+    Quality,
+    ResultRow,
+    Roofline,
+    Speed,
+    Status,
+)
 from harness.run import node, provenance
 from harness.run.contracts import GroupItem, WorkContext, is_reference, point_row
 from harness.run.store import keep_scores, load_scores, reference_artifact
 from harness.spec import catalog, models
 from harness.spec.scenario import GroupKey, Point
+from harness.units import GIB, MIB, to_mib
 
 if TYPE_CHECKING:
     from harness.run.sweep import Work
@@ -69,7 +89,7 @@ def measure_quality(
     group: GroupKey,
     ctx: WorkContext,
     ref: WindowScores | None,
-) -> tuple[dict[str, Any], WindowScores]:
+) -> tuple[Quality, WindowScores]:
     """Perplexity (+CI), paired ΔNLL / KL / top-1 vs the reference, ARC-Easy accuracy."""
     started = time.perf_counter()
     settings = ctx.quality
@@ -83,29 +103,30 @@ def measure_quality(
         at_ref = scores.logprobs_at_ref
     samples, seed = settings.bootstrap_samples, 0
     low, high = quality.bootstrap_ppl_ci(scores.nll_sum, scores.tokens, samples=samples, seed=seed)
-    out: dict[str, Any] = {
-        "ppl": quality.perplexity(scores.nll_sum, scores.tokens),
-        "ppl_ci_low": low,
-        "ppl_ci_high": high,
-        "nll_mean": float(scores.nll_sum.sum() / scores.tokens.sum()),
-        "quality_windows": len(wins),
-        "window_tokens": settings.window_tokens,
-    }
+    out = Quality(
+        ppl=quality.perplexity(scores.nll_sum, scores.tokens),
+        ppl_ci_low=low,
+        ppl_ci_high=high,
+        nll_mean=float(scores.nll_sum.sum() / scores.tokens.sum()),
+        quality_windows=len(wins),
+        window_tokens=settings.window_tokens,
+    )
     if ref is not None:
         d, d_low, d_high = quality.paired_dnll(
             ref.nll_sum, scores.nll_sum, scores.tokens, samples=samples, seed=seed
         )
-        out.update(dnll_vs_ref=d, dnll_ci_low=d_low, dnll_ci_high=d_high)
-        out["top1_agree"] = quality.top1_agreement(ref.argmax, scores.argmax)
+        out.dnll_vs_ref, out.dnll_ci_low, out.dnll_ci_high = d, d_low, d_high
+        out.top1_agree = quality.top1_agreement(ref.argmax, scores.argmax)
         if at_ref is not None and not np.isnan(at_ref).any():
-            out["kl_vs_ref"] = float(quality.sparse_kl(ref.topk_logprobs, at_ref).mean())
+            out.kl_vs_ref = float(quality.sparse_kl(ref.topk_logprobs, at_ref).mean())
     if settings.arc_items:
-        out.update(measure_arc(backend, settings.arc_items))
-    out["quality_s"] = time.perf_counter() - started
+        out.arc_acc, out.arc_acc_norm, out.arc_items = measure_arc(backend, settings.arc_items)
+    out.quality_s = time.perf_counter() - started
     return out, scores
 
 
-def measure_arc(backend: Backend, n: int) -> dict[str, Any]:
+def measure_arc(backend: Backend, n: int) -> tuple[float, float, int]:
+    """(accuracy, length-normalised accuracy, items) on the first n ARC-Easy items."""
     items = corpus.arc_items(n)
     pairs = [(item.query + "\nAnswer:", " " + choice) for item in items for choice in item.choices]
     flat = backend.score_continuations(pairs)
@@ -117,7 +138,7 @@ def measure_arc(backend: Backend, n: int) -> dict[str, Any]:
         chars.append([len(" " + c) for c in item.choices])
         at += len(item.choices)
     acc, acc_norm = quality.arc_scores(loglik, chars, [item.gold for item in items])
-    return {"arc_acc": acc, "arc_acc_norm": acc_norm, "arc_items": len(items)}
+    return acc, acc_norm, len(items)
 
 
 # --- speed and memory ----------------------------------------------------------------------
@@ -125,7 +146,7 @@ def measure_arc(backend: Backend, n: int) -> dict[str, Any]:
 
 def time_point(
     backend: Backend, point: Point, prompts: list[list[int]], device: str
-) -> tuple[dict[str, Any], PhaseMemory, PhaseMemory]:
+) -> tuple[Speed, PhaseMemory, PhaseMemory]:
     """Memory in its own passes (a prefill-only call, then the first full call, which is also
     the first warm-up); timing afterwards, with no sampler thread competing for the cores."""
     with measure_phase(device) as prefill_phase:
@@ -141,7 +162,7 @@ def time_point(
     return summarize_runs(runs, point), prefill_phase.result, decode_phase.result
 
 
-def summarize_runs(runs: list[Generation], point: Point) -> dict[str, Any]:
+def summarize_runs(runs: list[Generation], point: Point) -> Speed:
     """Medians over repeats; ITL percentiles over every step of every repeat."""
     per_run = []
     itl: list[float] = []
@@ -166,44 +187,48 @@ def summarize_runs(runs: list[Generation], point: Point) -> dict[str, Any]:
     itl_summary = timing.summarize(itl) if itl else None
     total_tok_s = [(point.batch * point.context + n) / (lat.e2e_ms / 1e3) for lat, _, n in per_run]
     tpots = [t for _, t, _ in per_run if t is not None]
-    return {
-        "prefill_tok_s": float(np.median([lat.prefill_tok_s for lat, _, _ in per_run])),
-        "decode_tok_s": decode_summary.p50 if decode_summary else None,
-        "decode_cv": decode_summary.cv if decode_summary else None,
-        "total_tok_s": float(np.median(total_tok_s)),
-        "ttft_ms_p50": float(np.median([lat.ttft_ms for lat, _, _ in per_run])),
-        "tpot_ms_p50": float(np.median(tpots)) if tpots else None,
-        "e2e_ms_p50": float(np.median([lat.e2e_ms for lat, _, _ in per_run])),
-        "itl_ms_p50": itl_summary.p50 if itl_summary else None,
-        "itl_ms_p90": itl_summary.p90 if itl_summary else None,
-        "itl_ms_p99": itl_summary.p99 if itl_summary else None,
-        "repeats_done": len(runs),
-        "generated_tokens": int(np.median(generated)),
-        "timer": runs[0].timer,
-    }
+    return Speed(
+        prefill_tok_s=float(np.median([lat.prefill_tok_s for lat, _, _ in per_run])),
+        decode_tok_s=decode_summary.p50 if decode_summary else None,
+        decode_cv=decode_summary.cv if decode_summary else None,
+        total_tok_s=float(np.median(total_tok_s)),
+        ttft_ms_p50=float(np.median([lat.ttft_ms for lat, _, _ in per_run])),
+        tpot_ms_p50=float(np.median(tpots)) if tpots else None,
+        e2e_ms_p50=float(np.median([lat.e2e_ms for lat, _, _ in per_run])),
+        itl_ms_p50=itl_summary.p50 if itl_summary else None,
+        itl_ms_p90=itl_summary.p90 if itl_summary else None,
+        itl_ms_p99=itl_summary.p99 if itl_summary else None,
+        repeats_done=len(runs),
+        generated_tokens=int(np.median(generated)),
+        timer=runs[0].timer,
+    )
 
 
-def memory_columns(load: PhaseMemory, prefill: PhaseMemory, decode: PhaseMemory) -> dict[str, Any]:
+def measured_memory(
+    load: PhaseMemory, prefill: PhaseMemory, decode: PhaseMemory, group: LoadedGroup
+) -> Memory:
     """Peaks per phase. Both engines run in this process (vLLM's engine core too), so this
-    process's allocator and RSS see their memory."""
-    return {
-        "peak_mib_load": load.peak_allocated_mib,
-        "peak_mib_prefill": prefill.peak_allocated_mib,
-        "peak_mib_decode": decode.peak_allocated_mib,
-        "reserved_mib_decode": decode.peak_reserved_mib,
-        "device_used_mib": decode.device_used_mib,
-        "memory_source": decode.source,
-        "memory_global_fallback": decode.global_fallback,
-    }
+    process's allocator and RSS see their memory; the engine's own figures from the group."""
+    return Memory(
+        peak_mib_load=load.peak_allocated_mib,
+        peak_mib_prefill=prefill.peak_allocated_mib,
+        peak_mib_decode=decode.peak_allocated_mib,
+        reserved_mib_decode=decode.peak_reserved_mib,
+        device_used_mib=decode.device_used_mib,
+        memory_source=decode.source,
+        memory_global_fallback=decode.global_fallback,
+        weights_mib_measured=group.weights_mib,
+        kv_cache_mib_measured=group.kv_cache_mib,
+    )
 
 
-def comparable_peak_mib(mem: dict[str, Any], device: str) -> float | None:
+def comparable_peak_mib(mem: Memory, device: str) -> float | None:
     """The measured figure that the plan's total predicts: on a GPU the device memory this
     process uses (it includes the CUDA/HIP context, as the plan's reserve does) when NVML sees
     the process, else the allocator's peak; on the CPU the process RSS peak."""
-    if device.startswith("cuda") and not mem.get("memory_global_fallback"):
-        return mem.get("device_used_mib") or mem.get("peak_mib_decode")
-    return mem.get("peak_mib_decode")
+    if device.startswith("cuda") and not mem.memory_global_fallback:
+        return mem.device_used_mib or mem.peak_mib_decode
+    return mem.peak_mib_decode
 
 
 def gap_pct(measured: float | None, predicted: float | None) -> float | None:
@@ -213,6 +238,7 @@ def gap_pct(measured: float | None, predicted: float | None) -> float | None:
 
 
 def card_for_device(device_name: str, target: str, ctx: WorkContext) -> catalog.GpuSpec | None:
+    """The catalog card that really ran the group (None: an unknown GPU and no --gpu given)."""
     if target == "cpu":
         return catalog.gpu("cpu")
     found = catalog.gpu_for_device_name(device_name)
@@ -221,29 +247,30 @@ def card_for_device(device_name: str, target: str, ctx: WorkContext) -> catalog.
     return found
 
 
-def prediction_columns(
+def prediction(
     point: Point, card: catalog.GpuSpec | None, weights_bytes: int | None, ctx: WorkContext
-) -> dict[str, Any]:
-    plan_card = card or catalog.gpu("H100-SXM-80GB")
+) -> tuple[Prediction, float | None]:
+    """The plan's figures for the point on its card (an unknown card: the target's default card,
+    as `harness plan` assumes), and the roofline decode ceiling where the card is known."""
     plan = planner.plan_point(
-        point, plan_card, gpu_memory_utilization=ctx.vllm.gpu_memory_utilization
+        point,
+        card or planner.default_card(point.target, ctx.gpu),
+        gpu_memory_utilization=ctx.vllm.gpu_memory_utilization,
     )
-    mib = 1024.0
-    out: dict[str, Any] = {
-        "predicted_weights_mib": plan.weights_gib * mib,
-        "predicted_kv_cache_mib": plan.kv_cache_gib * mib,
-        "predicted_activations_mib": plan.activations_gib * mib,
-        "predicted_peak_mib": plan.total_gib * mib,
-        "gpu": card.name if card else None,
-    }
+    out = Prediction(
+        predicted_weights_mib=to_mib(plan.weights_gib * GIB),
+        predicted_kv_cache_mib=to_mib(plan.kv_cache_gib * GIB),
+        predicted_activations_mib=to_mib(plan.activations_gib * GIB),
+        predicted_peak_mib=to_mib(plan.total_gib * GIB),
+    )
     if weights_bytes is not None:
-        out["weights_mib_measured"] = weights_bytes / 2**20
-        out["weights_gap_pct"] = gap_pct(out["weights_mib_measured"], out["predicted_weights_mib"])
+        out.weights_gap_pct = gap_pct(to_mib(weights_bytes), out.predicted_weights_mib)
+    ceiling = None
     if card is not None and point.target != "cpu":
         arch = catalog.model(point.model)
-        weights = weights_bytes or plan.weights_gib * 2**30
-        out["roofline_decode_tok_s"] = planner.decode_ceiling_tok_s(card, weights, arch, point)
-    return out
+        weights = weights_bytes or plan.weights_gib * GIB
+        ceiling = planner.decode_ceiling_tok_s(card, weights, arch, point)
+    return out, ceiling
 
 
 # --- the group -----------------------------------------------------------------------------
@@ -253,7 +280,7 @@ def prediction_columns(
 # of the group with this headroom: blocks are allocated whole (128 tokens on the CPU), so each
 # sequence may hold up to one block it does not fill.
 KV_POOL_HEADROOM = 1.25
-KV_POOL_MIN_BYTES = 64 * 2**20
+KV_POOL_MIN_BYTES = 64 * MIB
 
 
 # Quality scoring sends the engine sequences of its own: corpus windows, and ARC questions with
@@ -306,6 +333,95 @@ def measure_group(
     return rows
 
 
+@dataclass
+class LoadedGroup:
+    """What loading the group and scoring its quality gives every one of its points."""
+
+    tokens: list[int]  # the eval corpus, tokenized: quality windows and prompts
+    scores: WindowScores
+    quality: Quality
+    load_memory: PhaseMemory
+    load_s: float
+    facts: MemoryFacts
+
+    @property
+    def weights_mib(self) -> float | None:
+        return None if self.facts.weights_bytes is None else to_mib(self.facts.weights_bytes)
+
+    @property
+    def kv_cache_mib(self) -> float | None:
+        return None if self.facts.kv_cache_bytes is None else to_mib(self.facts.kv_cache_bytes)
+
+    def engine_memory(self) -> Memory:
+        """What the engine says of its memory, for rows without measured peaks."""
+        return Memory(
+            weights_mib_measured=self.weights_mib, kv_cache_mib_measured=self.kv_cache_mib
+        )
+
+    def preallocation(self) -> Preallocation:
+        reserved = self.facts.preallocated_bytes
+        return Preallocation(engine_preallocated_mib=None if reserved is None else to_mib(reserved))
+
+
+def load_and_score(
+    backend: Backend,
+    group: GroupKey,
+    ctx: WorkContext,
+    model_dir: str,
+    device: str,
+    reference: WindowScores | None,
+) -> LoadedGroup:
+    """Load the model once (its memory measured), then score the group's quality once."""
+    started = time.perf_counter()
+    with measure_phase(device) as load_phase:
+        backend.load()
+    load_s = time.perf_counter() - started
+    facts = backend.memory_facts()
+    tokens = corpus.tokenize_eval(model_dir)  # the eval corpus, for quality and for prompts
+    quality_part, scores = measure_quality(backend, tokens, group, ctx, reference)
+    free_memory(device)  # scoring's cached blocks must not count in the points' memory
+    return LoadedGroup(tokens, scores, quality_part, load_phase.result, load_s, facts)
+
+
+def measure_point(
+    backend: Backend,
+    point: Point,
+    group: LoadedGroup,
+    card: catalog.GpuSpec | None,
+    ctx: WorkContext,
+    device: str,
+    share_of_quality_s: float,
+) -> tuple[Status, str | None, list[Part]]:
+    """One point of a loaded group: (status, error, the row's parts). A point that fails (an
+    OOM, say) keeps the group's figures and its prediction, and the group goes on."""
+    predicted, ceiling = prediction(point, card, group.facts.weights_bytes, ctx)
+    shared: list[Part] = [group.preallocation(), group.quality, HarnessTime(load_s=group.load_s)]
+    started = time.perf_counter()
+    try:
+        prompts = corpus.prompt_windows(group.tokens, point.batch, point.context)
+        speed, prefill_mem, decode_mem = time_point(backend, point, prompts, device)
+    except Exception as exc:  # one failing point must not end the group
+        free_memory(device)
+        status: Status = "oom" if is_oom(exc) else "error"
+        roof = Roofline(roofline_decode_tok_s=ceiling)
+        return (
+            status,
+            f"{type(exc).__name__}: {exc}"[:2000],
+            [group.engine_memory(), predicted, roof, *shared],
+        )
+    measured_s = time.perf_counter() - started + share_of_quality_s
+    memory = measured_memory(group.load_memory, prefill_mem, decode_mem, group)
+    predicted.peak_gap_pct = gap_pct(
+        comparable_peak_mib(memory, device), predicted.predicted_peak_mib
+    )
+    roof = Roofline(roofline_decode_tok_s=ceiling)
+    if ceiling and speed.decode_tok_s:
+        roof.roofline_fraction = roofline.fraction(speed.decode_tok_s, ceiling)
+    timing_part = HarnessTime(load_s=group.load_s, measured_s=measured_s)
+    return "ok", None, [speed, memory, predicted, roof, group.preallocation(), group.quality,
+                        timing_part]  # fmt: skip
+
+
 def iter_group(
     group: GroupKey,
     points: list[Point],
@@ -315,7 +431,9 @@ def iter_group(
     device_override: str | None = None,
 ) -> Iterator[GroupItem]:
     """Load once, score quality once, then each point; yields the group's WindowScores once,
-    and each point's ResultRow the moment it is measured.
+    and each point's ResultRow the moment it is measured. The backend is closed however this
+    ends (a failure after the load, or a consumer that stops early), so an in-process `measure`
+    never carries one group's engine memory into the next.
 
     `device_override="cpu"` runs GPU-target groups on the CPU: only the multi-node tests use it
     (routing on one machine); the rows' provenance then names the CPU that really ran them."""
@@ -332,66 +450,36 @@ def iter_group(
     )
     corpus_hash = corpus.corpus_hash()
     prov = provenance.collect(device, corpus_hash)
+    reference_group = is_reference(group, ctx)
 
-    def row(point: Point, **fields: Any) -> ResultRow:
+    def row(
+        point: Point, status: Status, error: str | None, parts: list[Part], card: str | None
+    ) -> ResultRow:
         return point_row(
-            point, run=ctx.run, corpus_hash=corpus_hash,
-            is_reference=is_reference(group, ctx), provenance=prov, **fields,
+            point, *parts, run=ctx.run, corpus_hash=corpus_hash, status=status, error=error,
+            is_reference=reference_group, gpu=card, provenance=prov,
         )  # fmt: skip
 
     backend = backend_class(group.backend)(group, options)
-    load_started = time.perf_counter()
     try:
-        with measure_phase(device) as load_phase:
-            backend.load()
-        load_s = time.perf_counter() - load_started
-        facts = backend.memory_facts()
-        tokens = corpus.tokenize_eval(path)  # the eval corpus, for quality and for prompts
-        shared, scores = measure_quality(backend, tokens, group, ctx, reference)
-        free_memory(device)  # scoring's cached blocks must not count in the points' memory
-    except Exception as exc:  # a group that cannot load fails all its points
-        backend.close()
-        status = "oom" if is_oom(exc) else "error"
-        for point in points:
-            yield row(
-                point, status=status, error=f"load/quality: {type(exc).__name__}: {exc}"[:2000]
-            )
-        return
-    yield scores
-    card = card_for_device(prov.device_name or "", group.target, ctx)
-    shared["load_s"] = load_s
-    if facts.preallocated_bytes is not None:
-        shared["engine_preallocated_mib"] = facts.preallocated_bytes / 2**20
-    if facts.kv_cache_bytes is not None:
-        shared["kv_cache_mib_measured"] = facts.kv_cache_bytes / 2**20
-    for point in points:
-        predicted = prediction_columns(point, card, facts.weights_bytes, ctx)
-        started = time.perf_counter()
         try:
-            prompts = corpus.prompt_windows(tokens, point.batch, point.context)
-            speed, prefill_mem, decode_mem = time_point(backend, point, prompts, device)
-        except Exception as exc:  # one failing point must not end the group
-            free_memory(device)
-            status = "oom" if is_oom(exc) else "error"
-            yield row(
-                point,
-                status=status,
-                error=f"{type(exc).__name__}: {exc}"[:2000],
-                **shared,
-                **predicted,
+            loaded = load_and_score(backend, group, ctx, path, device, reference)
+        except Exception as exc:  # a group that cannot load fails all its points
+            failed: Status = "oom" if is_oom(exc) else "error"
+            reason = f"load/quality: {type(exc).__name__}: {exc}"[:2000]
+            for point in points:
+                yield row(point, failed, reason, [], None)
+            return
+        yield loaded.scores
+        card = card_for_device(prov.device_name or "", group.target, ctx)
+        quality_share = (loaded.quality.quality_s or 0.0) / len(points)
+        for point in points:
+            status, error, parts = measure_point(
+                backend, point, loaded, card, ctx, device, quality_share
             )
-            continue
-        measured_s = time.perf_counter() - started + shared.get("quality_s", 0.0) / len(points)
-        mem = memory_columns(load_phase.result, prefill_mem, decode_mem)
-        extra: dict[str, Any] = {"measured_s": measured_s}
-        extra["peak_gap_pct"] = gap_pct(
-            comparable_peak_mib(mem, device), predicted["predicted_peak_mib"]
-        )
-        ceiling = predicted.get("roofline_decode_tok_s")
-        if ceiling and speed["decode_tok_s"]:
-            extra["roofline_fraction"] = roofline.fraction(speed["decode_tok_s"], ceiling)
-        yield row(point, status="ok", **speed, **mem, **shared, **predicted, **extra)
-    backend.close()
+            yield row(point, status, error, parts, card.name if card else None)
+    finally:
+        backend.close()
 
 
 def is_oom(exc: BaseException) -> bool:

@@ -218,6 +218,21 @@ class Scenario(Input):
         return value
 
 
+# The fields that say which configuration a point measures (the rest of a Point says how:
+# repeats, warmups, seed, quality windows). Rows are matched, grouped and published by these.
+CONFIGURATION_FIELDS = (
+    "model",
+    "revision",
+    "backend",
+    "quantization",
+    "kv_cache_dtype",
+    "batch",
+    "context",
+    "output_tokens",
+    "target",
+)
+
+
 class Point(Strict):
     """One cell of the grid. Its key (fields + harness version + corpus hash) names its file."""
 

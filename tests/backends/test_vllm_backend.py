@@ -62,8 +62,7 @@ EXPECTED_WEIGHTS = {  # ours -> (quantization, dtype); online FP8 is named by th
     "fp8": (vb.ONLINE_FP8, "auto"),
     "gptq-int4": ("gptq", "auto"),
 }
-EXPECTED_KV = {"auto": "auto", "bf16": "bfloat16", "fp16": "float16", "fp8": "fp8",
-               "fp8_e4m3": "fp8_e4m3", "fp8_e5m2": "fp8_e5m2"}  # fmt: skip
+EXPECTED_KV = {"auto": "auto", "fp8": "fp8", "fp8_e4m3": "fp8_e4m3", "fp8_e5m2": "fp8_e5m2"}
 
 
 @pytest.mark.parametrize(("quant", "kv"), list(itertools.product(EXPECTED_WEIGHTS, EXPECTED_KV)))
@@ -74,6 +73,14 @@ def test_every_weight_and_kv_name_maps_to_vllm_arguments(
     kwargs = vb.engine_kwargs(group(quantization=quant, kv_cache_dtype=kv), options(path))
     assert (kwargs["quantization"], kwargs["dtype"]) == EXPECTED_WEIGHTS[quant]
     assert kwargs["kv_cache_dtype"] == EXPECTED_KV[kv]
+
+
+def test_the_vllm_names_come_from_the_capability_table() -> None:
+    """One home per fact: what vLLM is measured with is what the table says vLLM runs."""
+    from harness.spec.capabilities import kv_cache_formats_for, weight_formats_for
+
+    assert list(vb.QUANTIZATION_ARGS) == weight_formats_for("vllm")
+    assert list(vb.KV_CACHE_DTYPE_ARGS) == kv_cache_formats_for("vllm")
 
 
 def test_engine_arguments_carry_the_scenario_options_and_start_no_ray(tmp_path: Path) -> None:

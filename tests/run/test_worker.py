@@ -114,3 +114,73 @@ def test_an_int8_kv_cache_is_compared_with_the_reference(tmp_path: Path) -> None
     assert row.dnll_ci_low <= row.dnll_vs_ref <= row.dnll_ci_high  # type: ignore[operator]
     assert row.kl_vs_ref is not None and row.kl_vs_ref >= -1e-9
     assert row.top1_agree is not None and 0.9 < row.top1_agree <= 1.0
+
+
+def test_a_failure_after_the_load_still_closes_the_backend(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An error no point catches (here: planning the prediction) ends the group, and the engine's
+    memory is released all the same: the next group of an in-process `measure` starts clean."""
+    from harness.run import worker
+
+    closed: list[bool] = []
+    real_close = TransformersBackend.close
+
+    def close(self: TransformersBackend) -> None:
+        closed.append(True)
+        real_close(self)
+
+    def broken(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("plan exploded")
+
+    monkeypatch.setattr(TransformersBackend, "close", close)
+    monkeypatch.setattr(worker, "prediction", broken)
+    with pytest.raises(RuntimeError, match="plan exploded"):
+        run(tmp_path, [point()])
+    assert closed == [True]
+
+
+def test_a_consumer_that_stops_early_still_closes_the_backend(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from harness.run import worker
+
+    closed: list[bool] = []
+    monkeypatch.setattr(TransformersBackend, "close", lambda self: closed.append(True))
+    items = worker.iter_group(point().group, [point()], context(tmp_path))
+    next(items)  # the group's window scores: the model is loaded
+    items.close()
+    assert closed == [True]
+
+
+def test_a_rocm_point_is_planned_and_predicted_on_the_same_default_card(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No --gpu and a device the catalog does not know: `harness plan` and the worker's
+    prediction both assume the target's default card (ROCm: MI300X), never a CUDA card."""
+    from harness import plan
+    from harness.run import worker
+
+    rocm = point(target="rocm")
+    planned = plan.plan_grid(
+        plan.Grid(scenario=scenario_for(rocm), points=[rocm], skipped=[])
+    ).points[0]
+    seen: list[str] = []
+    real = plan.plan_point
+
+    def plan_point(p: Point, card: Any, **kwargs: Any) -> Any:
+        seen.append(card.name)
+        return real(p, card, **kwargs)
+
+    monkeypatch.setattr(worker.planner, "plan_point", plan_point)
+    worker.prediction(rocm, None, None, context(tmp_path))
+    assert planned.gpu == seen[0] == plan.default_card("rocm").name == "MI300X"
+
+
+def scenario_for(p: Point) -> Any:
+    from harness.spec.scenario import Scenario
+
+    return Scenario(
+        name="rocm", models=[{"id": p.model}], backend=[p.backend], quantization=[p.quantization],
+        batch=[p.batch], context=[p.context], output_tokens=p.output_tokens, targets=[p.target],
+    )  # fmt: skip
