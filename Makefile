@@ -8,7 +8,8 @@ ACCEL ?= $(shell if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev
 	elif command -v amd-smi >/dev/null 2>&1 || [ -e /dev/kfd ]; then echo rocm; else echo cpu; fi)
 STAMP := $(VENV)/.installed-$(ACCEL)
 RUN ?= results/bench-$(ACCEL)
-SCENARIO ?= scenarios/default.yaml
+# The default scenario depends on the node; `make bench SCENARIO=...` overrides it on every node.
+SCENARIO ?= $(if $(filter cpu,$(ACCEL)),scenarios/default.yaml,scenarios/gpu-default.yaml)
 
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
@@ -54,7 +55,7 @@ $(VENV)/.installed-cuda $(VENV)/.installed-rocm: requirements/gpu-vllm.txt requi
 	touch $@
 
 bench: $(STAMP)
-	$(BIN)/harness bench --out $(RUN) $(if $(filter cpu,$(ACCEL)),$(SCENARIO),scenarios/gpu-default.yaml)
+	$(BIN)/harness bench --out $(RUN) $(SCENARIO)
 
 plan: $(STAMP)
 	$(BIN)/harness plan $(SCENARIO)
