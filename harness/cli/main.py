@@ -161,6 +161,36 @@ def measure(
     console.print(
         f"results: {out}/points ({plan.total_points} points, {len(plan.skipped)} skipped)"
     )
+    exit_on_failed_points(out)
+
+
+FAILED_STATUSES = ("error", "node_lost")  # an `oom` row is a measured outcome, not a failure
+EXIT_FAILED_POINTS = 3
+
+
+def status_counts(run_dir: Path) -> dict[str, int]:
+    from harness.run import store
+
+    rows, _ = store.read_rows(run_dir)
+    counts: dict[str, int] = {}
+    for row in rows:
+        counts[row.status] = counts.get(row.status, 0) + 1
+    return counts
+
+
+def exit_on_failed_points(run_dir: Path, counts: dict[str, int] | None = None) -> None:
+    """One line with the count per status; exit 3 when any point ended error or node_lost."""
+    counts = status_counts(run_dir) if counts is None else counts
+    line = ", ".join(f"{n} {status}" for status, n in sorted(counts.items())) or "no rows"
+    console.print(f"points by status: {line}", highlight=False)
+    failed = sum(counts.get(s, 0) for s in FAILED_STATUSES)
+    if failed:
+        err_console.print(
+            f"[bold red]error[/]: {failed} point(s) ended error or node_lost (see the rows' "
+            f"`error` and the manifest); exit {EXIT_FAILED_POINTS}",
+            highlight=False,
+        )
+        raise typer.Exit(EXIT_FAILED_POINTS)
 
 
 @app.command()
@@ -178,6 +208,7 @@ def run(
     """Fan the sweep out over Ray: one actor per group, on a node that matches its target."""
     run_dir, _ = run_sweep(scenario, address, out, resume, gpu, simulate_on_cpu)
     console.print(f"results: {run_dir}")
+    exit_on_failed_points(run_dir)
 
 
 def run_sweep(
@@ -249,7 +280,9 @@ def bench(
     print_plan(result)
     run_dir, stats = run_sweep(scenario, address, out, True, None)
     console.print(f"sweep wall time: {stats['wall_s']:.1f} s")
-    publish_run(run_dir, tariffs)
+    counts = status_counts(run_dir)
+    publish_run(run_dir, tariffs)  # what can be published is, failures or not
+    exit_on_failed_points(run_dir, counts)
 
 
 def publish_run(run_dir: Path, tariffs: Path) -> None:

@@ -9,6 +9,8 @@ still cannot run is written as `node_lost`. Resume is the default: `ok` points a
 from __future__ import annotations
 
 import os
+import re
+import socket
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -17,6 +19,7 @@ from typing import Any, Protocol
 
 from harness import corpus
 from harness.backends.base import WindowScores
+from harness.errors import UserInputError
 from harness.row import ResultRow
 from harness.run import node, store, sweep
 from harness.run.contracts import GroupItem, WorkContext, point_row
@@ -25,6 +28,27 @@ from harness.spec.scenario import Point
 
 MAX_ATTEMPTS = 3  # per group: the first try and two retries on another node
 PLACEMENT_TIMEOUT_S = 600.0  # an actor no node can host for this long is lost (image pulls)
+
+
+CONNECT_TIMEOUT_S = 10.0
+
+
+def reachable(address: str) -> None:
+    """A HOST:PORT address must accept a TCP connection within CONNECT_TIMEOUT_S (Ray itself
+    retries an unreachable head for minutes without a word)."""
+    match = re.fullmatch(r"\[?([A-Za-z0-9_.:-]+?)\]?:(\d{1,5})", address)
+    if not match:
+        return  # "auto", ray://…: Ray resolves these itself
+    host, port = match.group(1), int(match.group(2))
+    try:
+        socket.create_connection((host, port), timeout=CONNECT_TIMEOUT_S).close()
+    except OSError as exc:
+        cause = exc.strerror or type(exc).__name__
+        raise UserInputError(
+            f"no Ray cluster answers at {address} ({cause}); start one with "
+            "`harness node start --head` or give the head's HOST:PORT",
+            field="--address",
+        ) from None
 
 
 def connect(address: str | None) -> dict[str, Any]:
@@ -36,7 +60,14 @@ def connect(address: str | None) -> dict[str, Any]:
         return {"address": "existing"}
     address = address or os.environ.get("RAY_ADDRESS")
     if address:
-        ray.init(address=address, log_to_driver=False)
+        reachable(address)
+        try:
+            ray.init(address=address, log_to_driver=False)
+        except (ConnectionError, TimeoutError, RuntimeError) as exc:
+            cause = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
+            raise UserInputError(
+                f"cannot join the Ray cluster at {address}: {cause}", field="--address"
+            ) from None
         return {"address": address}
     inventory = node.detect()
     ray.init(
