@@ -2,6 +2,8 @@
 
 A killed process leaves either the old file or the new one, never half of one. Every file the
 harness writes (rows, manifests, window scores, tokenized corpora, publications) goes through here.
+Files get the mode an ordinary ``open`` would give (0666 less the process umask: 0644 by default),
+not ``mkstemp``'s private 0600.
 """
 
 from __future__ import annotations
@@ -13,6 +15,18 @@ from pathlib import Path
 from typing import Any
 
 
+def umask() -> int:
+    """The process umask (read by setting it and setting it back)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def public_mode(path: Path | str, *, folder: bool = False) -> None:
+    """Give a file made by ``mkstemp`` (or a folder by ``mkdtemp``) the umask's usual mode."""
+    os.chmod(path, (0o777 if folder else 0o666) & ~umask())
+
+
 def atomic_write_text(path: Path, text: str) -> None:
     atomic_write_bytes(path, text.encode())
 
@@ -21,6 +35,7 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        os.fchmod(fd, 0o666 & ~umask())
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
             handle.flush()

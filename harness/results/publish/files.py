@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from harness.atomic import atomic_write_bytes, atomic_write_json, atomic_write_text
+from harness.atomic import atomic_write_bytes, atomic_write_json, atomic_write_text, public_mode
 from harness.results.aggregate import Aggregate, aggregate_run, check_quality_class
 from harness.results.publish.html import report_html
 from harness.results.publish.markdown import readme
@@ -28,6 +28,27 @@ def parquet_bytes(frame: pd.DataFrame) -> bytes:
     return buffer.getvalue()
 
 
+FORMULA_START = ("=", "+", "-", "@", "\t", "\r")  # a spreadsheet reads these as a formula
+
+
+def csv_cell(value: object) -> object:
+    """A string a spreadsheet would run as a formula gets a leading ' (OWASP's advice); numbers,
+    negative ones included, stay numbers."""
+    if isinstance(value, str) and value.startswith(FORMULA_START):
+        return "'" + value
+    return value
+
+
+def csv_text(frame: pd.DataFrame) -> str:
+    """``frame`` as CSV with every text cell made formula-safe (headers too)."""
+    safe = frame.copy()
+    for name in safe.columns:
+        if safe[name].dtype == object or pd.api.types.is_string_dtype(safe[name]):
+            safe[name] = safe[name].map(csv_cell)
+    safe.columns = [csv_cell(str(c)) for c in safe.columns]
+    return str(safe.to_csv(index=False))
+
+
 def cost_for_csv(result: Aggregate) -> pd.DataFrame:
     return result.cost.drop(columns=["point_index", "package_index"], errors="ignore")
 
@@ -40,9 +61,10 @@ def write_published(
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
     try:
-        atomic_write_text(tmp / "points.csv", result.points.to_csv(index=False))
+        public_mode(tmp, folder=True)
+        atomic_write_text(tmp / "points.csv", csv_text(result.points))
         atomic_write_bytes(tmp / "points.parquet", parquet_bytes(result.points))
-        atomic_write_text(tmp / "cost.csv", cost_for_csv(result).to_csv(index=False))
+        atomic_write_text(tmp / "cost.csv", csv_text(cost_for_csv(result)))
         atomic_write_json(tmp / "summary.json", json_safe(summary(result, tariffs, quality_class)))
         atomic_write_text(tmp / "README.md", readme(result, tariffs, quality_class))
         atomic_write_text(tmp / "report.html", report_html(result, tariffs, quality_class))
