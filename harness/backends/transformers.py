@@ -28,11 +28,12 @@ from harness.spec.capabilities import (
     kv_cache_formats_for,
     weight_formats_for,
 )
+from harness.units import MIB
 
 SUPPORTED = frozenset(weight_formats_for("transformers"))
 KV_CACHE_DTYPES = kv_cache_formats_for("transformers")
 GPTQ_CALIBRATION_SAMPLES = 64
-LOGITS_BUDGET_BYTES = 256 * 2**20  # fp32 log-probs held at once while scoring
+LOGITS_BUDGET_BYTES = 256 * MIB  # fp32 log-probs held at once while scoring
 GPTQ = WEIGHT_FORMATS["gptq-int4"]  # bits and group size: the planner's, from the table
 
 

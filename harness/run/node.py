@@ -38,6 +38,7 @@ import psutil
 from pydantic import BaseModel, ConfigDict, Field
 
 from harness.spec.catalog import Vendor, gpu_for_device_name
+from harness.units import GIB, MIB, to_gib
 
 TARGET_VENDOR: dict[str, Vendor] = {"cuda": "nvidia", "rocm": "amd", "cpu": "cpu"}
 
@@ -47,16 +48,8 @@ NVIDIA_QUERY = [
     "--format=csv,noheader,nounits",
 ]
 ROCM_BIN = Path("/opt/rocm/bin")
-MIB_PER_GIB = 1024.0
-UNIT_BYTES = {
-    "B": 1,
-    "KB": 2**10,
-    "MB": 2**20,
-    "GB": 2**30,
-    "KIB": 2**10,
-    "MIB": 2**20,
-    "GIB": 2**30,
-}
+# Tools print "MiB"/"GiB" or, meaning the same, "MB"/"GB".
+UNIT_BYTES = {"B": 1, "KB": 2**10, "MB": MIB, "GB": GIB, "KIB": 2**10, "MIB": MIB, "GIB": GIB}
 
 
 class GpuReading(NamedTuple):
@@ -146,7 +139,7 @@ def parse_rocm_smi(json_text: str) -> list[GpuReading]:
             _known(_get_ci(card, "card series")) or _known(_get_ci(card, "card model")) or "AMD GPU"
         )
         total_b = _known(_get_ci(card, "vram total memory (b)"))
-        gib = float(total_b) / 2**30 if total_b and total_b.isdigit() else 0.0
+        gib = to_gib(float(total_b)) if total_b and total_b.isdigit() else 0.0
         readings.append(GpuReading(name, round(gib, 2), driver))
     return readings
 
@@ -191,7 +184,7 @@ def inventory_from(vendor: Vendor, readings: list[GpuReading]) -> NodeInventory:
         memory_gib=[r.memory_gib for r in readings],
         driver=next((r.driver for r in readings if r.driver), None),
         cpus=_cpu_count(),
-        ram_gib=round(psutil.virtual_memory().total / 2**30, 2),
+        ram_gib=round(to_gib(psutil.virtual_memory().total), 2),
         hostname=socket.gethostname(),
     )
 
@@ -346,7 +339,7 @@ def _known(value: object) -> str | None:
 
 def _mib_to_gib(text: str) -> float:
     try:
-        return round(float(text) / MIB_PER_GIB, 2)
+        return round(to_gib(float(text) * MIB), 2)
     except ValueError:
         return 0.0
 
@@ -364,7 +357,7 @@ def _size_to_gib(size: object) -> float:
         number = float(str(value))
     except ValueError:
         return 0.0
-    return round(number * UNIT_BYTES.get(unit.upper(), 2**20) / 2**30, 2)
+    return round(to_gib(number * UNIT_BYTES.get(unit.upper(), MIB)), 2)
 
 
 def _as_dict(value: object) -> dict[str, Any]:
