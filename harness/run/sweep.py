@@ -21,6 +21,7 @@ from harness.errors import UserInputError
 from harness.row import ResultRow
 from harness.run import provenance, store
 from harness.run.contracts import WorkContext, is_reference, point_row
+from harness.spec import models
 from harness.spec import scenario as scen
 from harness.spec.scenario import GroupKey, Point, Scenario
 
@@ -174,6 +175,9 @@ def begin(
         )
     recorded = store.read_manifest(run_dir)  # a broken or foreign manifest stops here
     plan = prepare(scenario_path, run_dir, gpu=gpu)
+    if mode == "in-process":  # this machine loads the models: their files must be here first
+        for model, revision in dict.fromkeys((w.group.model, w.group.revision) for w in plan.work):
+            models.resolve(model, revision, need="weights")
     last = recorded["runs"][-1].get("scenario_hash") if recorded.get("runs") else None
     now = scenario_hash(scenario_path)
     if last is not None and last != now:

@@ -134,11 +134,7 @@ def listing(path: Path) -> tuple[str, ...]:
 
 
 def pull_hint(model_id: str) -> str:
-    return (
-        f"run `harness pull SCENARIO` where the hub is reachable (or unset HF_HUB_OFFLINE), "
-        f"with HF_HUB_CACHE pointing at {cache_dir()} here, or copy the model folder and give its "
-        f"path as the id"
-    )
+    return "run `harness pull SCENARIO` with the hub reachable (HF_HUB_OFFLINE unset)"
 
 
 def resolve(
