@@ -47,7 +47,9 @@ def friendly(fn: F) -> F:
         try:
             return fn(*args, **kwargs)
         except UserInputError as exc:
-            err_console.print(f"[bold red]error[/]: {exc.render()}", highlight=False)
+            err_console.print(
+                f"[bold red]error[/]: {exc.render()}", highlight=False, soft_wrap=True
+            )
             raise typer.Exit(2) from None
 
     return wrapper  # type: ignore[return-value]
@@ -371,6 +373,15 @@ def _register_result_commands() -> None:
 
 
 _register_result_commands()
+
+
+def _register_pull() -> None:
+    from harness.cli import pull
+
+    app.command("pull")(friendly(pull.pull))
+
+
+_register_pull()
 
 
 def main() -> None:

@@ -125,8 +125,9 @@ def parse_yaml(text: str, filename: str) -> tuple[yaml.Node | None, Any]:
         raise UserInputError(
             f"{len(text):,} characters; the limit is {MAX_INPUT_BYTES:,}", file=filename
         )
-    loader = _StrictLoader(text, filename)
+    loader: _StrictLoader | None = None
     try:
+        loader = _StrictLoader(text, filename)  # the reader checks the characters here
         root = loader.get_single_node()
         data = loader.construct_document(root) if root is not None else None
     except yaml.YAMLError as exc:
@@ -138,7 +139,8 @@ def parse_yaml(text: str, filename: str) -> tuple[yaml.Node | None, Any]:
     except RecursionError:  # the depth cap stops nesting first; this is the backstop
         raise UserInputError(f"nested deeper than {MAX_DEPTH} levels", file=filename) from None
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
     return root, data
 
 
