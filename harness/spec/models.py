@@ -258,7 +258,7 @@ def missing_offline(
     )
 
 
-def _complete(snapshot: Path, need: Need) -> bool:
+def complete(snapshot: Path, need: Need) -> bool:
     files = listing(snapshot)
     if CONFIG not in files:
         return False
@@ -278,7 +278,7 @@ def _hub(
     progress: bool,
 ) -> ResolvedModel:
     snapshot = cached_snapshot(model_id, revision)
-    if snapshot is None or not _complete(snapshot, need):
+    if snapshot is None or not complete(snapshot, need):
         if offline():
             raise missing_offline(model_id, revision, need, snapshot)
         snapshot = download(
