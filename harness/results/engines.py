@@ -29,7 +29,7 @@ def served_dtype(model: str, backend: str, quantization: str) -> str | None:
         return None
     try:
         return TORCH_DTYPE_NAMES.get(catalog.model(model).dtype)
-    except UserInputError:  # a model this machine cannot resolve: nothing to pair it with
+    except (UserInputError, ValueError):  # a model this machine cannot resolve: no pair
         return None
 
 
