@@ -19,7 +19,7 @@ export RAY_USAGE_STATS_ENABLED := 0
 export RAY_AUTH_MODE := disabled
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: bench test lint perf gpu-check plan images bench-cluster side-by-side clean venv
+.PHONY: bench test lint perf gpu-check plan images bench-cluster side-by-side side-by-side-vllm clean venv
 
 venv: $(STAMP)
 
@@ -80,6 +80,12 @@ gpu-check: $(STAMP)
 
 side-by-side: $(STAMP)
 	$(BIN)/python scripts/side_by_side.py
+
+# vLLM's own benchmark (`vllm bench latency` / `vllm bench throughput`) and `harness measure` on the
+# same points and engine settings (scenarios/examples/side-by-side-vllm.yaml), engine in-process in
+# both; the ratio table as JSON + Markdown under $$OUT (default results/side-by-side-vllm).
+side-by-side-vllm: $(STAMP)
+	$(BIN)/python scripts/side_by_side_vllm.py --out $${OUT:-results/side-by-side-vllm}
 
 # Container images for the three node kinds; the build context is the repository root (no .git).
 # Each image records its commit and its own name in HARNESS_GIT_SHA / HARNESS_IMAGE, which every
