@@ -29,6 +29,7 @@ class Provenance(BaseModel):
     hostname: str | None = None
     node_id: str | None = None  # the Ray node that measured it, when run under Ray
     git_sha: str | None = None
+    model_commit: str | None = None  # the hub snapshot's commit SHA the weights came from
     container_image: str | None = None
     harness: str | None = None
     corpus_hash: str | None = None

@@ -100,7 +100,7 @@ def ray_node_id() -> str | None:
     return str(ray.get_runtime_context().get_node_id())
 
 
-def collect(device: str, corpus_hash: str) -> Provenance:
+def collect(device: str, corpus_hash: str, model_commit: str | None = None) -> Provenance:
     torch_version = package_version("torch")
     cuda = rocm = None
     if device.startswith("cuda"):
@@ -121,6 +121,7 @@ def collect(device: str, corpus_hash: str) -> Provenance:
         hostname=socket.gethostname(),
         node_id=ray_node_id(),
         git_sha=git_sha(),
+        model_commit=model_commit,
         container_image=os.environ.get("HARNESS_IMAGE"),
         harness=__version__,
         corpus_hash=corpus_hash,

@@ -312,11 +312,6 @@ def kv_pool_bytes(group: GroupKey, points: list[Point], max_context: int) -> int
     return max(KV_POOL_MIN_BYTES, int(largest * KV_POOL_HEADROOM))
 
 
-def model_path(model_id: str, revision: str = "main") -> str:
-    """Where the model's files are on this machine (a hub id: its cached snapshot)."""
-    return str(models.resolve(model_id, revision, need="weights").path)
-
-
 def measure_group(
     group: GroupKey, points: list[Point], ctx: WorkContext, emit: Emit
 ) -> list[ResultRow]:
@@ -438,18 +433,18 @@ def iter_group(
     `device_override="cpu"` runs GPU-target groups on the CPU: only the multi-node tests use it
     (routing on one machine); the rows' provenance then names the CPU that really ran them."""
     device = device_override or device_for(group.target)
-    path = model_path(group.model, group.revision)
+    resolved = models.resolve(group.model, group.revision, need="weights")  # a hub id: its snapshot
     max_context = engine_max_context(group, points, ctx)
     options = BackendOptions(
         device=device,
-        model_path=path,
+        model_path=str(resolved.path),
         seed=points[0].seed if points else 0,
         vllm=ctx.vllm,
         max_context=max_context,
         kv_cache_bytes=kv_pool_bytes(group, points, max_context),
     )
     corpus_hash = corpus.corpus_hash()
-    prov = provenance.collect(device, corpus_hash)
+    prov = provenance.collect(device, corpus_hash, model_commit=resolved.commit)
     reference_group = is_reference(group, ctx)
 
     def row(
@@ -463,7 +458,7 @@ def iter_group(
     backend = backend_class(group.backend)(group, options)
     try:
         try:
-            loaded = load_and_score(backend, group, ctx, path, device, reference)
+            loaded = load_and_score(backend, group, ctx, str(resolved.path), device, reference)
         except Exception as exc:  # a group that cannot load fails all its points
             failed: Status = "oom" if is_oom(exc) else "error"
             reason = f"load/quality: {type(exc).__name__}: {exc}"[:2000]

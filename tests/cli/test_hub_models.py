@@ -73,7 +73,7 @@ def test_plan_and_measure_a_hub_id_from_an_offline_cache(hf_cache: Path, tmp_pat
     assert rows and all(r["status"] == "ok" for r in rows), [r.get("error") for r in rows]
     assert {r["model"] for r in rows} == {HUB_ID}
     assert snapshot.name == COMMIT
-    # TODO(issue 11): assert rows carry COMMIT once Provenance has `model_commit`.
+    assert {r["provenance"]["model_commit"] for r in rows} == {COMMIT}
 
 
 def bad(tmp_path: Path, model: str, *args: str) -> str:
