@@ -22,6 +22,8 @@ DEVICE_SIDE = (
     "harness.backends.vllm",
     "harness.measure.memory",
     "harness.measure.timing",
+    "harness.serve.server",
+    "harness.serve.loadgen",
 )
 ORCHESTRATION = (
     "harness.run.contracts",
@@ -40,6 +42,7 @@ MAY_IMPORT: dict[str, tuple[str, ...]] = {
     "harness.corpus": (),
     "harness.plan": ("harness.spec", "harness.measure.roofline"),
     "harness.backends": ("harness.spec", "harness.measure", "harness.corpus"),
+    "harness.serve": ("harness.corpus",),
     "harness.run": (
         "harness.spec",
         "harness.plan",
@@ -47,6 +50,7 @@ MAY_IMPORT: dict[str, tuple[str, ...]] = {
         "harness.backends",
         "harness.row",
         "harness.corpus",
+        "harness.serve",
     ),
     "harness.results": ("harness.spec", "harness.row", "harness.run.store", "harness.measure"),
     "harness.cli": (),  # the command line wires every room together
