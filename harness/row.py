@@ -57,6 +57,7 @@ class PointColumns(Part):
 
     model: str
     revision: str = "main"
+    weights: Literal["checkpoint", "random"] = "checkpoint"  # random: speed and memory only
     backend: str
     quantization: str
     kv_cache_dtype: str

@@ -139,6 +139,7 @@ def test_plan_json_matches_the_contract_and_is_fast() -> None:
         "context",
         "output_tokens",
         "target",
+        "weights",
         "gpu",
         "weights_gib",
         "kv_cache_gib",

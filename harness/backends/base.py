@@ -27,6 +27,7 @@ class BackendOptions(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, arbitrary_types_allowed=True)
     device: str  # "cpu" or "cuda" (ROCm included: torch reports HIP as cuda)
     model_path: str  # a local directory or a hub id (hub ids only where a hub is reachable)
+    tokenizer_path: str | None = None  # None: the model's own (random weights may borrow one)
     seed: int = 0
     cache_dir: str | None = None  # e.g. GPTQ-quantized checkpoints, keyed by model + calibration
     vllm: VllmOptions | None = None

@@ -136,7 +136,7 @@ class TransformersBackend(Backend):
     def _load_tokenizer(self) -> Any:
         from transformers import AutoTokenizer
 
-        return AutoTokenizer.from_pretrained(self.options.model_path)
+        return AutoTokenizer.from_pretrained(self.options.tokenizer_path or self.options.model_path)
 
     def _load_hf(self, quant: str) -> Any:
         import torch
@@ -254,7 +254,10 @@ class TransformersBackend(Backend):
                 **self._cache_kwargs(),
             )
             clock.stop()
-        counts = count_new_tokens(out[:, ids.shape[1] :].tolist(), self.tokenizer.eos_token_id)
+        # Random weights may emit a borrowed tokenizer's EOS (only the model's own is suppressed
+        # until max_new_tokens): every generated token counts.
+        eos = None if self.options.random_weights else self.tokenizer.eos_token_id
+        counts = count_new_tokens(out[:, ids.shape[1] :].tolist(), eos)
         return Generation(
             new_tokens=counts, step_ms=clock.elapsed_ms(), e2e_ms=clock.total_ms(), timer=clock.name
         )

@@ -202,7 +202,7 @@ def engine_kwargs(group: GroupKey, options: BackendOptions) -> dict[str, Any]:
     vllm_options = options.vllm or VllmOptions()
     kwargs: dict[str, Any] = {
         "model": options.model_path,
-        "tokenizer": options.model_path,
+        "tokenizer": options.tokenizer_path or options.model_path,
         "dtype": dtype,
         "quantization": quantization,
         "kv_cache_dtype": KV_CACHE_DTYPE_ARGS[group.kv_cache_dtype],

@@ -27,6 +27,10 @@ def pull(
     todo: list[tuple[str, str]] = []
     needed = 0
     for ref in loaded.models:
+        if ref.weights == "random":  # the architecture only: config.json, fetched if missing
+            arch = models.resolve(ref.id, ref.revision, need="config")
+            console.print(f"{ref.id}@{ref.revision}: random weights, config.json at {arch.path}")
+            continue
         found = None
         if not models.is_hub_id(ref.id) or (Path(ref.id).expanduser() / "config.json").is_file():
             found = models.resolve(ref.id, ref.revision, need="weights")

@@ -30,8 +30,10 @@ A ResultRow runs on one device, so ``gpus_used`` is 1 unless the frame carries a
 column (tensor parallelism, later); a row needing more cards than a node has is not priced there.
 
 Rows priced: status ``ok``, a positive ``decode_tok_s`` not above ``roofline_decode_tok_s`` (a
-row above its roofline ceiling is a measurement error: flagged, counted, never priced), and only
-against tariffs of the row's own ``gpu``. Every other row is counted in ``Aggregate.counts``.
+row above its roofline ceiling is a measurement error: flagged, counted, never priced), measured
+on the model's checkpoint (``weights: random`` rows have no quality: they are published in the
+speed-only table ``speed_only`` and never priced), and only against tariffs of the row's own
+``gpu``. Every other row is counted in ``Aggregate.counts``.
 
 Tables: ``cheapest`` (lowest output $/Mtok per model, class, GPU and package, with the ratio to
 the cheapest GPU), ``gpu_ratios`` (every GPU pair at equal quality), two Pareto fronts (output
@@ -153,6 +155,32 @@ class Aggregate:
     @cached_property
     def cost(self) -> pd.DataFrame:
         return cost_table(self.points, self.packages, self.utilisation)
+
+    @cached_property
+    def speed_only(self) -> pd.DataFrame:
+        """Measured rows on random weights: speed and memory, no quality, never priced."""
+        rows = random_weights(self.points) & (self.points["status"] == "ok").to_numpy(dtype=bool)
+        present = [c for c in SPEED_ONLY_COLUMNS if c in self.points.columns]
+        return self.points.loc[rows, present].reset_index(drop=True)
+
+
+SPEED_ONLY_COLUMNS = (
+    "model",
+    "backend",
+    "quantization",
+    "kv_cache_dtype",
+    "batch",
+    "context",
+    "output_tokens",
+    "device",
+    "prefill_tok_s",
+    "decode_tok_s",
+    "ttft_ms_p50",
+    "tpot_ms_p50",
+    "peak_mib_decode",
+    "predicted_peak_mib",
+    "key",
+)
 
 
 # --- rows → frame -----------------------------------------------------------------------------
@@ -369,8 +397,14 @@ def flag_rows(frame: pd.DataFrame) -> pd.DataFrame:
     with np.errstate(invalid="ignore"):
         out["exceeds_roofline"] = (decode > roof) & ~np.isnan(roof)
         measured = (out["status"] == "ok").to_numpy(dtype=bool) & (decode > 0)
-    out["cost_eligible"] = measured & ~out["exceeds_roofline"].to_numpy()
+    out["cost_eligible"] = measured & ~out["exceeds_roofline"].to_numpy() & ~random_weights(out)
     return out
+
+
+def random_weights(frame: pd.DataFrame) -> Array:
+    """Rows measured on random weights (older rows without the column: a checkpoint)."""
+    random: Array = (frame["weights"] == "random").to_numpy(dtype=bool)
+    return random
 
 
 def _reference_values(frame: pd.DataFrame, column: str, keys: tuple[Array, Array]) -> Array:
@@ -382,6 +416,7 @@ def _reference_values(frame: pd.DataFrame, column: str, keys: tuple[Array, Array
         frame["is_reference"].to_numpy(dtype=bool)
         & (frame["status"] == "ok").to_numpy(dtype=bool)
         & ~np.isnan(values)
+        & ~random_weights(frame)
     )
     out: Array = np.full(len(frame), np.nan)
     if not is_ref.any():
@@ -401,7 +436,8 @@ def quality_gate(frame: pd.DataFrame, codes: Codes | None = None) -> pd.DataFram
     codes = codes or Codes(frame)
     run, model, target = codes("run"), codes("model"), codes("target")
     keys = (_key(run, model, target), _key(run, model))
-    ppl = out["ppl"].to_numpy()
+    # a row on random weights has no quality to class, whatever its columns say
+    ppl = np.where(random_weights(out), np.nan, out["ppl"].to_numpy(dtype=np.float64))
     ppl_ref = _reference_values(out, "ppl", keys)
     arc = out["arc_acc"].to_numpy()
     arc_ref = _reference_values(out, "arc_acc", keys)
@@ -862,7 +898,7 @@ def _counts(
     eligible = points["cost_eligible"].to_numpy(dtype=bool)
     priced = _priceable(points, packages)
     with_ref = points.loc[points["ppl_ref"].notna(), "model"].unique()
-    models = points["model"].dropna().unique()
+    models = points.loc[~random_weights(points), "model"].dropna().unique()  # random: no quality
     return {
         "rows": len(points),
         "by_status": {("unknown" if pd.isna(k) else str(k)): int(v) for k, v in status.items()},
@@ -872,5 +908,6 @@ def _counts(
         "priced_rows": int(priced.sum()),
         "eligible_without_tariff": int(eligible.sum() - priced.sum()),
         "unreadable_files": len(unreadable),
+        "random_weights_not_priced": int(random_weights(points).sum()),
         "models_without_reference": sorted(str(m) for m in set(models) - set(with_ref)),
     }

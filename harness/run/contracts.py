@@ -34,8 +34,10 @@ class WorkContext(BaseModel):
 
 
 def is_reference(group: GroupKey, ctx: WorkContext) -> bool:
+    """Random weights are never a quality reference (they have no quality)."""
     return (
-        group.quantization == ctx.reference.quantization
+        group.weights == "checkpoint"
+        and group.quantization == ctx.reference.quantization
         and group.kv_cache_dtype == ctx.reference.kv_cache_dtype
         and group.backend == ctx.reference_backend
     )

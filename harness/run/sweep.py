@@ -67,6 +67,8 @@ def prepare(scenario_path: Path, run_dir: Path, gpu: str | None = None) -> Sweep
     )
     present = {p.group for p in points}
     for point in grid.points:
+        if point.weights == "random":  # no quality, so nothing to compare with a reference
+            continue
         ref = scen.reference_point(scenario, point).model_copy(
             update={"backend": reference_backend}
         )
@@ -176,8 +178,9 @@ def begin(
     recorded = store.read_manifest(run_dir)  # a broken or foreign manifest stops here
     plan = prepare(scenario_path, run_dir, gpu=gpu)
     if mode == "in-process":  # this machine loads the models: their files must be here first
-        for model, revision in dict.fromkeys((w.group.model, w.group.revision) for w in plan.work):
-            models.resolve(model, revision, need="weights")
+        wanted = ((w.group.model, w.group.revision, w.group.weights) for w in plan.work)
+        for model, revision, weights in dict.fromkeys(wanted):
+            models.resolve(model, revision, need="config" if weights == "random" else "weights")
     last = recorded["runs"][-1].get("scenario_hash") if recorded.get("runs") else None
     now = scenario_hash(scenario_path)
     if last is not None and last != now:

@@ -333,7 +333,7 @@ class LoadedGroup:
     """What loading the group and scoring its quality gives every one of its points."""
 
     tokens: list[int]  # the eval corpus, tokenized: quality windows and prompts
-    scores: WindowScores
+    scores: WindowScores | None  # None: random weights, no quality scored
     quality: Quality
     load_memory: PhaseMemory
     load_s: float
@@ -362,17 +362,24 @@ def load_and_score(
     backend: Backend,
     group: GroupKey,
     ctx: WorkContext,
-    model_dir: str,
+    tokenizer_dir: str,
     device: str,
     reference: WindowScores | None,
 ) -> LoadedGroup:
-    """Load the model once (its memory measured), then score the group's quality once."""
+    """Load the model once (its memory measured), then score the group's quality once (not on
+    random weights: their quality columns stay empty)."""
     started = time.perf_counter()
     with measure_phase(device) as load_phase:
         backend.load()
     load_s = time.perf_counter() - started
     facts = backend.memory_facts()
-    tokens = corpus.tokenize_eval(model_dir)  # the eval corpus, for quality and for prompts
+    tokens = corpus.tokenize_eval(tokenizer_dir)  # the eval corpus, for quality and for prompts
+    if group.weights == "random":
+        # A borrowed tokenizer (see random_weights_tokenizer) may know ids the model's vocabulary
+        # lacks: clip them below the vocabulary. Random weights make the text's meaning moot.
+        top = catalog.model(group.model, group.revision).vocab_size - 1
+        tokens = [min(t, top) for t in tokens]
+        return LoadedGroup(tokens, None, Quality(), load_phase.result, load_s, facts)
     quality_part, scores = measure_quality(backend, tokens, group, ctx, reference)
     free_memory(device)  # scoring's cached blocks must not count in the points' memory
     return LoadedGroup(tokens, scores, quality_part, load_phase.result, load_s, facts)
@@ -433,11 +440,16 @@ def iter_group(
     `device_override="cpu"` runs GPU-target groups on the CPU: only the multi-node tests use it
     (routing on one machine); the rows' provenance then names the CPU that really ran them."""
     device = device_override or device_for(group.target)
-    resolved = models.resolve(group.model, group.revision, need="weights")  # a hub id: its snapshot
+    random = group.weights == "random"
+    # a hub id: its snapshot; random weights need its config.json only
+    resolved = models.resolve(group.model, group.revision, need="config" if random else "weights")
+    tokenizer_dir = random_weights_tokenizer(resolved) if random else str(resolved.path)
     max_context = engine_max_context(group, points, ctx)
     options = BackendOptions(
         device=device,
         model_path=str(resolved.path),
+        tokenizer_path=tokenizer_dir,
+        random_weights=random,
         seed=points[0].seed if points else 0,
         vllm=ctx.vllm,
         max_context=max_context,
@@ -458,14 +470,16 @@ def iter_group(
     backend = backend_class(group.backend)(group, options)
     try:
         try:
-            loaded = load_and_score(backend, group, ctx, str(resolved.path), device, reference)
+            reference = None if random else reference
+            loaded = load_and_score(backend, group, ctx, tokenizer_dir, device, reference)
         except Exception as exc:  # a group that cannot load fails all its points
             failed: Status = "oom" if is_oom(exc) else "error"
             reason = f"load/quality: {type(exc).__name__}: {exc}"[:2000]
             for point in points:
                 yield row(point, failed, reason, [], None)
             return
-        yield loaded.scores
+        if loaded.scores is not None:
+            yield loaded.scores
         card = card_for_device(prov.device_name or "", group.target, ctx)
         quality_share = (loaded.quality.quality_s or 0.0) / len(points)
         for point in points:
@@ -475,6 +489,15 @@ def iter_group(
             yield row(point, status, error, parts, card.name if card else None)
     finally:
         backend.close()
+
+
+def random_weights_tokenizer(resolved: models.ResolvedModel) -> str:
+    """The tokenizer for a random-weights model's prompts: its own when its folder has one (a
+    hub snapshot, say), else the shipped tiny model's (the catalog's configs ship none); the
+    worker clips the ids below the model's vocabulary."""
+    if resolved.has_tokenizer:
+        return str(resolved.path)
+    return str(models.PACKAGE_DATA / "tiny-llama")
 
 
 def is_oom(exc: BaseException) -> bool:

@@ -1,11 +1,13 @@
 """Where a model's files are: one resolver for plan, pull, worker, backends and provenance.
 
-A model is a shipped model (``tiny-llama``, in ``harness/data``), a local directory holding a
-config.json, or a Hugging Face hub id ``org/name`` at a revision (branch, tag or commit). Hub ids
-are looked up in the Hugging Face cache (``HF_HUB_CACHE``, else ``HF_HOME/hub``, else
-``~/.cache/huggingface/hub``; the hub's own ``models--org--name/refs/<rev>`` + ``snapshots/<sha>``
-layout, read with huggingface_hub) and, unless ``HF_HUB_OFFLINE`` is set, fetched with
-huggingface_hub (resumable, progress bar; ``HF_TOKEN`` for gated models).
+A model is a shipped model (``tiny-llama``, in ``harness/data``; or the architecture facts of a
+real model, config.json only, in ``harness/spec/catalog/configs``: ``qwen2.5-0.5b``, … — these
+run on random weights only), a local directory holding a config.json, or a Hugging Face hub id
+``org/name`` at a revision (branch, tag or commit). Hub ids are looked up in the Hugging Face
+cache (``HF_HUB_CACHE``, else ``HF_HOME/hub``, else ``~/.cache/huggingface/hub``; the hub's own
+``models--org--name/refs/<rev>`` + ``snapshots/<sha>`` layout, read with huggingface_hub) and,
+unless ``HF_HUB_OFFLINE`` is set, fetched with huggingface_hub (resumable, progress bar;
+``HF_TOKEN`` for gated models).
 
 Planning needs config.json only (``need="config"``); measuring needs the tokenizer and the
 weights (``need="weights"``). Weights are safetensors unless a scenario opts in to pickled
@@ -27,6 +29,7 @@ from typing import Any, Literal
 from harness.errors import UserInputError
 
 PACKAGE_DATA = Path(__file__).resolve().parents[1] / "data"
+CATALOG_CONFIGS = Path(__file__).resolve().parent / "catalog" / "configs"  # config.json only
 
 Need = Literal["config", "weights"]
 Source = Literal["shipped", "local", "hub"]
@@ -137,6 +140,16 @@ def pull_hint(model_id: str) -> str:
     return "run `harness pull SCENARIO` with the hub reachable (HF_HUB_OFFLINE unset)"
 
 
+def shipped_dir(model_id: str) -> Path | None:
+    """The folder of a shipped model or shipped architecture (config.json only), by short id."""
+    if "/" in model_id or model_id in {"", ".", ".."}:
+        return None
+    for root in (PACKAGE_DATA, CATALOG_CONFIGS):
+        if (root / model_id / CONFIG).is_file():
+            return root / model_id
+    return None
+
+
 def resolve(
     model_id: str,
     revision: str = "main",
@@ -147,8 +160,8 @@ def resolve(
     progress: bool = True,
 ) -> ResolvedModel:
     """The model's files on this machine, fetched from the hub first when allowed and missing."""
-    shipped = PACKAGE_DATA / model_id
-    if "/" not in model_id and (shipped / CONFIG).is_file():
+    shipped = shipped_dir(model_id)
+    if shipped is not None:
         found = ResolvedModel(model_id, revision, shipped, "shipped", files=listing(shipped))
     elif (Path(model_id).expanduser() / CONFIG).is_file():
         local = Path(model_id).expanduser().resolve()
@@ -187,7 +200,8 @@ def check(
         raise UserInputError(
             f"{label}: no tokenizer files (tokenizer.json, tokenizer.model or vocab.json + "
             f"merges.txt) in {where}; "
-            + (pull_hint(found.id) if found.source == "hub" else "add them"),
+            + (pull_hint(found.id) if found.source == "hub" else "add them")
+            + ", or measure speed and memory only with `weights: random` on this model",
             field=FIELD,
         )
     if not found.has_safetensors:

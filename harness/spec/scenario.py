@@ -13,7 +13,7 @@ import hashlib
 import itertools
 import json
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -29,6 +29,7 @@ from harness import __version__
 from harness.errors import UserInputError
 from harness.spec import catalog
 from harness.spec.capabilities import (
+    WEIGHT_FORMATS,
     Backend,
     KvCacheDtype,
     Quantization,
@@ -69,9 +70,15 @@ class Input(Strict):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
 
 
+Weights = Literal["checkpoint", "random"]
+
+
 class ModelRef(Input):
     id: str = Field(min_length=1, max_length=MAX_NAME)
     revision: str = Field("main", min_length=1, max_length=MAX_NAME)
+    # "random": the architecture from config.json on random weights (no checkpoint needed):
+    # speed and memory only, no quality, never priced.
+    weights: Weights = "checkpoint"
 
     @field_validator("id")
     @classmethod
@@ -179,14 +186,15 @@ class Scenario(Input):
     @field_validator("models")
     @classmethod
     def each_model_once(cls, value: list[ModelRef]) -> list[ModelRef]:
-        seen: set[tuple[str, str]] = set()
+        seen: set[tuple[str, str, str]] = set()
         for m in value:
-            if (m.id, m.revision) in seen:
+            if (m.id, m.revision, m.weights) in seen:
+                random = ", weights random" if m.weights == "random" else ""
                 raise ValueError(
-                    f"model {excerpt(m.id)} (revision {excerpt(m.revision)}) is listed twice; "
-                    "list each model once"
+                    f"model {excerpt(m.id)} (revision {excerpt(m.revision)}{random}) is listed "
+                    "twice; list each model once"
                 )
-            seen.add((m.id, m.revision))
+            seen.add((m.id, m.revision, m.weights))
         return value
 
     @field_validator("backend", "quantization", "kv_cache_dtype", "batch", "context", "targets")
@@ -230,6 +238,7 @@ CONFIGURATION_FIELDS = (
     "context",
     "output_tokens",
     "target",
+    "weights",
 )
 
 
@@ -238,6 +247,7 @@ class Point(Strict):
 
     model: str
     revision: str = "main"
+    weights: Weights = "checkpoint"
     backend: Backend
     quantization: Quantization
     kv_cache_dtype: KvCacheDtype
@@ -253,8 +263,11 @@ class Point(Strict):
     max_windows: PositiveInt | None = 64
 
     def key(self, corpus_hash: str) -> str:
+        fields = self.model_dump()
+        if fields["weights"] == "checkpoint":  # checkpoint keys stay those of earlier runs
+            del fields["weights"]
         payload = json.dumps(
-            {**self.model_dump(), "harness": __version__, "corpus": corpus_hash}, sort_keys=True
+            {**fields, "harness": __version__, "corpus": corpus_hash}, sort_keys=True
         )
         return hashlib.sha256(payload.encode()).hexdigest()[:20]
 
@@ -264,6 +277,7 @@ class Point(Strict):
             target=self.target,
             model=self.model,
             revision=self.revision,
+            weights=self.weights,
             backend=self.backend,
             quantization=self.quantization,
             kv_cache_dtype=self.kv_cache_dtype,
@@ -279,11 +293,13 @@ class GroupKey(Strict):
     backend: Backend
     quantization: Quantization
     kv_cache_dtype: KvCacheDtype
+    weights: Weights = "checkpoint"
 
     @property
     def label(self) -> str:
         parts = (self.model, self.backend, self.quantization, f"kv={self.kv_cache_dtype}")
-        return "|".join((*parts, self.target))
+        random = ("weights=random",) if self.weights == "random" else ()
+        return "|".join((*parts, *random, self.target))
 
 
 class Skip(Strict):
@@ -314,6 +330,7 @@ def expand(scenario: Scenario) -> Grid:
         point = Point(
             model=m.id,
             revision=m.revision,
+            weights=m.weights,
             backend=backend,
             quantization=quant,
             kv_cache_dtype=kv,
@@ -344,6 +361,11 @@ def skip_reason(scenario: Scenario, point: Point, arch: catalog.ModelArch) -> st
     broken = rule_for(fields)
     if broken:
         return f"{broken.reason} [rule {broken.id}]"
+    if point.weights == "random" and not random_weights_can_be(point.quantization, point.backend):
+        return (
+            f"random weights are built in a float dtype; {point.quantization} needs a checkpoint "
+            "[rule random-weights-float]"
+        )
     needed = point.context + point.output_tokens
     if needed > arch.max_positions:
         return (
@@ -351,6 +373,16 @@ def skip_reason(scenario: Scenario, point: Point, arch: catalog.ModelArch) -> st
             f"({arch.max_positions}) [rule max-positions]"
         )
     return None
+
+
+def random_weights_can_be(quantization: str, backend: str) -> bool:
+    """Random weights come in the model's float dtypes; vLLM also quantizes them to fp8 online."""
+    fmt = WEIGHT_FORMATS[quantization]
+    return (
+        fmt.torch_dtype is not None
+        or quantization == "none"
+        or (backend == "vllm" and quantization == "fp8")
+    )
 
 
 def reference_point(scenario: Scenario, point: Point) -> Point:

@@ -390,3 +390,19 @@ def test_many_models_and_devices_aggregate_consistently() -> None:
     assert set(result.cheapest["model"]) == {"a", "b", "c"}
     assert result.counts["eligible_without_tariff"] == 3  # the L40S rows
     assert isinstance(result.points, pd.DataFrame)
+
+
+def test_random_weight_rows_are_never_priced_and_are_published_as_speed_only() -> None:
+    rows = [
+        F.reference(model="m", ppl=100.0),
+        F.row(model="m", weights="random", is_reference=False),
+        F.row(model="arch-only", weights="random"),
+    ]
+    result = _agg(rows)
+    assert set(result.cost["key"]) == {rows[0].key}
+    assert result.counts["priced_rows"] == 1
+    assert result.counts["random_weights_not_priced"] == 2
+    assert list(result.speed_only["key"]) == [rows[1].key, rows[2].key]
+    assert "arch-only" not in result.counts["models_without_reference"]
+    assert (result.points.loc[result.points["weights"] == "random", "quality_class"]
+            == "unknown").all()  # fmt: skip

@@ -78,11 +78,11 @@ MALFORMED: dict[str, tuple[str, str]] = {
     ),
     "unknown model": (
         replace("models", "models: [meta-llama/Llama-3.1-8B-Instruc]"),
-        "bad.yaml:2: models[0].id: unknown model 'meta-llama/Llama-3.1-8B-Instruc' (did you mean 'meta-llama/Llama-3.1-8B-Instruct'?): expected a catalog id (meta-llama/Llama-3.1-8B-Instruct, meta-llama/Llama-3.1-70B-Instruct, Qwen/Qwen2.5-7B-Instruct, Qwen/Qwen2.5-72B-Instruct, mistralai/Mistral-7B-v0.3, mistralai/Mixtral-8x7B-v0.1, google/gemma-2-9b, microsoft/Phi-3-mini-4k-instruct, tiny-llama) or a local directory containing config.json",
+        "bad.yaml:2: models[0].id: unknown model 'meta-llama/Llama-3.1-8B-Instruc' (did you mean 'meta-llama/Llama-3.1-8B-Instruct'?): expected a catalog id (meta-llama/Llama-3.1-8B-Instruct, meta-llama/Llama-3.1-70B-Instruct, Qwen/Qwen2.5-7B-Instruct, Qwen/Qwen2.5-72B-Instruct, mistralai/Mistral-7B-v0.3, mistralai/Mixtral-8x7B-v0.1, google/gemma-2-9b, microsoft/Phi-3-mini-4k-instruct, tiny-llama, llama-3.1-8b, llama-3.2-1b, qwen2.5-0.5b) or a local directory containing config.json",
     ),
     "unknown model field": (
         replace("models", "models: [{id: tiny-llama, revison: main}]"),
-        "bad.yaml:2: models[0].revison: unknown field (did you mean 'revision'?); expected one of: id, revision",
+        "bad.yaml:2: models[0].revison: unknown field (did you mean 'revision'?); expected one of: id, revision, weights",
     ),
     "empty model id": (
         replace("models", "models: [{id: ''}]"),
@@ -223,3 +223,47 @@ def test_an_exclusion_may_list_several_values_per_field() -> None:
     grid = scenario.expand(scenario.parse(text))
     assert [p.batch for p in grid.points] == [2]
     assert len(grid.skipped) == 2
+
+
+# --- random weights ----------------------------------------------------------------------------
+
+RANDOM = replace("models", "models: [{id: qwen2.5-0.5b, weights: random}]").replace(
+    "targets: [cuda]", "targets: [cpu]"
+)
+
+
+def test_random_weights_on_a_shipped_architecture_expand_to_random_points() -> None:
+    grid = scenario.expand(scenario.parse(RANDOM))
+    assert [(p.model, p.weights) for p in grid.points] == [("qwen2.5-0.5b", "random")]
+    assert grid.points[0].group.weights == "random"
+    assert "weights=random" in grid.points[0].group.label
+
+
+def test_random_and_checkpoint_points_never_share_a_key_or_a_group() -> None:
+    point = scenario.expand(scenario.parse(BASE)).points[0]
+    random = point.model_copy(update={"weights": "random"})
+    assert point.key("c") != random.key("c")
+    assert point.group != random.group and point.group.label != random.group.label
+
+
+def test_a_checkpoint_point_keeps_the_key_it_had_before_the_weights_field() -> None:
+    point = scenario.expand(scenario.parse(BASE)).points[0]
+    import hashlib
+    import json
+
+    from harness import __version__
+
+    old = {k: v for k, v in point.model_dump().items() if k != "weights"}
+    payload = json.dumps({**old, "harness": __version__, "corpus": "c"}, sort_keys=True)
+    assert point.key("c") == hashlib.sha256(payload.encode()).hexdigest()[:20]
+
+
+def test_weights_is_strict() -> None:
+    with pytest.raises(UserInputError, match="weights"):
+        scenario.parse(RANDOM.replace("weights: random", "weights: randm"), "bad.yaml")
+
+
+def test_random_weights_in_a_format_that_needs_a_checkpoint_are_skipped_with_the_rule() -> None:
+    grid = scenario.expand(scenario.parse(RANDOM.replace("[bf16]", "[bf16, bnb-int8]")))
+    assert [p.quantization for p in grid.points] == ["bf16"]
+    assert "[rule random-weights-float]" in grid.skipped[0].reason

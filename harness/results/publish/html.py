@@ -132,6 +132,7 @@ CHEAPEST_COLUMNS: list[Column] = [
 ]
 POINT_COLUMNS: list[Column] = [
     ("model", "model", None),
+    ("weights", "weights", None),
     ("backend", "backend", None),
     ("quantization", "quant", None),
     ("kv_cache_dtype", "KV", None),
@@ -150,6 +151,20 @@ POINT_COLUMNS: list[Column] = [
     ("quality_class", "class", None),
     ("exceeds_roofline", "above roofline", None),
     ("error", "error", None),
+]
+SPEED_ONLY_COLUMNS: list[Column] = [
+    ("model", "model", None),
+    ("backend", "backend", None),
+    ("quantization", "quant", None),
+    ("kv_cache_dtype", "KV", None),
+    ("batch", "batch", fmt_int),
+    ("context", "context", fmt_int),
+    ("device", "device", None),
+    ("decode_tok_s", "decode tok/s", fmt_float),
+    ("tpot_ms_p50", "TPOT ms", fmt_float),
+    ("ttft_ms_p50", "TTFT ms", fmt_float),
+    ("peak_mib_decode", "peak MiB", fmt_float),
+    ("predicted_peak_mib", "predicted MiB", fmt_float),
 ]
 RATIO_COLUMNS: list[Column] = [
     ("model", "model", None),
@@ -286,6 +301,18 @@ def charts(result: Aggregate, quality_class: str, max_models: int = 4) -> list[s
     return out
 
 
+def speed_only_section(result: Aggregate) -> list[str]:
+    """Rows on random weights: speed and memory only, never priced (empty when there are none)."""
+    if result.speed_only.empty:
+        return []
+    return [
+        "<h2>Speed only: random weights (no quality, not priced)</h2>",
+        '<p class="note">The architecture on random weights: speed and memory as measured; '
+        "no perplexity, so no quality class and no price.</p>",
+        html_table(result.speed_only, SPEED_ONLY_COLUMNS, "speed-only"),
+    ]
+
+
 def report_html(result: Aggregate, tariffs: TariffTable | None, quality_class: str) -> str:
     c = result.counts
     cheapest = result.cheapest[result.cheapest["quality_class"] == quality_class]
@@ -301,6 +328,7 @@ def report_html(result: Aggregate, tariffs: TariffTable | None, quality_class: s
         *charts(result, quality_class),
         "<h2>GPU against GPU at equal quality</h2>",
         html_table(result.gpu_ratios, RATIO_COLUMNS, "ratios"),
+        *speed_only_section(result),
         "<h2>Every point</h2>",
         html_table(result.points, POINT_COLUMNS, "points"),
         f"<h2>Engines agree (same model and dtype, within {AGREEMENT_TOLERANCE:.1%})</h2><ul>",
@@ -317,6 +345,8 @@ def report_html(result: Aggregate, tariffs: TariffTable | None, quality_class: s
         f"<li>priced: {escape(c['priced_rows'])}; no tariff for their GPU: "
         f"{escape(c['eligible_without_tariff'])}</li>",
         f"<li>unreadable point files, skipped: {escape(c['unreadable_files'])}</li>",
+        "<li>on random weights (speed only, never priced): "
+        f"{escape(c['random_weights_not_priced'])}</li>",
         *[f'<li class="warn">{escape(f)}: {escape(why)}</li>' for f, why in result.unreadable],
         "</ul>",
         "<h2>Method and formulas</h2><ul>",

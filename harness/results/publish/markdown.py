@@ -30,6 +30,43 @@ def md_table(rows: Sequence[dict[str, str]]) -> str:
     return "\n".join(lines) + "\n"
 
 
+SPEED_ONLY_HEADERS = {
+    "model": "model",
+    "backend": "backend",
+    "quantization": "quant",
+    "batch": "batch",
+    "context": "context",
+    "device": "device",
+    "decode_tok_s": "decode tok/s",
+    "tpot_ms_p50": "TPOT ms",
+    "peak_mib_decode": "peak MiB",
+    "predicted_peak_mib": "predicted MiB",
+}
+
+
+def speed_only_section(result: Aggregate) -> list[str]:
+    """Rows on random weights (`weights: random`): speed and memory only, never priced."""
+    table = result.speed_only
+    if table.empty:
+        return []
+    rows = [
+        {label: fmt_value(rec.get(name)) for name, label in SPEED_ONLY_HEADERS.items()}
+        for rec in table.astype("object").to_dict(orient="records")
+    ]
+    return [
+        "\n## Speed only: random weights (no quality, not priced)\n",
+        md_table(rows),
+    ]
+
+
+def fmt_value(value: Any) -> str:
+    if value is None or (isinstance(value, float) and value != value):
+        return ""
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
+
+
 def readme(result: Aggregate, tariffs: TariffTable | None, quality_class: str) -> str:
     c = result.counts
     parts = [
@@ -47,11 +84,13 @@ def readme(result: Aggregate, tariffs: TariffTable | None, quality_class: str) -
         f"- priced: {c['priced_rows']}; measured but no tariff for their GPU: "
         f"{c['eligible_without_tariff']}",
         f"- unreadable point files (named, skipped): {c['unreadable_files']}",
+        f"- on random weights (speed only, never priced): {c['random_weights_not_priced']}",
     ]
     parts += [f"  - `{md_escape(f)}`: {md_escape(why)}" for f, why in result.unreadable]
     if c["models_without_reference"]:
         names = ", ".join(md_escape(m) for m in c["models_without_reference"])
         parts.append(f"- models without a reference row (no quality class): {names}")
+    parts += speed_only_section(result)
     parts += [
         f"\n## Engines agree (same model and dtype, within {AGREEMENT_TOLERANCE:.1%})\n",
         *[f"- {md_escape(line)}" for line in agreement_lines(engine_agreement(result.points))],

@@ -105,7 +105,11 @@ def gpus() -> dict[str, GpuSpec]:
 def catalog_models() -> dict[str, ModelArch]:
     rows = yaml.safe_load((HERE / "models.yaml").read_text())
     models = {row["id"]: arch_from_config(row["id"], row["config"]) for row in rows}
-    for shipped in sorted(PACKAGE_DATA.glob("*/config.json")):
+    shipped_configs = [
+        *sorted(PACKAGE_DATA.glob("*/config.json")),
+        *sorted(resolver.CATALOG_CONFIGS.glob("*/config.json")),  # architectures, random weights
+    ]
+    for shipped in shipped_configs:
         name = shipped.parent.name
         models[name] = arch_from_config(name, json.loads(shipped.read_text()), str(shipped.parent))
     return models
