@@ -24,10 +24,18 @@ def _touched_block(n_mib: int) -> NDArray[np.float64]:
     return np.ones(n_mib * MIB // 8, dtype=np.float64)  # np.ones writes every page
 
 
+def _until(condition: Any, timeout_s: float = 5.0) -> None:
+    """Wait for the sampler thread: on a loaded 2-core machine it may not run for a while."""
+    deadline = time.monotonic() + timeout_s
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.005)
+
+
 def test_rss_sampler_sees_a_256_mib_allocation_and_keeps_the_peak_after_free() -> None:
     with RssPeakSampler(interval_s=0.005) as sampler:
         block = _touched_block(256)
-        time.sleep(0.05)  # only the thread samples while the block is alive
+        seen = sampler.samples
+        _until(lambda: sampler.samples >= seen + 4)  # only the thread samples while it lives
         del block
         time.sleep(0.02)
     rss_now = psutil.Process().memory_info().rss
@@ -45,7 +53,9 @@ def test_measure_phase_on_cpu_reports_the_rss_peak_as_the_point_cost() -> None:
     baseline_mib = psutil.Process().memory_info().rss / MIB
     with measure_phase("cpu") as phase:
         block = _touched_block(128)
-        time.sleep(0.03)
+        rss = psutil.Process().memory_info().rss
+        time.sleep(0.3)  # the phase's sampler (5 ms) runs while the block lives, even under load
+        assert psutil.Process().memory_info().rss >= rss  # still alive while sampled
         del block
     result = phase.result
     assert result.source == "rss-sampler"
