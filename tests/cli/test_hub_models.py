@@ -110,3 +110,19 @@ def test_a_revision_that_does_not_exist_is_one_line(hf_cache: Path, tmp_path: Pa
     add_snapshot(hf_cache, HUB_ID, tiny_files())
     line = bad(tmp_path, "{id: " + HUB_ID + ", revision: v9.9}", "measure")
     assert "'v9.9'" in line and "revision" in line
+
+
+def test_run_on_ray_measures_a_hub_id_from_the_offline_cache(
+    hf_cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The sweep on a local Ray cluster: the group's actor resolves the hub id from the same
+    cache (the cluster's processes inherit this process's HF_HUB_CACHE and offline mode)."""
+    add_snapshot(hf_cache, HUB_ID, tiny_files())
+    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
+    out = tmp_path / "run"
+    result = CliRunner().invoke(app, ["run", str(scenario(tmp_path, HUB_ID)), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    rows = [json.loads(p.read_text()) for p in sorted((out / "points").glob("*.json"))]
+    assert rows and all(r["status"] == "ok" for r in rows), [r.get("error") for r in rows]
+    assert {r["provenance"]["model_commit"] for r in rows} == {COMMIT}
+    assert {r["provenance"]["node_id"] is not None for r in rows} == {True}  # measured under Ray
