@@ -57,7 +57,9 @@ def connect(address: str | None) -> dict[str, Any]:
 
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     if ray.is_initialized():
-        return {"address": "existing"}
+        if not address or ray.get_runtime_context().gcs_address == address:
+            return {"address": "existing"}
+        ray.shutdown()  # connected elsewhere (an earlier run in this process): not that cluster
     address = address or os.environ.get("RAY_ADDRESS")
     if address:
         reachable(address)

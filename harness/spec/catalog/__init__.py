@@ -64,10 +64,49 @@ class ModelArch(BaseModel):
         return DTYPE_BYTES.get(self.dtype, 2)
 
 
-def arch_from_config(model_id: str, cfg: dict[str, Any], path: str | None = None) -> ModelArch:
-    heads = int(cfg["num_attention_heads"])
-    hidden = int(cfg["hidden_size"])
-    layers = int(cfg["num_hidden_layers"])
+# Architecture facts a config.json must give, each a positive whole number.
+REQUIRED_CONFIG_KEYS = (
+    "num_attention_heads",
+    "hidden_size",
+    "num_hidden_layers",
+    "vocab_size",
+    "intermediate_size",
+)
+# Bounds on what a config.json may claim (the largest public models are well inside them).
+CONFIG_INT_LIMIT = 10**7
+
+
+def _config_int(cfg: dict[str, Any], key: str, model_id: str, default: int | None = None) -> int:
+    """A positive integer fact of a config.json, or a one-line error naming the model and key."""
+    value = cfg.get(key, default)
+    if value is None:
+        raise UserInputError(f"{model_id}: config.json has no {key!r}", field="models")
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= CONFIG_INT_LIMIT:
+        excerpt = repr(value)[:40]
+        raise UserInputError(
+            f"{model_id}: config.json: {key} must be a whole number in 1..{CONFIG_INT_LIMIT:,}, "
+            f"got {excerpt}",
+            field="models",
+        )
+    return value
+
+
+def arch_from_config(model_id: str, cfg: Any, path: str | None = None) -> ModelArch:
+    """The planner's facts of an architecture, checked: a config.json that lacks one, or gives
+    zero heads, or is not a mapping is a one-line UserInputError, never a traceback."""
+    if not isinstance(cfg, dict):
+        raise UserInputError(
+            f"{model_id}: config.json must be a JSON object, got a {type(cfg).__name__}",
+            field="models",
+        )
+    for key in REQUIRED_CONFIG_KEYS:
+        _config_int(cfg, key, model_id)
+    heads = _config_int(cfg, "num_attention_heads", model_id)
+    hidden = _config_int(cfg, "hidden_size", model_id)
+    layers = _config_int(cfg, "num_hidden_layers", model_id)
+    _config_int(cfg, "num_key_value_heads", model_id, default=heads)
+    if cfg.get("head_dim") is not None:
+        _config_int(cfg, "head_dim", model_id)
     window = cfg.get("sliding_window")
     sliding_layers = 0
     if window:
@@ -148,7 +187,13 @@ def model(model_id: str, revision: str = "main") -> ModelArch:
         return table[model_id]
     local = Path(model_id).expanduser()
     if (local / "config.json").is_file():
-        cfg = json.loads((local / "config.json").read_text())
+        try:
+            cfg = json.loads((local / "config.json").read_text())
+        except (OSError, UnicodeDecodeError, ValueError) as exc:
+            raise UserInputError(
+                f"{model_id}: config.json is not readable JSON ({type(exc).__name__})",
+                field="models",
+            ) from None
         return arch_from_config(model_id, cfg, str(local.resolve()))
     if resolver.is_hub_id(model_id):
         try:
