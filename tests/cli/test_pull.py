@@ -37,6 +37,7 @@ def test_pull_refuses_a_disk_too_small_before_fetching(
 ) -> None:
     add_snapshot(hf_cache, HUB_ID, {"config.json": tiny_files()["config.json"]})
     monkeypatch.setenv("HF_HUB_OFFLINE", "0")
+    monkeypatch.setenv("TRANSFORMERS_OFFLINE", "0")  # `make test` exports both as 1
     huge = [models.RemoteFile("model.safetensors", 1 << 60, cached=False)]
     monkeypatch.setattr(models, "remote_files", lambda *args: ("ab" * 20, huge))
     monkeypatch.setattr(models, "download", lambda *a, **k: pytest.fail("nothing is fetched"))
