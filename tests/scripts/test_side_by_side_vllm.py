@@ -212,10 +212,17 @@ def test_command_point_reads_batch_and_context_of_either_benchmark() -> None:
 
 def test_markdown_table_shows_the_load_averages_when_known() -> None:
     pts = points()
-    pts[0]["load"] = "1.2 / 0.9"
+    pts[0]["load"] = "3 % / 12 %; 1.2 / 0.9"
     md = sbs.markdown_table(sbs.comparison_rows(pts))
-    assert md.splitlines()[0].endswith("| load avg (vLLM / harness) |")
-    assert md.splitlines()[2].endswith("| yes | 1.2 / 0.9 |")
+    assert md.splitlines()[0].endswith("| others' CPU; load avg (vLLM / harness) |")
+    assert md.splitlines()[2].endswith("| yes | 3 % / 12 %; 1.2 / 0.9 |")
+
+
+def test_foreign_share_is_what_others_used_of_the_machine() -> None:
+    assert sbs.foreign_share(busy_cpu_s=3.0, own_cpu_s=2.0, wall_s=2.0, cores=2) == 0.25
+    assert sbs.foreign_share(busy_cpu_s=1.0, own_cpu_s=1.5, wall_s=2.0, cores=2) == 0.0
+    assert sbs.foreign_share(busy_cpu_s=9.0, own_cpu_s=0.0, wall_s=2.0, cores=2) == 1.0
+    assert sbs.foreign_share(busy_cpu_s=1.0, own_cpu_s=0.0, wall_s=0.0, cores=2) == 0.0
 
 
 def test_markdown_table_and_summary_line() -> None:
@@ -307,6 +314,7 @@ def test_the_scenario_is_the_points_the_script_reads() -> None:
 # --- the flags against vLLM's own benchmark parsers -------------------------------------------
 
 
+@pytest.mark.vllm
 def test_vllm_bench_parsers_take_the_flags(tmp_path: Path) -> None:
     pytest.importorskip("vllm")
     from vllm.benchmarks import latency, throughput
