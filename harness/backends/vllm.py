@@ -62,7 +62,6 @@ from harness.spec.scenario import GroupKey, VllmOptions
 # "auto" is the checkpoint's own dtype, except that a float32 checkpoint is served in 16 bit. FP8
 # from a 16-bit checkpoint is vLLM's online FP8, named by the engine's dialect; an FP8-serialized
 # checkpoint keeps "fp8".
-ONLINE_FP8 = VLLM_ONLINE_FP8
 QUANTIZATION_ARGS: dict[str, tuple[str | None, str]] = {
     f.name: (f.vllm_quantization, f.vllm_dtype or "auto")
     for f in WEIGHT_FORMATS.values()
@@ -126,7 +125,7 @@ class EngineDialect:
         dropped: list[str] = []
         for key, value in kwargs.items():
             if key in self.engine_args:
-                adapted[key] = self.online_fp8 if value == ONLINE_FP8 else value
+                adapted[key] = self.online_fp8 if value == VLLM_ONLINE_FP8 else value
             elif key in OPTIONAL_ARGS:
                 dropped.append(key)
             else:

@@ -24,6 +24,7 @@ from harness.backends import vllm as vb
 from harness.backends.base import Backend, BackendOptions, WindowScores, backend_class
 from harness.errors import UserInputError
 from harness.measure.quality import paired_dnll, perplexity
+from harness.spec.capabilities import VLLM_ONLINE_FP8
 from harness.spec.scenario import GroupKey, VllmOptions
 
 REPO = Path(__file__).resolve().parents[2]
@@ -59,7 +60,7 @@ EXPECTED_WEIGHTS = {  # ours -> (quantization, dtype); online FP8 is named by th
     "bf16": (None, "bfloat16"),
     "fp16": (None, "float16"),
     "fp32": (None, "float32"),
-    "fp8": (vb.ONLINE_FP8, "auto"),
+    "fp8": (VLLM_ONLINE_FP8, "auto"),
     "gptq-int4": ("gptq", "auto"),
 }
 EXPECTED_KV = {"auto": "auto", "fp8": "fp8", "fp8_e4m3": "fp8_e4m3", "fp8_e5m2": "fp8_e5m2"}
@@ -168,7 +169,7 @@ OLD = vb.EngineDialect(version="0.26.0", engine_args=frozenset({"model", "quanti
 
 
 def test_a_dialect_names_online_fp8_its_way_and_leaves_out_only_optional_arguments() -> None:
-    kwargs, dropped = OLD.adapt({"model": "m", "quantization": vb.ONLINE_FP8, "max_logprobs": 64})
+    kwargs, dropped = OLD.adapt({"model": "m", "quantization": VLLM_ONLINE_FP8, "max_logprobs": 64})
     assert kwargs == {"model": "m", "quantization": "fp8"}
     assert dropped == ["max_logprobs"]
     with pytest.raises(RuntimeError, match="no engine argument 'kv_cache_memory_bytes'"):
