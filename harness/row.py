@@ -13,6 +13,9 @@ from pydantic import BaseModel, ConfigDict
 SCHEMA_VERSION = 1
 
 Status = Literal["ok", "oom", "error", "skipped", "node_lost"]
+# offline: one configuration measured in-process (batch × context); serving: the same configuration
+# behind a server under a load level; training: a fine-tuning step scenario.
+Mode = Literal["offline", "serving", "training"]
 
 
 class Provenance(BaseModel):
@@ -47,6 +50,7 @@ class Header(Part):
     schema_version: int = SCHEMA_VERSION
     key: str
     run: str | None = None
+    mode: Mode = "offline"
     status: Status
     error: str | None = None
     group: str | None = None
