@@ -1,0 +1,402 @@
+"""Energy per phase from the device's own cumulative energy counter; never estimated from TDP.
+
+Sources, in the units they count:
+
+- ``nvml``: ``nvmlDeviceGetTotalEnergyConsumption`` (nvidia-ml-py), millijoules since the driver
+  was loaded, Volta and newer. The board refreshes it every 20-100 ms, so a span shorter than
+  that may read 0: such a span is None with the reason, and every metered phase runs for at least
+  ``ENERGY_MIN_S``.
+- ``amdsmi``: ``amdsmi_get_energy_count`` → ``energy_accumulator`` (called ``power`` in older
+  bindings) × ``counter_resolution`` µJ (e.g. 15.3 µJ per tick), the whole card.
+- ``rapl-package``: Linux powercap, ``/sys/class/powercap/intel-rapl:N/energy_uj`` (µJ) of every
+  CPU package domain (name ``package-N``; sub-domains and ``psys`` are not added, they overlap),
+  each wrapping to 0 after ``max_energy_range_uj``. It is the whole socket, other processes' work
+  included. Often readable by root only (Linux ≥ 5.10, CVE-2020-8694).
+
+The pure arithmetic (``nvml_joules``, ``amdsmi_joules``, ``rapl_joules``) takes raw counter
+values; ``EnergyMeter`` wraps one *reader* (a function returning the raw counter now) and its
+arithmetic. The real library calls live only in ``open_meter``'s readers, so tests drive a meter
+with recorded counter sequences. A meter that cannot read says why (``unavailable_reason``), and
+its spans are None with that reason.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import re
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Generic, TypeVar
+
+from harness.measure import cuda_index, device_kind
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+ENERGY_MIN_S = 1.0  # a metered phase runs at least this long (NVML refreshes every 20-100 ms)
+POWERCAP = Path("/sys/class/powercap")
+
+
+class CounterError(ValueError):
+    """Two readings of a counter that give no energy (it went back: a driver reload, a reset)."""
+
+
+# ---------------------------------------------------------------- arithmetic on raw counters
+
+
+def nvml_joules(before_mj: int, after_mj: int) -> float:
+    """Joules between two NVML readings (mJ); the counter only grows while the driver stays."""
+    if after_mj < before_mj:
+        raise CounterError(
+            f"the NVML energy counter went back ({before_mj} → {after_mj} mJ): driver reloaded?"
+        )
+    return (after_mj - before_mj) / 1e3
+
+
+AmdsmiReading = tuple[int, float]  # (energy accumulator ticks, µJ per tick)
+
+
+def amdsmi_joules(before: AmdsmiReading, after: AmdsmiReading) -> float:
+    """Joules between two amdsmi readings: Δ ticks × counter_resolution µJ (64-bit, no wrap)."""
+    (ticks_0, res_0), (ticks_1, res_1) = before, after
+    if not (math.isfinite(res_1) and res_1 > 0) or res_0 != res_1:
+        raise CounterError(f"amdsmi counter resolution {res_0} → {res_1} µJ is not usable")
+    if ticks_1 < ticks_0:
+        raise CounterError(f"the amdsmi energy accumulator went back ({ticks_0} → {ticks_1})")
+    return (ticks_1 - ticks_0) * res_1 / 1e6
+
+
+RaplReading = tuple[tuple[int, int], ...]  # per package domain: (energy_uj, max_energy_range_uj)
+
+
+def rapl_joules(before: RaplReading, after: RaplReading) -> float:
+    """Joules between two readings of the package domains, each delta unwrapped once:
+    after < before ⇒ the counter passed max_energy_range_uj and restarted at 0, so
+    Δ = after + max_energy_range_uj − before (off by at most one RAPL energy unit, ~15-61 µJ, per
+    wrap). A span must be shorter than one wrap (≥ 60 s at 1 kW for a 2^32 × 61 µJ range)."""
+    if len(before) != len(after):
+        raise CounterError(f"RAPL domains changed between readings ({len(before)} → {len(after)})")
+    total_uj = 0
+    for (uj_0, range_0), (uj_1, range_1) in zip(before, after, strict=True):
+        if range_0 != range_1 or range_1 <= 0:
+            raise CounterError(f"RAPL max_energy_range_uj changed ({range_0} → {range_1})")
+        total_uj += uj_1 - uj_0 if uj_1 >= uj_0 else uj_1 + range_1 - uj_0
+    return total_uj / 1e6
+
+
+# ---------------------------------------------------------------- the meter
+
+
+@dataclass(frozen=True)
+class Span:
+    """Energy over an interval (per call when divided by ``calls``); joules None: the reason."""
+
+    joules: float | None
+    seconds: float
+    calls: int = 1
+    reason: str | None = None
+
+    @property
+    def joules_per_call(self) -> float | None:
+        return None if self.joules is None else self.joules / self.calls
+
+    @property
+    def seconds_per_call(self) -> float:
+        return self.seconds / self.calls
+
+
+@dataclass(frozen=True)
+class Mark(Generic[T]):
+    raw: T | None
+    at_s: float
+    problem: str | None = None
+
+
+class EnergyMeter(Generic[T]):
+    """``start()`` → mark, ``stop(mark)`` → Span. ``source`` names the counter; a meter built with
+    ``unavailable(reason)`` reads nothing and gives None spans with that reason."""
+
+    def __init__(
+        self,
+        source: str | None,
+        read: Callable[[], T] | None,
+        joules_between: Callable[[T, T], float] | None,
+        *,
+        unavailable_reason: str | None = None,
+        close: Callable[[], object] | None = None,
+        clock: Callable[[], float] = time.perf_counter,
+    ) -> None:
+        self.source = source
+        self._read = read
+        self._joules_between = joules_between
+        self.unavailable_reason = unavailable_reason
+        self._close = close
+        self._clock = clock
+
+    @classmethod
+    def unavailable(cls, reason: str) -> EnergyMeter[Any]:
+        return EnergyMeter(None, None, None, unavailable_reason=reason)
+
+    @property
+    def available(self) -> bool:
+        return self._read is not None
+
+    def start(self) -> Mark[T]:
+        return self._mark()
+
+    def stop(self, mark: Mark[T], calls: int = 1) -> Span:
+        end = self._mark()
+        seconds = end.at_s - mark.at_s
+        if self._read is None or self._joules_between is None:
+            return Span(None, seconds, calls, self.unavailable_reason)
+        problem = mark.problem or end.problem
+        if problem is not None or mark.raw is None or end.raw is None:
+            return Span(None, seconds, calls, f"{self.source}: {problem}")
+        try:
+            joules = self._joules_between(mark.raw, end.raw)
+        except CounterError as exc:
+            return Span(None, seconds, calls, f"{self.source}: {exc}")
+        if joules == 0 and seconds > 0:
+            return Span(None, seconds, calls,
+                        f"{self.source}: the counter did not advance in {seconds:.3f} s "
+                        "(refreshed less often than the phase lasted)")  # fmt: skip
+        return Span(joules, seconds, calls)
+
+    def _mark(self) -> Mark[T]:
+        if self._read is None:
+            return Mark(None, self._clock())
+        try:
+            raw = self._read()
+        except Exception as exc:  # a reader that fails mid-run: this span is None, with why
+            return Mark(None, self._clock(), f"{type(exc).__name__}: {exc}"[:300])
+        return Mark(raw, self._clock())
+
+    def close(self) -> None:
+        if self._close is not None:
+            _shutdown(self._close)  # closing a management library must not fail a group
+            self._close = None
+
+
+def nvml_meter(
+    read_mj: Callable[[], int], close: Callable[[], object] | None = None
+) -> EnergyMeter[int]:
+    return EnergyMeter("nvml", read_mj, nvml_joules, close=close)
+
+
+def amdsmi_meter(
+    read: Callable[[], AmdsmiReading], close: Callable[[], object] | None = None
+) -> EnergyMeter[AmdsmiReading]:
+    return EnergyMeter("amdsmi", read, amdsmi_joules, close=close)
+
+
+def rapl_meter(read: Callable[[], RaplReading]) -> EnergyMeter[RaplReading]:
+    return EnergyMeter("rapl-package", read, rapl_joules)
+
+
+def metered_calls(
+    meter: EnergyMeter[Any], fn: Callable[[], R], *, min_duration_s: float = ENERGY_MIN_S
+) -> tuple[Span, R]:
+    """Call ``fn`` back to back until at least ``min_duration_s`` passed (at least once) under
+    one span of the meter: (the span over its ``calls`` calls, the last call's result)."""
+    mark = meter.start()
+    calls = 0
+    started = time.perf_counter()
+    while True:
+        result = fn()
+        calls += 1
+        if time.perf_counter() - started >= min_duration_s:
+            return meter.stop(mark, calls), result
+
+
+def point_energy(
+    meter: EnergyMeter[Any],
+    prefill: Callable[[], object],
+    generate: Callable[[], int],
+    *,
+    min_duration_s: float = ENERGY_MIN_S,
+) -> PhaseEnergy:
+    """A point's energy in passes of its own, after its timing: prefill-only passes, then whole
+    generations (``generate`` returns the tokens it decoded after the first of each sequence),
+    each metered for at least ``min_duration_s``. An unavailable meter runs nothing."""
+    if not meter.available:
+        return PhaseEnergy(None, None, None, None, meter.unavailable_reason)
+    prefill_span, _ = metered_calls(meter, prefill, min_duration_s=min_duration_s)
+    generation_span, decoded = metered_calls(meter, generate, min_duration_s=min_duration_s)
+    return decode_energy(prefill_span, generation_span, decoded)
+
+
+# ---------------------------------------------------------------- per-phase figures
+
+
+@dataclass(frozen=True)
+class PhaseEnergy:
+    """One point's energy: J per prefill pass, J of the decode steps of one generation, J per
+    decoded token, mean decode power (W); None figures with the reasons joined."""
+
+    energy_j_prefill: float | None
+    energy_j_decode: float | None
+    j_per_token_decode: float | None
+    avg_power_w_decode: float | None
+    reason: str | None
+
+
+def decode_energy(prefill: Span, generation: Span, decoded_tokens: int) -> PhaseEnergy:
+    """From a span of prefill-only passes (batch × context tokens, 1 new token each) and a span
+    of whole generations of the same prompts:
+
+        energy_j_prefill   = prefill J ÷ prefill calls
+        energy_j_decode    = generation J ÷ generation calls − energy_j_prefill
+        avg_power_w_decode = energy_j_decode ÷ (generation s ÷ calls − prefill s ÷ calls)
+        j_per_token_decode = energy_j_decode ÷ decoded_tokens
+
+    ``decoded_tokens``: tokens of one generation after the first of each sequence (the first
+    comes out of prefill), i.e. batch × (new tokens − 1), as decode_tok_s counts them."""
+    reasons = [r for r in (prefill.reason, generation.reason) if r]
+    e_prefill = prefill.joules_per_call
+    e_generation = generation.joules_per_call
+    if e_prefill is None or e_generation is None:
+        return PhaseEnergy(e_prefill, None, None, None, "; ".join(dict.fromkeys(reasons)))
+    e_decode = e_generation - e_prefill
+    decode_s = generation.seconds_per_call - prefill.seconds_per_call
+    if e_decode <= 0 or decode_s <= 0:
+        why = (f"decode energy not resolved: a generation ({e_generation:.4g} J, "
+               f"{generation.seconds_per_call:.4g} s) minus a prefill pass ({e_prefill:.4g} J, "
+               f"{prefill.seconds_per_call:.4g} s) is not positive")  # fmt: skip
+        return PhaseEnergy(e_prefill, None, None, None, why)
+    per_token = e_decode / decoded_tokens if decoded_tokens > 0 else None
+    return PhaseEnergy(e_prefill, e_decode, per_token, e_decode / decode_s, None)
+
+
+# ---------------------------------------------------------------- the real counters
+
+
+def open_meter(device: str, powercap: Path = POWERCAP) -> EnergyMeter[Any]:
+    """The meter of the device a group runs on: NVML on NVIDIA, amdsmi on ROCm, RAPL on the CPU;
+    ``EnergyMeter.unavailable(reason)`` when the counter cannot be read (never raises)."""
+    try:
+        return _open_meter(device, powercap)
+    except Exception as exc:  # a meter that cannot open must not fail the group it meters
+        return EnergyMeter.unavailable(f"energy meter for {device!r}: {type(exc).__name__}: {exc}")
+
+
+def _open_meter(device: str, powercap: Path) -> EnergyMeter[Any]:
+    if device_kind(device) == "cpu":
+        return open_rapl(powercap)
+    try:
+        import torch
+
+        index = cuda_index(device)
+        index = int(torch.cuda.current_device()) if index is None else index
+        rocm = torch.version.hip is not None
+    except Exception as exc:  # no GPU build, no device: the rows say so
+        return EnergyMeter.unavailable(f"no GPU to meter on {device!r} ({type(exc).__name__})")
+    return open_amdsmi(index) if rocm else open_nvml(index)
+
+
+def open_nvml(index: int) -> EnergyMeter[Any]:
+    try:
+        import pynvml
+    except ImportError:
+        return EnergyMeter.unavailable("nvml: nvidia-ml-py is not installed")
+    try:
+        pynvml.nvmlInit()
+    except Exception as exc:
+        return EnergyMeter.unavailable(f"nvml: nvmlInit failed ({exc})")
+    try:
+        from harness.measure.memory import _nvml_handle
+
+        handle = _nvml_handle(pynvml, index)
+
+        def read_mj() -> int:
+            return int(pynvml.nvmlDeviceGetTotalEnergyConsumption(handle))
+
+        read_mj()  # older than Volta, or a vGPU: NotSupported here, said once
+    except Exception as exc:
+        _shutdown(pynvml.nvmlShutdown)
+        return EnergyMeter.unavailable(
+            f"nvml: nvmlDeviceGetTotalEnergyConsumption unreadable ({exc})"
+        )
+    return nvml_meter(read_mj, close=pynvml.nvmlShutdown)
+
+
+def amdsmi_reading(raw: dict[str, Any]) -> AmdsmiReading:
+    """(ticks, µJ per tick) from ``amdsmi_get_energy_count``'s dict, old or new key names."""
+    ticks = raw.get("energy_accumulator", raw.get("power"))
+    resolution = raw.get("counter_resolution")
+    if not isinstance(ticks, int) or not isinstance(resolution, (int, float)):
+        raise CounterError(f"amdsmi_get_energy_count gave {sorted(raw)}, not a counter")
+    return ticks, float(resolution)
+
+
+def open_amdsmi(index: int) -> EnergyMeter[Any]:
+    try:
+        import amdsmi
+    except ImportError:
+        return EnergyMeter.unavailable("amdsmi: the amdsmi package is not installed")
+    try:
+        amdsmi.amdsmi_init()
+    except Exception as exc:
+        return EnergyMeter.unavailable(f"amdsmi: amdsmi_init failed ({exc})")
+    try:
+        from harness.measure.memory import _amdsmi_handle
+
+        handle = _amdsmi_handle(amdsmi, index)
+
+        def read() -> AmdsmiReading:
+            return amdsmi_reading(amdsmi.amdsmi_get_energy_count(handle))
+
+        read()
+    except Exception as exc:
+        _shutdown(amdsmi.amdsmi_shut_down)
+        return EnergyMeter.unavailable(f"amdsmi: amdsmi_get_energy_count unreadable ({exc})")
+    return amdsmi_meter(read, close=amdsmi.amdsmi_shut_down)
+
+
+PACKAGE_DOMAIN = re.compile(r"^intel-rapl:\d+$")
+
+
+def rapl_domains(powercap: Path = POWERCAP) -> tuple[list[Path], str | None]:
+    """The package domains' folders, or why there are none to read."""
+    if not powercap.is_dir():
+        return [], f"rapl: {powercap} does not exist (no powercap driver, or a container)"
+    found = [
+        path
+        for path in sorted(powercap.iterdir())
+        if PACKAGE_DOMAIN.match(path.name) and _text(path / "name").startswith("package")
+    ]
+    if not found:
+        return [], f"rapl: no intel-rapl:N package domain under {powercap}"
+    return found, None
+
+
+def read_rapl(domains: Sequence[Path]) -> RaplReading:
+    return tuple(
+        (int(_text(d / "energy_uj")), int(_text(d / "max_energy_range_uj"))) for d in domains
+    )
+
+
+def open_rapl(powercap: Path = POWERCAP) -> EnergyMeter[Any]:
+    domains, why = rapl_domains(powercap)
+    if why is not None:
+        return EnergyMeter.unavailable(why)
+    try:
+        read_rapl(domains)
+    except (OSError, ValueError) as exc:
+        hint = " (root only since Linux 5.10)" if isinstance(exc, PermissionError) else ""
+        return EnergyMeter.unavailable(f"rapl: energy_uj unreadable: {exc}{hint}")
+    return rapl_meter(lambda: read_rapl(domains))
+
+
+def _text(path: Path) -> str:
+    try:
+        return path.read_text().strip()
+    except FileNotFoundError:
+        return ""
+
+
+def _shutdown(fn: Callable[[], object]) -> None:
+    with contextlib.suppress(Exception):
+        fn()
