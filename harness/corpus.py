@@ -174,7 +174,18 @@ def arc_items(n: int) -> list[ArcItem]:
     if n < 1:
         raise ValueError(f"arc_items: n must be at least 1, got {n}")
     items = _all_arc_items()
-    return [items[k] for k in evenly_spaced(len(items), n)]
+    return [items[k] for k in arc_indices(n)]
+
+
+def arc_indices(n: int) -> list[int]:
+    """The indices in ``ARC_FILE`` (0-based, blank lines skipped) of ``arc_items(n)``: the items'
+    identities (question ids ``arc-easy:<index>``)."""
+    return evenly_spaced(len(_all_arc_items()), n)
+
+
+def arc_item(index: int) -> ArcItem:
+    """The ARC-Easy item at ``index`` of ``ARC_FILE`` (see ``arc_indices``)."""
+    return _all_arc_items()[index]
 
 
 def prompt_windows(token_ids: Sequence[int], batch: int, context: int) -> list[list[int]]:

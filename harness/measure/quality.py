@@ -174,6 +174,14 @@ def arc_scores(
     acc_norm: the same with log-likelihood divided by the choice's length in characters.
     Ties go to the first choice (np.argmax).
     """
+    hits = arc_hits(choice_loglik, choice_chars, gold)
+    return float(hits[:, 0].mean()), float(hits[:, 1].mean())
+
+
+def arc_hits(
+    choice_loglik: list[list[float]], choice_chars: list[list[int]], gold: list[int]
+) -> NDArray[np.bool_]:
+    """Per question [acc hit, acc_norm hit] (shape [questions, 2]); see ``arc_scores``."""
     if not (len(choice_loglik) == len(choice_chars) == len(gold)) or not gold:
         raise ValueError(
             f"need one entry per question in each list; got {len(choice_loglik)} log-likelihood "
@@ -183,9 +191,7 @@ def arc_scores(
         _arc_hit(ll, chars, g, i)
         for i, (ll, chars, g) in enumerate(zip(choice_loglik, choice_chars, gold, strict=True))
     ]
-    acc = float(np.mean([hit[0] for hit in hits]))
-    acc_norm = float(np.mean([hit[1] for hit in hits]))
-    return acc, acc_norm
+    return np.asarray(hits, dtype=bool).reshape(len(hits), 2)
 
 
 def _arc_hit(loglik: list[float], chars: list[int], gold: int, question: int) -> tuple[bool, bool]:

@@ -39,6 +39,8 @@ MAX_GPUS_PER_NODE = 64
 MAX_TARIFFS = 1000
 MAX_PACKAGES = 64
 MAX_TEXT = 500  # characters of provider, source, rule
+MAX_USD_PER_KWH = 10.0  # electricity: retail prices are 0.05-0.6 USD per kWh
+MAX_PURCHASE_USD = 100_000_000.0  # buying one node outright
 MAX_NOTE = 4000
 
 
@@ -71,6 +73,9 @@ class Tariff(_Strict):
     source: str = Field(min_length=1, max_length=MAX_TEXT)  # URL or words: where it was read
     date: str = Field(pattern=r"^\d{4}-\d{2}(-\d{2})?$")  # when it was read: YYYY-MM[-DD]
     example: bool = False  # True = illustrative, not a quote
+    # What buying the same node would cost (optional): with the table's electricity price it
+    # gives the report's "rent vs own" break-even (harness.results.energy).
+    purchase_usd: float | None = Field(None, gt=0, le=MAX_PURCHASE_USD)
 
     @field_validator("gpu")
     @classmethod
@@ -110,6 +115,9 @@ class Tariff(_Strict):
 class TariffTable(_Strict):
     tariffs: list[Tariff] = Field(min_length=1, max_length=MAX_TARIFFS)
     note: str | None = Field(None, max_length=MAX_NOTE)
+    # Optional: what electricity costs where the hardware would be owned (USD per kWh): the
+    # energy cost per million tokens, and with a tariff's purchase_usd the rent-vs-own break-even.
+    electricity_usd_per_kwh: float | None = Field(None, gt=0, le=MAX_USD_PER_KWH)
 
     @field_validator("tariffs")
     @classmethod

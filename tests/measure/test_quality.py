@@ -9,6 +9,7 @@ import pytest
 from numpy.typing import NDArray
 
 from harness.measure.quality import (
+    arc_hits,
     arc_scores,
     bootstrap_ppl_ci,
     full_kl,
@@ -127,3 +128,11 @@ def test_arc_scores_on_a_hand_example() -> None:
 def test_arc_scores_names_the_bad_question() -> None:
     with pytest.raises(ValueError, match="question 1: gold index 3"):
         arc_scores([[-1.0, -2.0], [-1.0, -2.0]], [[1, 1], [1, 1]], [0, 3])
+
+
+def test_arc_hits_are_per_question_and_agree_with_the_scores() -> None:
+    loglik = [[-5.0, -6.0], [-2.0, -8.0, -9.0]]
+    chars = [[5, 20], [10, 10, 10]]
+    hits = arc_hits(loglik, chars, [1, 0])
+    assert hits.tolist() == [[False, True], [True, True]]
+    assert (hits[:, 0].mean(), hits[:, 1].mean()) == arc_scores(loglik, chars, [1, 0])

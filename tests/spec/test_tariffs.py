@@ -140,3 +140,23 @@ def test_models_can_be_built_in_code() -> None:
     )
     assert tariff.package_price_usd(tariff.packages[0]) == pytest.approx(1.4 * 24 * 7 * 0.9)
     assert tariff.label == "p L40S×1"
+
+
+def test_electricity_and_purchase_price_are_optional_and_read_strictly() -> None:
+    text = "electricity_usd_per_kwh: 0.15\n" + GOOD.replace(
+        "    example: true\n", "    example: true\n    purchase_usd: 250000\n"
+    )
+    table = parse_tariffs(text, "prices.yaml")
+    assert table.electricity_usd_per_kwh == 0.15
+    assert table.tariffs[0].purchase_usd == 250000
+    assert parse_tariffs(GOOD).electricity_usd_per_kwh is None  # older files still read
+
+
+def test_electricity_prices_out_of_bounds_or_as_text_are_named() -> None:
+    for bad, says in (("-0.1", "greater than 0"), ("11", "less than or equal to 10"),
+                      ('"0.15"', "valid number")):  # fmt: skip
+        err = _error(f"electricity_usd_per_kwh: {bad}\n" + GOOD)
+        assert err.file == "prices.yaml" and err.line == 1
+        assert err.field == "electricity_usd_per_kwh" and says in err.message, err.message
+    err = _error(GOOD.replace("    example: true\n", "    example: true\n    purchase_usd: 0\n"))
+    assert err.field == "tariffs[0].purchase_usd" and err.line == 9
