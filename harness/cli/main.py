@@ -103,6 +103,16 @@ def print_plan(result: Any) -> None:
             f"{pt.model} · {pt.backend} · {pt.quantization} · kv={pt.kv_cache_dtype} · "
             f"b={pt.batch} ctx={pt.context} · {pt.target}"
         )
+        if pt.serving is not None:
+            point += f" · serving {pt.serving.label} × {pt.serving.requests} requests"
+        if pt.training is not None and p.training is not None:  # forward/backward/optimizer
+            point += (
+                f" · {pt.training.label} × {pt.training.steps} steps · fwd/bwd/opt "
+                f"{p.training.forward / 2**30:.2f}/{p.training.backward / 2**30:.2f}/"
+                f"{p.training.optimizer_step / 2**30:.2f} · "
+                f"trainable {p.training.trainable_params:,}"
+            )
+
         table.add_row(
             point, p.gpu, f"{p.weights_gib:.2f}", f"{p.kv_cache_gib:.2f}",
             f"{p.activations_gib:.2f}", f"{p.reserve_gib:.2f}", f"{p.total_gib:.2f}",
@@ -130,7 +140,13 @@ def print_plan(result: Any) -> None:
     cost = f", ≈ ${b.est_cost_usd:.2f} on {b.tariff}" if b.est_cost_usd is not None else ""
     console.print(
         f"budget: {b.points} points in {b.groups} groups, {b.skipped} skipped; "
-        f"≈ {b.est_seconds:.0f} s measured work (+{b.est_load_seconds:.0f} s loading), "
+        f"≈ {b.est_seconds:.0f} s measured work (+{b.est_load_seconds:.0f} s loading"
+        + (
+            f", {b.est_server_start_seconds:.0f} s server starts"
+            if b.est_server_start_seconds
+            else ""
+        )
+        + "), "
         f"{b.est_gpu_hours:.3f} GPU-h{cost}"
     )
 
@@ -306,13 +322,21 @@ def node_start(
     import os
     import subprocess
 
-    from harness.run import node
+    from harness.run import auth, node
 
     if head == bool(address):
         raise UserInputError("give exactly one of --head or --address HOST:PORT", field="node")
+    auth.require_token_mode()
+    if head and not dry_run:
+        auth.ensure_token()
+    if address:
+        auth.require_token_to_join(address)
     inventory = node.detect()
     argv = node.start_command(head, address, inventory, port=port, block=block)
-    console.print(" ".join(argv), highlight=False)
+    console.print(" ".join(argv), highlight=False, soft_wrap=True)
+    if head:
+        for line in auth.join_instructions(f"{node.this_host_address()}:{port}"):
+            console.print(line, highlight=False, soft_wrap=True)
     if dry_run:
         return
     if block:
@@ -368,6 +392,7 @@ def _register_result_commands() -> None:
         ("aggregate", results.aggregate_cmd),
         ("report", results.report_cmd),
         ("compare", results.compare_cmd),
+        ("site", results.site_cmd),
     ):
         app.command(name)(friendly(fn))
 

@@ -21,7 +21,7 @@ from harness import corpus
 from harness.backends.base import WindowScores
 from harness.errors import UserInputError
 from harness.row import ResultRow
-from harness.run import node, store, sweep
+from harness.run import auth, node, store, sweep
 from harness.run.contracts import GroupItem, WorkContext, point_row
 from harness.run.store import keep_scores, load_scores, reference_artifact
 from harness.spec.scenario import Point
@@ -61,16 +61,20 @@ def connect(address: str | None) -> dict[str, Any]:
             return {"address": "existing"}
         ray.shutdown()  # connected elsewhere (an earlier run in this process): not that cluster
     address = address or os.environ.get("RAY_ADDRESS")
+    auth.require_token_mode()
     if address:
         reachable(address)
+        auth.require_token_to_join(address)
         try:
             ray.init(address=address, log_to_driver=False)
-        except (ConnectionError, TimeoutError, RuntimeError) as exc:
+        except (ConnectionError, TimeoutError, RuntimeError, ray.exceptions.RayError) as exc:
             cause = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
             raise UserInputError(
-                f"cannot join the Ray cluster at {address}: {cause}", field="--address"
+                f"cannot join the Ray cluster at {address}: {cause}; {auth.refused_hint()}",
+                field="--address",
             ) from None
         return {"address": address}
+    auth.ensure_token()
     inventory = node.detect()
     ray.init(
         num_cpus=os.cpu_count(),

@@ -281,6 +281,19 @@ def start_command(
     return argv
 
 
+def this_host_address() -> str:
+    """The address other machines would use to reach this one (no packet is sent: a UDP
+    socket's connect only picks the outgoing interface), or the hostname if there is none."""
+    probe = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        probe.connect(("192.0.2.1", 9))  # TEST-NET-1: routing only
+        return str(probe.getsockname()[0])
+    except OSError:
+        return socket.gethostname()
+    finally:
+        probe.close()
+
+
 # --------------------------------------------------------------------------- helpers
 
 

@@ -20,7 +20,7 @@ SCENARIO = REPO / "tests" / "fixtures" / "bench-both-engines.yaml"
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vLLM is not installed")
 def test_bench_measures_both_engines_and_publishes_them_priced_and_checked(tmp_path: Path) -> None:
     run = tmp_path / "run"
-    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
     done = subprocess.run(
         [sys.executable, "-m", "harness.cli.main", "bench", str(SCENARIO), "--out", str(run),
          "--tariffs", str(REPO / "tariffs" / "example.yaml")],

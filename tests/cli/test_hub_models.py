@@ -118,7 +118,6 @@ def test_run_on_ray_measures_a_hub_id_from_the_offline_cache(
     """The sweep on a local Ray cluster: the group's actor resolves the hub id from the same
     cache (the cluster's processes inherit this process's HF_HUB_CACHE and offline mode)."""
     add_snapshot(hf_cache, HUB_ID, tiny_files())
-    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
     out = tmp_path / "run"
     result = CliRunner().invoke(app, ["run", str(scenario(tmp_path, HUB_ID)), "--out", str(out)])
     assert result.exit_code == 0, result.output

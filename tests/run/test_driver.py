@@ -36,7 +36,6 @@ FAST_HEALTH = {"health_check_period_ms": 500, "health_check_failure_threshold": 
 @pytest.fixture(autouse=True)
 def quiet_ray(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("RAY_USAGE_STATS_ENABLED", "0")
-    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
 
 
 @pytest.fixture
