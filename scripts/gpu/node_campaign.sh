@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# ON THE GPU NODE, in the repository copy, after the last vLLM part was stashed: the worker path
+# of issues 13-15 on the card, each step a `harness measure` of its own process (a second vLLM
+# engine in one process dies in vLLM 0.26's profiling run), each under its own time limit.
+# Writes under $OUT: <step>/ (the run folder: points/, manifest.json), <step>.log, node.txt.
+#
+#   bash scripts/gpu/stash_part.sh 02 && bash scripts/gpu/node_campaign.sh [STEP...]
+#
+# Steps: energy (tiny model, both engines, NVML energy per phase), training (full / LoRA on CUDA;
+# peft carried as its wheel in .vllm-bundle/extra), serving (`vllm serve` + `vllm bench serve`
+# on the card), energy-8b (the Llama-3.1-8B architecture on random weights, vLLM, batch 1 and 64).
+set -uo pipefail
+OUT=${OUT:-results/gpu-campaign}
+mkdir -p "$OUT"
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+ROOT=$(cd "$HERE/../.." && pwd)
+if [[ -x /opt/torch/.venv/bin/python3 ]]; then PYTHON=/opt/torch/.venv/bin/python3; else PYTHON=python3; fi
+
+if ! env_lines=$(PYTHON=$PYTHON bash "$HERE/unpack_vllm_bundle.sh" 2>"$OUT/node.txt"); then
+  echo "node_campaign: the vLLM bundle did not unpack; see $OUT/node.txt" >&2
+  cat "$OUT/node.txt" >&2
+  exit 1
+fi
+eval "$env_lines"
+extra=$(ls "$ROOT"/.vllm-bundle/extra/*.whl 2>/dev/null | tr '\n' ':')
+export PYTHONPATH="$ROOT:${extra}${PYTHONPATH:-}"   # pure-python wheels import from the zip
+export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_HUB_DISABLE_TELEMETRY=1 TOKENIZERS_PARALLELISM=false
+
+declare -A LIMIT=([energy]=170 [training]=120 [serving]=170 [energy-8b]=170)
+steps=("$@")
+[[ ${#steps[@]} -eq 0 ]] && steps=(energy training serving energy-8b)
+cd "$ROOT" || exit 1
+for step in "${steps[@]}"; do
+  began=$(date +%s)
+  timeout "${LIMIT[$step]:-150}" "$PYTHON" -m harness.cli.main measure "scenarios/gpu/$step.yaml" \
+    --out "$OUT/$step" >"$OUT/$step.log" 2>&1
+  rc=$?
+  echo "[campaign] $step rc=$rc in $(( $(date +%s) - began )) s"
+  grep -E "points by status|Error|error:" "$OUT/$step.log" | tail -n 4
+done
