@@ -18,6 +18,7 @@ activations + the KV cache it needs fit inside that share.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 
 from pydantic import BaseModel, ConfigDict
@@ -27,6 +28,7 @@ from harness.spec import catalog
 from harness.spec.capabilities import KV_CACHE_FORMATS, WEIGHT_FORMATS, compute_dtype_bytes
 from harness.spec.catalog import GpuSpec, ModelArch
 from harness.spec.scenario import CONFIGURATION_FIELDS, Grid, Point, Scenario, Skip
+from harness.train import memory as train_memory
 from harness.units import GIB, MIB
 
 CUDA_CONTEXT_BYTES = 700 * MIB  # CUDA context + cuBLAS: 680–750 MiB measured on an H200
@@ -35,6 +37,10 @@ CPU_RUNTIME_BYTES = 540 * MIB  # a worker's RSS with torch, transformers, bnb, R
 ALLOCATOR_MARGIN = 0.05  # caching-allocator fragmentation, share of the tensors' bytes
 EFFICIENCY = {"cpu": 0.25, "cuda": 0.6, "rocm": 0.5}  # share of roofline a budget assumes
 LOAD_GB_S = 1.0  # disk → device, for the budget's load time per group
+# Serving: a `vllm serve` start per group (process, engine, health check: 30-100 s measured on the
+# 2-core CPU with the tiny model), and one load-generator process per level (its imports).
+SERVER_START_S = 90.0
+GENERATOR_START_S = 20.0
 VLLM_MAX_BATCHED_TOKENS = 8192  # vLLM prefills in chunks of at most this many tokens
 
 
@@ -163,9 +169,25 @@ class PointPlan(BaseModel):
     reason: str
     est_seconds: float
     roofline_decode_tok_s: float
+    # a training point: the step's memory by term and phase (bytes; harness.train.memory)
+    training: train_memory.TrainingMemory | None = None
 
     def contract(self) -> dict[str, object]:
         point = {f: getattr(self.point, f) for f in CONFIGURATION_FIELDS if f != "revision"}
+        if self.point.serving is not None:  # a load level behind a server
+            point.update(mode="serving", serving=self.point.serving.model_dump())
+        if self.point.training is not None and self.training is not None:
+            point.update(
+                mode="training",
+                training=self.point.training.model_dump(),
+                training_gib={
+                    **{k: v / GIB for k, v in self.training.terms.items()},
+                    "forward": self.training.forward / GIB,
+                    "backward": self.training.backward / GIB,
+                    "optimizer_step": self.training.optimizer_step / GIB,
+                },
+                trainable_params=self.training.trainable_params,
+            )
         return {**point, **{f: getattr(self, f) for f in CONTRACT_FIGURES}}
 
 
@@ -187,6 +209,8 @@ def plan_point(
     point: Point, card: GpuSpec, *, gpu_memory_utilization: float = 0.9, warmups: int = 1
 ) -> PointPlan:
     arch = catalog.model(point.model)
+    if point.training is not None:
+        return plan_training_point(point, card, arch)
     weights = weights_bytes(arch, point.quantization)
     kv_prefill = kv_cache_bytes(
         arch, point.kv_cache_dtype, point.quantization, point.context, point.batch
@@ -240,8 +264,64 @@ def plan_point(
         capacity_gib=capacity / GIB,
         fits=fits,
         reason=reason,
-        est_seconds=estimate_seconds(point, card, arch, weights, ceiling, warmups),
+        est_seconds=(
+            estimate_seconds(point, card, arch, weights, ceiling, warmups)
+            if point.serving is None
+            else serving_seconds(point, card, arch, ceiling)
+        ),
         roofline_decode_tok_s=ceiling,
+    )
+
+
+def plan_training_point(point: Point, card: GpuSpec, arch: ModelArch) -> PointPlan:
+    """A training step's memory per phase (harness.train.memory): forward, backward and the
+    optimizer step; the fit verdict on the largest; the time of `steps` steps + evaluations.
+    Its kv_cache is 0 (training runs without a cache), prefill/decode carry forward/backward."""
+    train = point.training
+    assert train is not None
+    base = weights_bytes(arch, point.quantization)
+    context = {"cuda": CUDA_CONTEXT_BYTES, "rocm": HIP_CONTEXT_BYTES}.get(
+        point.target, CPU_RUNTIME_BYTES
+    )
+    mem = train_memory.plan_step(
+        arch,
+        train,
+        base_weights_bytes=base,
+        act_bytes=compute_dtype_bytes(point.quantization, arch.dtype_bytes),
+        runtime_bytes=context,
+        margin=ALLOCATOR_MARGIN,
+    )
+    capacity = card.memory_gib * GIB
+    fits = mem.peak <= capacity
+    terms = mem.terms
+    binding = max(terms, key=lambda t: terms[t])
+    reason = (
+        f"fits: {mem.peak / GIB:.2f} of {capacity / GIB:.2f} GiB"
+        if fits
+        else f"needs {mem.peak / GIB:.2f} GiB > {capacity / GIB:.2f} GiB on {card.name}; "
+        f"binding term: {binding} ({terms[binding] / GIB:.2f} GiB)"
+    )
+    total = param_counts(arch).total
+    flops = train.steps * train_memory.step_flops(total, train)
+    flops += train_memory.eval_flops(total, train)
+    seconds = flops / (card.bf16_tflops * 1e12) / EFFICIENCY[point.target]
+    return PointPlan(
+        point=point,
+        gpu=card.name,
+        weights_gib=mem.weights / GIB,
+        kv_cache_gib=0.0,
+        activations_gib=mem.activations / GIB,
+        reserve_gib=mem.reserve / GIB,
+        load_gib=(mem.weights + mem.reserve) / GIB,
+        prefill_gib=mem.forward / GIB,
+        decode_gib=mem.backward / GIB,
+        total_gib=mem.peak / GIB,
+        capacity_gib=capacity / GIB,
+        fits=fits,
+        reason=reason,
+        est_seconds=seconds,
+        roofline_decode_tok_s=0.0,
+        training=mem,
     )
 
 
@@ -271,6 +351,20 @@ def estimate_seconds(
     return (warmups + point.repeats) * per_run
 
 
+def serving_seconds(point: Point, card: GpuSpec, arch: ModelArch, ceiling: float) -> float:
+    """One load level: closed loop, ⌈requests ÷ concurrency⌉ rounds of one batch of `batch`
+    requests (as `estimate_seconds` times one run); open loop, the arrivals' span (requests ÷
+    rate) plus one request's run; plus the generator's start."""
+    level = point.serving
+    assert level is not None
+    one_run = estimate_seconds(point.model_copy(update={"repeats": 1}), card, arch, 0, ceiling, 0)
+    if level.concurrency is not None:
+        span = math.ceil(level.requests / level.concurrency) * one_run
+    else:
+        span = level.requests / (level.request_rate or 1.0) + one_run
+    return span + GENERATOR_START_S
+
+
 class Budget(BaseModel):
     model_config = ConfigDict(extra="forbid")
     points: int
@@ -278,6 +372,7 @@ class Budget(BaseModel):
     groups: int
     est_seconds: float
     est_load_seconds: float
+    est_server_start_seconds: float = 0.0  # one `vllm serve` start per group with serving levels
     est_gpu_hours: float
     est_cost_usd: float | None = None
     tariff: str | None = None
@@ -332,8 +427,11 @@ def budget(
     fitting = list(fitting)
     first_of_group = {p.point.group: p for p in reversed(fitting)}
     load_s = sum(p.weights_gib * GIB / (LOAD_GB_S * 1e9) for p in first_of_group.values())
-    seconds = sum(p.est_seconds for p in fitting) + load_s
+    served = {p.point.group for p in fitting if p.point.serving is not None}
+    server_s = len(served) * SERVER_START_S
+    seconds = sum(p.est_seconds for p in fitting) + load_s + server_s
     gpu_seconds = sum(p.est_seconds for p in fitting if p.point.target != "cpu")
+    gpu_seconds += SERVER_START_S * sum(1 for g in served if g.target != "cpu")
     gpu_hours = gpu_seconds / 3600
     return Budget(
         points=len(fitting),
@@ -341,6 +439,7 @@ def budget(
         groups=len(first_of_group),
         est_seconds=seconds,
         est_load_seconds=load_s,
+        est_server_start_seconds=server_s,
         est_gpu_hours=gpu_hours,
         est_cost_usd=gpu_hours * hourly_usd if hourly_usd is not None else None,
     )

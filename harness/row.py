@@ -37,6 +37,7 @@ class Provenance(BaseModel):
     harness: str | None = None
     corpus_hash: str | None = None
     load_average: float | None = None  # 1-minute load average when the point started
+    load_generator: str | None = None  # serving rows: the load generator and its version
 
 
 class Part(BaseModel):
@@ -149,6 +150,99 @@ class Roofline(Part):
     roofline_fraction: float | None = None
 
 
+class Serving(Part):
+    """A load level against a real server (mode: serving). The latency figures shared with
+    offline rows (ttft_ms_p50, tpot_ms_p50, itl_ms_p99, e2e_ms_p50) are Speed's columns.
+    Semantics of the SLO figures: harness.serve.slo."""
+
+    concurrency: int | None = None  # closed-loop clients, or
+    request_rate: float | None = None  # open-loop Poisson arrivals per second
+    requests_sent: int | None = None
+    requests_ok: int | None = None
+    requests_failed: int | None = None  # requests_ok + requests_failed = requests_sent
+    serving_duration_s: float | None = None
+    request_throughput: float | None = None  # successful requests per second
+    output_tok_s: float | None = None  # output tokens of successful requests per second
+    ttft_ms_p90: float | None = None
+    ttft_ms_p99: float | None = None
+    tpot_ms_p90: float | None = None
+    tpot_ms_p99: float | None = None
+    e2e_ms_p99: float | None = None
+    slo_ttft_ms: float | None = None  # the targets each request is held to
+    slo_tpot_ms: float | None = None
+    slo_attainment_target: float | None = None  # the scenario's `attainment`
+    slo_attainment: float | None = None  # requests meeting every SLO / requests sent
+    goodput_rps: float | None = None  # requests meeting every SLO per second
+    generator_goodput_rps: float | None = None  # the generator's own figure (cross-check)
+    saturated: bool | None = None  # throughput stopped rising while latency grew
+    server_start_s: float | None = None
+    server_log: str | None = None  # path of the server's log in the run folder
+    server_log_tail: list[str] | None = None  # its last lines, on a failed level
+
+
+class Training(Part):
+    """A fine-tuning run of one configuration (mode: training; harness.train). The point's batch
+    is the micro-batch and its context the sequence length; kv_cache_dtype "auto" and
+    output_tokens 0 (nothing is generated). Memory per phase of one steady-state step (the
+    last) next to the plan's; losses in nats per predicted token."""
+
+    train_method: str | None = None  # full | lora | qlora
+    micro_batch: int | None = None
+    grad_accum: int | None = None
+    seq_len: int | None = None
+    gradient_checkpointing: bool | None = None
+    optimizer: str | None = None  # adamw | adamw-8bit
+    train_steps: int | None = None  # optimizer steps run
+    lr: float | None = None
+    trainable_params: int | None = None
+    total_params: int | None = None
+    tokens_per_step: int | None = None  # micro_batch × grad_accum × seq_len
+    train_peak_mib_forward: float | None = None
+    train_peak_mib_backward: float | None = None
+    train_peak_mib_optimizer: float | None = None
+    predicted_train_mib_forward: float | None = None
+    predicted_train_mib_backward: float | None = None
+    predicted_train_mib_optimizer: float | None = None
+    predicted_gradients_mib: float | None = None
+    predicted_optimizer_mib: float | None = None
+    train_peak_gap_pct: float | None = None  # (measured − planned) / planned, the largest phase
+    step_s: float | None = None  # median optimizer step (warm-up and the memory step left out)
+    train_tok_s: float | None = None  # tokens_per_step / step_s
+    train_s: float | None = None  # wall time of the whole run (steps + evaluations)
+    loss_first: float | None = None
+    loss_last: float | None = None
+    loss_curve: list[float] | None = None  # every step's training loss
+    grad_norm_median: float | None = None  # global L2 norm before clipping, median over steps
+    grad_norm_last: float | None = None
+    eval_loss_start: float | None = None  # held-out loss before the first step
+    eval_loss: float | None = None  # held-out loss after the last step
+    eval_loss_ci_low: float | None = None  # 95 % bootstrap over eval windows
+    eval_loss_ci_high: float | None = None
+    eval_curve: list[list[float]] | None = None  # [steps done, held-out loss] pairs
+    eval_window_nll: list[float] | None = None  # per eval window, nats/token (paired CI)
+    eval_windows: int | None = None
+    target_eval_loss: float | None = None
+    steps_to_target: int | None = None  # first evaluated step at or below the target
+    train_data: str | None = None
+    train_data_hash: str | None = None
+    train_tokens: int | None = None  # tokens in the train block
+    eval_tokens: int | None = None  # tokens in the eval block
+
+
+class Energy(Part):
+    """From the device's cumulative energy counter (harness.measure.energy), never from TDP:
+    joules per prefill pass, per generation's decode steps, per decoded token; mean decode power
+    in watts; the group's quality scoring in joules (once per group). None: with the reason."""
+
+    energy_j_prefill: float | None = None
+    energy_j_decode: float | None = None
+    energy_j_quality: float | None = None
+    j_per_token_decode: float | None = None
+    avg_power_w_decode: float | None = None
+    energy_source: str | None = None  # "nvml" | "amdsmi" | "rapl-package"
+    energy_unavailable_reason: str | None = None
+
+
 class HarnessTime(Part):
     """Time the harness itself spent."""
 
@@ -158,8 +252,8 @@ class HarnessTime(Part):
 
 # Field order (the JSON keys' and the CSV columns' order) is the parts' order: pydantic collects
 # inherited fields from the last base to the first.
-class ResultRow(HarnessTime, Roofline, Quality, Preallocation, Prediction, Memory, Speed,
-                PointColumns, Header):  # fmt: skip
+class ResultRow(Training, Energy, HarnessTime, Serving, Roofline, Quality, Preallocation,
+                Prediction, Memory, Speed, PointColumns, Header):  # fmt: skip
     """One row: the parts above, then where it came from."""
 
     model_config = ConfigDict(extra="forbid")

@@ -22,8 +22,13 @@ DEVICE_SIDE = (
     "harness.backends.vllm",
     "harness.measure.memory",
     "harness.measure.timing",
+    "harness.measure.energy",
     "harness.serve.server",
     "harness.serve.loadgen",
+    "harness.run.serving",
+    "harness.train.trainer",
+    "harness.train.checks",
+    "harness.run.training",
 )
 ORCHESTRATION = (
     "harness.run.contracts",
@@ -40,7 +45,8 @@ MAY_IMPORT: dict[str, tuple[str, ...]] = {
     "harness.measure": (),
     "harness.row": (),
     "harness.corpus": (),
-    "harness.plan": ("harness.spec", "harness.measure.roofline"),
+    "harness.plan": ("harness.spec", "harness.measure.roofline", "harness.train.memory"),
+    "harness.train": ("harness.spec", "harness.measure", "harness.corpus"),
     "harness.backends": ("harness.spec", "harness.measure", "harness.corpus"),
     "harness.serve": ("harness.corpus",),
     "harness.run": (
@@ -51,8 +57,15 @@ MAY_IMPORT: dict[str, tuple[str, ...]] = {
         "harness.row",
         "harness.corpus",
         "harness.serve",
+        "harness.train",
     ),
-    "harness.results": ("harness.spec", "harness.row", "harness.run.store", "harness.measure"),
+    "harness.results": (
+        "harness.spec",
+        "harness.row",
+        "harness.run.store",
+        "harness.measure",
+        "harness.corpus",
+    ),
     "harness.cli": (),  # the command line wires every room together
 }
 

@@ -60,8 +60,12 @@ import pandas as pd
 from numpy.typing import NDArray
 
 from harness.errors import UserInputError
+from harness.results import energy as en
+from harness.results import regressions as reg
+from harness.results import serving as srv
+from harness.results import training as trn
 from harness.row import ResultRow
-from harness.run.store import read_rows
+from harness.run.store import read_manifest, read_rows
 from harness.spec.scenario import CONFIGURATION_FIELDS
 from harness.spec.tariffs import HOURS_PER_DAY, TariffTable
 
@@ -84,6 +88,10 @@ COST_COLUMNS = [
     "decode_tok_s",
     "total_tok_s",
     "usd_per_mtok_output",
+    "j_per_mtok_output",  # energy beside cost (harness.results.energy); NaN: not measured
+    "usd_per_mtok_electricity",
+    "avg_power_w_decode",
+    "energy_source",
     "usd_per_mtok_total",
     "usd_per_mtok_output_hourly",
     "tokens_per_package",
@@ -151,10 +159,28 @@ class Aggregate:
     utilisation: float
     counts: dict[str, Any] = field(default_factory=dict)
     unreadable: list[tuple[str, str]] = field(default_factory=list)
+    # per configuration vs its reference (harness.results.regressions); None: no run folder read
+    regressions: reg.Regressions | None = None
+    # mode: serving (harness.results.serving): the rows, with their configuration's quality;
+    # per configuration its level at the SLO; that level priced per package; the cheapest
+    serving: pd.DataFrame = field(default_factory=pd.DataFrame)
+    at_slo: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=srv.AT_SLO_COLUMNS))
+    priced_at_slo: pd.DataFrame = field(default_factory=pd.DataFrame)
+    cheapest_at_slo: pd.DataFrame = field(
+        default_factory=lambda: pd.DataFrame(columns=srv.CHEAPEST_AT_SLO_COLUMNS)
+    )
+    # mode: training (harness.results.training): the rows with their gate against the full
+    # fine-tune; each priced per package ($ per 1M training tokens, $ to the target loss)
+    training: pd.DataFrame = field(default_factory=pd.DataFrame)
+    training_cost: pd.DataFrame = field(default_factory=pd.DataFrame)
+    # n-gram overlap of what the models saw with what they are scored on (the run's manifest)
+    leakage: list[dict[str, Any]] = field(default_factory=list)
 
     @cached_property
     def cost(self) -> pd.DataFrame:
-        return cost_table(self.points, self.packages, self.utilisation)
+        offline = cost_table(self.points, self.packages, self.utilisation)
+        offline = srv.with_cost_at_slo(offline, self.points, self.priced_at_slo)
+        return trn.with_training(offline, self.training_cost)
 
     @cached_property
     def speed_only(self) -> pd.DataFrame:
@@ -240,6 +266,23 @@ def load_run(run_dir: Path) -> tuple[pd.DataFrame, list[tuple[str, str]]]:
     return frame_from_rows(rows), [(str(path), why) for path, why in bad]
 
 
+def scenario_mix(run_dir: Path, allow_mixed: bool) -> list[str]:
+    """The scenario hashes a run folder's manifest records when there is more than one (a folder
+    reused for another scenario, or runs merged by hand): refused, unless ``allow_mixed`` says the
+    mix is wanted, and then every table states it. [] for a folder of one scenario."""
+    runs = read_manifest(run_dir).get("runs", [])
+    hashes = list(dict.fromkeys(str(r["scenario_hash"]) for r in runs if r.get("scenario_hash")))
+    if len(hashes) <= 1:
+        return []
+    if not allow_mixed:
+        raise UserInputError(
+            f"rows from {len(hashes)} scenarios ({', '.join(h[:16] for h in hashes[:4])}) would "
+            "be aggregated as one; pass --allow-mixed to say that is meant (the report states it)",
+            file=str(run_dir / "manifest.json"),
+        )
+    return hashes
+
+
 # --- the pipeline -----------------------------------------------------------------------------
 
 
@@ -295,13 +338,30 @@ def aggregate(
 ) -> Aggregate:
     """All tables from one frame of rows (see the module docstring for every formula)."""
     utilisation = check_utilisation(utilisation)
-    points = flag_rows(normalise(frame))
+    points, served = srv.split_modes(flag_rows(normalise(frame)))  # serving rows: their own tables
+    points, trained = trn.split_modes(points)  # training rows: their own tables
+    trained = trn.gate(trained)
     codes = Codes(points)
-    points = quality_gate(points, codes)
+    points = en.with_energy_columns(quality_gate(points, codes), tariffs)
     packages = packages_frame(tariffs)
     cheapest = cheapest_passing(points, packages, utilisation, codes)
     factors = _Factors(points, codes)
+    served = srv.inherit_quality(served, points)
+    at = srv.at_slo(served)
+    priced = price_at_slo(srv.at_slo_packages(at, packages), utilisation)
+    counts = _counts(points, packages, unreadable)
+    counts["serving_rows"] = len(served)
+    counts["training_rows"] = len(trained)
+    counts["serving_by_status"] = {
+        str(k): int(v) for k, v in served["status"].value_counts().items()
+    }
     return Aggregate(
+        training=trained,
+        training_cost=trn.priced(trained, packages, utilisation),
+        serving=served,
+        at_slo=at,
+        priced_at_slo=priced,
+        cheapest_at_slo=srv.cheapest_at_slo(priced, QUALITY_CLASSES),
         points=points,
         packages=packages,
         cheapest=cheapest,
@@ -311,16 +371,40 @@ def aggregate(
         main_effects=main_effects(points, factors),
         interactions=interactions(points, factors),
         utilisation=utilisation,
-        counts=_counts(points, packages, unreadable),
+        counts=counts,
         unreadable=list(unreadable),
     )
 
 
+def price_at_slo(table: pd.DataFrame, utilisation: float) -> pd.DataFrame:
+    """Configurations at their SLO level × packages (results.serving.at_slo_packages), priced
+    with the offline formula on ``output_tok_s_at_slo`` (one replica per card: gpus_used 1)."""
+    out = table.copy()
+    if out.empty:
+        out["usd_per_mtok_output_at_slo"] = pd.Series(dtype="float64")
+        return out
+    share = 1.0 / out["gpus_in_package"].to_numpy(dtype=np.float64)
+    days = out["package_days"].to_numpy(dtype=np.float64)
+    price = out["package_price_usd"].to_numpy(dtype=np.float64)
+    usd_per_hour = package_usd_per_hour(price, days, utilisation, share)
+    tok_s = out["output_tok_s_at_slo"].to_numpy(dtype=np.float64)
+    out["usd_per_mtok_output_at_slo"] = usd_per_mtok(usd_per_hour, tok_s)
+    return out
+
+
 def aggregate_run(
-    run_dir: Path, tariffs: TariffTable | None = None, utilisation: float = 1.0
+    run_dir: Path,
+    tariffs: TariffTable | None = None,
+    utilisation: float = 1.0,
+    allow_mixed: bool = False,
 ) -> Aggregate:
     frame, bad = load_run(run_dir)
-    return aggregate(frame, tariffs, utilisation, bad)
+    mixed = scenario_mix(Path(run_dir), allow_mixed)
+    result = aggregate(frame, tariffs, utilisation, bad)
+    result.counts["mixed_scenarios"] = mixed
+    result.regressions = reg.analyse(Path(run_dir), result.points)
+    result.leakage = trn.manifest_leakage(read_manifest(Path(run_dir)))
+    return result
 
 
 # --- integer group keys (hashing strings once, then numpy) ------------------------------------

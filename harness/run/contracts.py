@@ -34,9 +34,11 @@ class WorkContext(BaseModel):
 
 
 def is_reference(group: GroupKey, ctx: WorkContext) -> bool:
-    """Random weights are never a quality reference (they have no quality)."""
+    """Random weights are never a quality reference (they have no quality), nor is a training
+    group (its quality is a held-out loss, compared in harness.results.training)."""
     return (
         group.weights == "checkpoint"
+        and group.training is None  # training points compare with the full fine-tune instead
         and group.quantization == ctx.reference.quantization
         and group.kv_cache_dtype == ctx.reference.kv_cache_dtype
         and group.backend == ctx.reference_backend
@@ -57,7 +59,12 @@ def point_row(
     """The one way a row is made for a point: its key, its group, its columns, and what was
     found (typed parts: speed, memory, prediction, quality, …), measured or not."""
     header = Header(
-        key=point.key(corpus_hash), run=run, status=status, error=error, group=point.group.label
+        key=point.key(corpus_hash),
+        run=run,
+        mode=point.mode,
+        status=status,
+        error=error,
+        group=point.group.label,
     )
     columns = PointColumns.model_validate(
         {**point.model_dump(include=set(PointColumns.model_fields)), "is_reference": is_reference}

@@ -54,8 +54,11 @@ MAX_ROW_BYTES = 1 << 20  # a row is a few KiB
 MAX_RATE = 1e9  # tokens per second: beyond any machine
 MAX_MS = 1e9  # milliseconds (11.6 days)
 MAX_MIB = 1e9  # MiB (about a PiB)
+MAX_J = 1e12  # joules (a 1 MW cluster for 11.6 days)
+MAX_W = 1e6  # watts of one device
 # Measured figures that may be negative (differences); every other number must be ≥ 0.
-SIGNED = {"weights_gap_pct", "peak_gap_pct", "dnll_vs_ref", "dnll_ci_low", "dnll_ci_high"}
+SIGNED = {"weights_gap_pct", "peak_gap_pct", "dnll_vs_ref", "dnll_ci_low", "dnll_ci_high",
+          "train_peak_gap_pct"}  # fmt: skip
 # Figures with a tighter range than [0, +∞).
 RANGES: dict[str, tuple[float, float]] = {
     "ppl": (1.0, math.inf),
@@ -64,27 +67,45 @@ RANGES: dict[str, tuple[float, float]] = {
     "top1_agree": (0.0, 1.0),
     "arc_acc": (0.0, 1.0),
     "arc_acc_norm": (0.0, 1.0),
+    "slo_attainment": (0.0, 1.0),
+    "slo_attainment_target": (0.0, 1.0),
+    "concurrency": (1, math.inf),
     "batch": (1, math.inf),
     "context": (1, math.inf),
     "output_tokens": (1, math.inf),
 }
 
 
+# Training rows' lists (harness.row.Training): each value a finite number ≥ 0.
+TRAINING_CURVES = ("loss_curve", "eval_curve", "eval_window_nll")
+
+
 def upper_bound(name: str) -> float:
-    if name.endswith("_tok_s"):
+    if name.endswith(("_tok_s", "_rps")) or name in ("request_throughput", "request_rate"):
         return MAX_RATE
     if "_ms" in name:
         return MAX_MS
     if "mib" in name:
         return MAX_MIB
+    if name.startswith("energy_j_") or name.startswith("j_per_"):
+        return MAX_J
+    if "_power_w" in name:
+        return MAX_W
     return math.inf
 
 
 def row_problem(row: ResultRow) -> str | None:
     """Why a parsed row cannot be trusted (a non-finite, negative or out-of-range figure)."""
     for name, value in row.model_dump(exclude={"provenance"}).items():
+        if name in TRAINING_CURVES and value is not None:  # lists of losses: finite, ≥ 0
+            flat = [v for item in value for v in (item if isinstance(item, list) else [item])]
+            if not all(math.isfinite(v) and v >= 0 for v in flat):
+                return f"{name} holds a value that is not a finite number ≥ 0"
+            continue
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             continue
+        if name == "output_tokens" and row.mode == "training" and value == 0:
+            continue  # a training point generates nothing
         if not math.isfinite(value):
             return f"{name} is {value} (not finite)"
         low, high = RANGES.get(name, (-math.inf if name in SIGNED else 0.0, upper_bound(name)))
@@ -178,7 +199,10 @@ def keep_scores(ctx: WorkContext, group: GroupKey, scores: WindowScores) -> None
     """Every group's per-window NLL (paired tests across runs); a reference's full scores too
     (the other groups of its model are compared with them)."""
     buffer = io.BytesIO()
-    np.savez(buffer, nll_sum=scores.nll_sum, tokens=scores.tokens)
+    arc: dict[str, Any] = {}
+    if scores.arc_index is not None and scores.arc_correct is not None:
+        arc = {"arc_index": scores.arc_index, "arc_correct": scores.arc_correct}
+    np.savez(buffer, nll_sum=scores.nll_sum, tokens=scores.tokens, **arc)
     atomic_write_bytes(window_scores_path(Path(ctx.run_dir), group.label), buffer.getvalue())
     if is_reference(group, ctx):
         save_scores(reference_artifact(ctx, group), scores)
@@ -207,6 +231,25 @@ def load_window_nll(run_dir: Path, group_label: str) -> tuple[NDArray[Any], NDAr
             return np.asarray(data["nll_sum"], float), np.asarray(data["tokens"], float)
     except (OSError, KeyError, ValueError):
         return None
+
+
+def load_window_arc(run_dir: Path, group_label: str) -> tuple[NDArray[Any], NDArray[Any]] | None:
+    """A group's ARC answers as the run kept them beside its window scores: (item indices [N],
+    hits [N, 2]: acc, acc_norm), or None when it kept none (no ARC items, an older run)."""
+    path = window_scores_path(run_dir, group_label)
+    if not path.is_file():
+        return None
+    try:
+        with np.load(path) as data:
+            if "arc_index" not in data.files or "arc_correct" not in data.files:
+                return None
+            index = np.asarray(data["arc_index"], dtype=np.int64)
+            hits = np.asarray(data["arc_correct"], dtype=bool)
+    except (OSError, KeyError, ValueError):
+        return None
+    if index.ndim != 1 or hits.shape != (index.size, 2):
+        return None
+    return index, hits
 
 
 MAX_MANIFEST_BYTES = 64 << 20

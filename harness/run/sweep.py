@@ -24,6 +24,7 @@ from harness.run.contracts import WorkContext, is_reference, point_row
 from harness.spec import models
 from harness.spec import scenario as scen
 from harness.spec.scenario import GroupKey, Point, Scenario
+from harness.train import leakage
 
 
 class Work(BaseModel):
@@ -50,7 +51,7 @@ class SweepPlan(BaseModel):
 def prepare(scenario_path: Path, run_dir: Path, gpu: str | None = None) -> SweepPlan:
     """Validate, expand, plan; add each model's reference group when the grid lacks it."""
     scenario = scen.load(scenario_path)
-    grid = scen.expand(scenario)
+    grid = scen.expand(scenario, str(scenario_path))
     points = list(grid.points)
     added: list[str] = []
     reference_backend = (
@@ -68,6 +69,10 @@ def prepare(scenario_path: Path, run_dir: Path, gpu: str | None = None) -> Sweep
     present = {p.group for p in points}
     for point in grid.points:
         if point.weights == "random":  # no quality, so nothing to compare with a reference
+            continue
+        if point.serving is not None:  # quality comes from the group's offline points
+            continue
+        if point.training is not None:  # compared with the full fine-tune (results.training)
             continue
         ref = scen.reference_point(scenario, point).model_copy(
             update={"backend": reference_backend}
@@ -144,11 +149,21 @@ def start_manifest(
         "points": sweep.total_points,
         "added_reference_groups": sweep.added_reference_groups,
         "skipped": [{"point": p.model_dump(), "reason": r} for p, r in sweep.skipped],
+        "leakage": leakage_table(sweep.scenario),
     }
     manifest.setdefault("runs", []).append(entry)
     manifest["name"] = run_dir.name
     store.write_manifest(run_dir, manifest)
     return manifest
+
+
+def leakage_table(scenario: Scenario) -> list[dict[str, Any]]:
+    """13-gram overlap of every text a model or quantizer saw with every eval text of the run
+    (harness.train.leakage; cached per set of input hashes)."""
+    train = scenario.training
+    data = [(train.data.train, train.data.eval_fraction)] if train is not None else []
+    seen, evals = leakage.shipped_texts(data)
+    return leakage.cached_overlaps(seen, evals)
 
 
 def finish_manifest(run_dir: Path, **fields: Any) -> None:

@@ -24,9 +24,10 @@ from harness.backends.base import (
     WindowScores,
     backend_class,
 )
-from harness.measure import quality, roofline, timing
+from harness.measure import energy, quality, roofline, timing
 from harness.measure.memory import PhaseMemory, measure_phase
 from harness.row import (
+    Energy,
     HarnessTime,
     Memory,
     Part,
@@ -38,7 +39,7 @@ from harness.row import (
     Speed,
     Status,
 )
-from harness.run import node, provenance
+from harness.run import node, provenance, serving, training
 from harness.run.contracts import GroupItem, WorkContext, is_reference, point_row
 from harness.run.store import keep_scores, load_scores, reference_artifact
 from harness.spec import catalog, models
@@ -120,13 +121,17 @@ def measure_quality(
         if at_ref is not None and not np.isnan(at_ref).any():
             out.kl_vs_ref = float(quality.sparse_kl(ref.topk_logprobs, at_ref).mean())
     if settings.arc_items:
-        out.arc_acc, out.arc_acc_norm, out.arc_items = measure_arc(backend, settings.arc_items)
+        arc = measure_arc(backend, settings.arc_items)
+        out.arc_acc, out.arc_acc_norm, out.arc_items, hits = arc
+        scores.arc_index = np.asarray(corpus.arc_indices(settings.arc_items))
+        scores.arc_correct = hits  # kept beside the window scores: flips vs the reference
     out.quality_s = time.perf_counter() - started
     return out, scores
 
 
-def measure_arc(backend: Backend, n: int) -> tuple[float, float, int]:
-    """(accuracy, length-normalised accuracy, items) on the first n ARC-Easy items."""
+def measure_arc(backend: Backend, n: int) -> tuple[float, float, int, Any]:
+    """(accuracy, length-normalised accuracy, items, per-item [acc, acc_norm] hits) on the n
+    ARC-Easy items of ``corpus.arc_items(n)``."""
     items = corpus.arc_items(n)
     pairs = [(item.query + "\nAnswer:", " " + choice) for item in items for choice in item.choices]
     flat = backend.score_continuations(pairs)
@@ -137,8 +142,8 @@ def measure_arc(backend: Backend, n: int) -> tuple[float, float, int]:
         loglik.append(flat[at : at + len(item.choices)])
         chars.append([len(" " + c) for c in item.choices])
         at += len(item.choices)
-    acc, acc_norm = quality.arc_scores(loglik, chars, [item.gold for item in items])
-    return acc, acc_norm, len(items)
+    hits = quality.arc_hits(loglik, chars, [item.gold for item in items])
+    return float(hits[:, 0].mean()), float(hits[:, 1].mean()), len(items), hits
 
 
 # --- speed and memory ----------------------------------------------------------------------
@@ -338,6 +343,7 @@ class LoadedGroup:
     load_memory: PhaseMemory
     load_s: float
     facts: MemoryFacts
+    quality_energy: energy.Span | None = None  # None: no quality scored (random weights)
 
     @property
     def weights_mib(self) -> float | None:
@@ -365,6 +371,7 @@ def load_and_score(
     tokenizer_dir: str,
     device: str,
     reference: WindowScores | None,
+    meter: energy.EnergyMeter[Any] | None = None,
 ) -> LoadedGroup:
     """Load the model once (its memory measured), then score the group's quality once (not on
     random weights: their quality columns stay empty)."""
@@ -380,9 +387,12 @@ def load_and_score(
         top = catalog.model(group.model, group.revision).vocab_size - 1
         tokens = [min(t, top) for t in tokens]
         return LoadedGroup(tokens, None, Quality(), load_phase.result, load_s, facts)
+    meter = meter or energy.EnergyMeter.unavailable("no meter given")
+    mark = meter.start()
     quality_part, scores = measure_quality(backend, tokens, group, ctx, reference)
+    spent = meter.stop(mark)
     free_memory(device)  # scoring's cached blocks must not count in the points' memory
-    return LoadedGroup(tokens, scores, quality_part, load_phase.result, load_s, facts)
+    return LoadedGroup(tokens, scores, quality_part, load_phase.result, load_s, facts, spent)
 
 
 def measure_point(
@@ -393,15 +403,24 @@ def measure_point(
     ctx: WorkContext,
     device: str,
     share_of_quality_s: float,
+    meter: energy.EnergyMeter[Any] | None = None,
 ) -> tuple[Status, str | None, list[Part]]:
     """One point of a loaded group: (status, error, the row's parts). A point that fails (an
     OOM, say) keeps the group's figures and its prediction, and the group goes on."""
     predicted, ceiling = prediction(point, card, group.facts.weights_bytes, ctx)
-    shared: list[Part] = [group.preallocation(), group.quality, HarnessTime(load_s=group.load_s)]
+    meter = meter or energy.EnergyMeter.unavailable("no meter given")
+    joules = energy_part(meter, None, group.quality_energy)
+    shared: list[Part] = [group.preallocation(), group.quality, HarnessTime(load_s=group.load_s),
+                          joules]  # fmt: skip
     started = time.perf_counter()
     try:
         prompts = corpus.prompt_windows(group.tokens, point.batch, point.context)
         speed, prefill_mem, decode_mem = time_point(backend, point, prompts, device)
+        phases = energy.point_energy(
+            meter,
+            lambda: backend.generate(prompts, 1),
+            lambda: sum(backend.generate(prompts, point.output_tokens).new_tokens) - point.batch,
+        )
     except Exception as exc:  # one failing point must not end the group
         free_memory(device)
         status: Status = "oom" if is_oom(exc) else "error"
@@ -421,7 +440,28 @@ def measure_point(
         roof.roofline_fraction = roofline.fraction(speed.decode_tok_s, ceiling)
     timing_part = HarnessTime(load_s=group.load_s, measured_s=measured_s)
     return "ok", None, [speed, memory, predicted, roof, group.preallocation(), group.quality,
-                        timing_part]  # fmt: skip
+                        timing_part, energy_part(meter, phases, group.quality_energy)]  # fmt: skip
+
+
+def energy_part(
+    meter: energy.EnergyMeter[Any], phases: energy.PhaseEnergy | None, quality: energy.Span | None
+) -> Energy:
+    """The row's energy columns; every figure that is None has its reason in the row."""
+    reasons = [
+        meter.unavailable_reason,
+        phases.reason if phases else None,
+        quality.reason if quality else None,
+    ]
+    out = Energy(
+        energy_source=meter.source,
+        energy_j_quality=quality.joules if quality else None,
+        energy_unavailable_reason="; ".join(dict.fromkeys(r for r in reasons if r)) or None,
+    )
+    if phases is not None:
+        out.energy_j_prefill, out.energy_j_decode = phases.energy_j_prefill, phases.energy_j_decode
+        out.j_per_token_decode = phases.j_per_token_decode
+        out.avg_power_w_decode = phases.avg_power_w_decode
+    return out
 
 
 def iter_group(
@@ -444,17 +484,10 @@ def iter_group(
     # a hub id: its snapshot; random weights need its config.json only
     resolved = models.resolve(group.model, group.revision, need="config" if random else "weights")
     tokenizer_dir = random_weights_tokenizer(resolved) if random else str(resolved.path)
-    max_context = engine_max_context(group, points, ctx)
-    options = BackendOptions(
-        device=device,
-        model_path=str(resolved.path),
-        tokenizer_path=tokenizer_dir,
-        random_weights=random,
-        seed=points[0].seed if points else 0,
-        vllm=ctx.vllm,
-        max_context=max_context,
-        kv_cache_bytes=kv_pool_bytes(group, points, max_context),
-    )
+    # serving points (load levels behind a server) run after the offline ones, engine closed
+    served = [p for p in points if p.serving is not None]
+    trained = [p for p in points if p.training is not None]  # a fresh model per training point
+    points = [p for p in points if p.serving is None and p.training is None]
     corpus_hash = corpus.corpus_hash()
     prov = provenance.collect(device, corpus_hash, model_commit=resolved.commit)
     reference_group = is_reference(group, ctx)
@@ -464,14 +497,61 @@ def iter_group(
     ) -> ResultRow:
         return point_row(
             point, *parts, run=ctx.run, corpus_hash=corpus_hash, status=status, error=error,
-            is_reference=reference_group, gpu=card, provenance=prov,
+            is_reference=reference_group and point.serving is None, gpu=card, provenance=prov,
         )  # fmt: skip
 
+    if trained:
+        yield from training.train_points(
+            group, trained, ctx, row, device=device, model_path=str(resolved.path),
+            tokenizer_path=tokenizer_dir, random_weights=random,
+        )  # fmt: skip
+    if points:
+        yield from iter_offline(group, points, ctx, reference, device, resolved, tokenizer_dir, row)
+    if served:
+        card = card_for_device(prov.device_name or "", group.target, ctx)
+
+        def serving_row(
+            point: Point, status: Status, error: str | None, parts: list[Part], generator: str
+        ) -> ResultRow:
+            made = row(point, status, error, parts, card.name if card else None)
+            made.provenance = prov.model_copy(update={"load_generator": generator})
+            return made
+
+        yield from serving.serve_points(
+            group, served, ctx, serving_row, device=device, model_path=str(resolved.path),
+            tokenizer_path=tokenizer_dir, random_weights=random,
+        )  # fmt: skip
+
+
+def iter_offline(
+    group: GroupKey,
+    points: list[Point],
+    ctx: WorkContext,
+    reference: WindowScores | None,
+    device: str,
+    resolved: models.ResolvedModel,
+    tokenizer_dir: str,
+    row: Callable[[Point, Status, str | None, list[Part], str | None], ResultRow],
+) -> Iterator[GroupItem]:
+    """The offline points of a group (see `iter_group`); the engine is closed however this ends."""
+    random = group.weights == "random"
+    max_context = engine_max_context(group, points, ctx)
+    options = BackendOptions(
+        device=device,
+        model_path=str(resolved.path),
+        tokenizer_path=tokenizer_dir,
+        random_weights=random,
+        seed=points[0].seed,
+        vllm=ctx.vllm,
+        max_context=max_context,
+        kv_cache_bytes=kv_pool_bytes(group, points, max_context),
+    )
     backend = backend_class(group.backend)(group, options)
+    meter = energy.open_meter(device)
     try:
         try:
             reference = None if random else reference
-            loaded = load_and_score(backend, group, ctx, tokenizer_dir, device, reference)
+            loaded = load_and_score(backend, group, ctx, tokenizer_dir, device, reference, meter)
         except Exception as exc:  # a group that cannot load fails all its points
             failed: Status = "oom" if is_oom(exc) else "error"
             reason = f"load/quality: {type(exc).__name__}: {exc}"[:2000]
@@ -480,15 +560,17 @@ def iter_group(
             return
         if loaded.scores is not None:
             yield loaded.scores
-        card = card_for_device(prov.device_name or "", group.target, ctx)
+        card = card_for_device(provenance.device_name(device), group.target, ctx)
         quality_share = (loaded.quality.quality_s or 0.0) / len(points)
         for point in points:
             status, error, parts = measure_point(
-                backend, point, loaded, card, ctx, device, quality_share
+                backend, point, loaded, card, ctx, device, quality_share, meter
             )
             yield row(point, status, error, parts, card.name if card else None)
     finally:
+        meter.close()
         backend.close()
+        free_memory(device)  # the engine's memory is gone before a server starts
 
 
 def random_weights_tokenizer(resolved: models.ResolvedModel) -> str:

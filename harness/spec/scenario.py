@@ -36,6 +36,8 @@ from harness.spec.capabilities import (
     Target,
 )
 from harness.spec.compat import rule_for
+from harness.spec.serving import SPARE_TOKENS, Serving, ServingLevel
+from harness.spec.training import Training, TrainingPoint
 from harness.spec.yamlinput import excerpt, load_model, parse_model
 
 # Plausible bounds: a value outside them is a typo or an attack, never a benchmark.
@@ -158,13 +160,14 @@ class Scenario(Input):
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", max_length=80)
     models: list[ModelRef] = Field(min_length=1, max_length=MAX_MODELS)
     backend: list[Backend] = Few
-    quantization: list[Quantization] = Few
+    # inference axes: required unless the scenario has a `training:` block (see inference_axes)
+    quantization: list[Quantization] | None = Field(min_length=1, max_length=MAX_AXIS_VALUES)
     kv_cache_dtype: list[KvCacheDtype] = Field(
         default_factory=lambda: list(_AUTO_KV), min_length=1, max_length=MAX_AXIS_VALUES
     )
-    batch: list[Batch] = Few
-    context: list[Context] = Few
-    output_tokens: int = Field(gt=0, le=MAX_OUTPUT_TOKENS)
+    batch: list[Batch] | None = Field(min_length=1, max_length=MAX_AXIS_VALUES)
+    context: list[Context] | None = Field(min_length=1, max_length=MAX_AXIS_VALUES)
+    output_tokens: int | None = Field(gt=0, le=MAX_OUTPUT_TOKENS)
     targets: list[Target] = Few
     repeats: int = Field(5, gt=0, le=MAX_REPEATS)
     warmups: int = Field(1, ge=0, le=MAX_WARMUPS)
@@ -175,6 +178,10 @@ class Scenario(Input):
     reference: Reference = Reference()
     quality: QualitySettings = QualitySettings()
     vllm: VllmOptions = VllmOptions()
+    # optional: each vLLM group is also measured behind a server (harness.spec.serving)
+    serving: Serving | None = None
+    # optional: fine-tuning step points (mode: training; harness.spec.training)
+    training: Training | None = None
 
     @field_validator("models", mode="before")
     @classmethod
@@ -199,15 +206,51 @@ class Scenario(Input):
 
     @field_validator("backend", "quantization", "kv_cache_dtype", "batch", "context", "targets")
     @classmethod
-    def no_duplicates(cls, value: list[Any]) -> list[Any]:
-        return _unique(value)
+    def no_duplicates(cls, value: list[Any] | None) -> list[Any] | None:
+        return None if value is None else _unique(value)
+
+    @model_validator(mode="before")
+    @classmethod
+    def training_only_needs_no_inference_axes(cls, data: Any) -> Any:
+        """With a `training:` block the inference axes may be left out (None: no inference
+        point); without one each stays required (pydantic's own "required field is missing")."""
+        if isinstance(data, dict) and data.get("training") is not None:
+            return {**{n: None for n in INFERENCE_AXES}, **data}
+        return data
+
+    @model_validator(mode="after")
+    def inference_axes(self) -> Scenario:
+        """quantization, batch, context and output_tokens: all given (inference points), or
+        none of them in a scenario with a `training:` block (training points only)."""
+        names = INFERENCE_AXES
+        missing = [n for n in names if getattr(self, n) is None]
+        if self.training is None and missing:
+            raise ValueError(
+                f"missing {', '.join(missing)}: a scenario without a `training:` block measures "
+                f"inference and needs {', '.join(names)}"
+            )
+        if self.training is not None and missing and len(missing) < len(names):
+            raise ValueError(
+                f"missing {', '.join(missing)}: give all of {', '.join(names)} (inference points "
+                "beside the training ones) or none of them (training points only)"
+            )
+        return self
+
+    @property
+    def has_inference(self) -> bool:
+        return all(getattr(self, n) is not None for n in INFERENCE_AXES)
 
     @model_validator(mode="after")
     def grid_is_bounded(self) -> Scenario:
-        axes = (self.models, self.backend, self.quantization, self.kv_cache_dtype, self.batch)
-        cells = len(self.context) * len(self.targets)
-        for axis in axes:
-            cells *= len(axis)
+        base = len(self.models) * len(self.backend) * len(self.targets)
+        cells = 0
+        if self.has_inference:
+            axes = (self.quantization or [], self.kv_cache_dtype, self.batch or [])
+            cells = base * len(self.context or [])
+            for axis in axes:
+                cells *= len(axis)
+        if self.training is not None:
+            cells += base * self.training.cells
         if cells > MAX_GRID_POINTS:
             raise ValueError(
                 f"the grid has {cells:,} cells; the limit is {MAX_GRID_POINTS:,} "
@@ -224,6 +267,9 @@ class Scenario(Input):
             except UserInputError as exc:
                 raise ValueError(exc.message) from None
         return value
+
+
+INFERENCE_AXES = ("quantization", "batch", "context", "output_tokens")
 
 
 # The fields that say which configuration a point measures (the rest of a Point says how:
@@ -253,7 +299,7 @@ class Point(Strict):
     kv_cache_dtype: KvCacheDtype
     batch: PositiveInt
     context: PositiveInt
-    output_tokens: PositiveInt
+    output_tokens: NonNegativeInt  # 0 on a training point (nothing is generated)
     target: Target
     repeats: PositiveInt = 5
     warmups: NonNegativeInt = 1
@@ -261,11 +307,29 @@ class Point(Strict):
     seed: int = 0
     window_tokens: PositiveInt = 256
     max_windows: PositiveInt | None = 64
+    # a load level behind a server (mode: serving); None: measured offline in-process
+    serving: ServingLevel | None = None
+    # a fine-tuning configuration (mode: training): batch is its micro-batch, context its seq_len
+    training: TrainingPoint | None = None
+
+    @property
+    def mode(self) -> Literal["offline", "serving", "training"]:
+        if self.training is not None:
+            return "training"
+        return "offline" if self.serving is None else "serving"
 
     def key(self, corpus_hash: str) -> str:
         fields = self.model_dump()
         if fields["weights"] == "checkpoint":  # checkpoint keys stay those of earlier runs
             del fields["weights"]
+        if fields["serving"] is None:  # offline keys stay those of earlier runs
+            del fields["serving"]
+        else:
+            fields["mode"] = "serving"
+        if fields["training"] is None:  # inference keys stay those of earlier runs
+            del fields["training"]
+        else:
+            fields["mode"] = "training"
         payload = json.dumps(
             {**fields, "harness": __version__, "corpus": corpus_hash}, sort_keys=True
         )
@@ -281,6 +345,7 @@ class Point(Strict):
             backend=self.backend,
             quantization=self.quantization,
             kv_cache_dtype=self.kv_cache_dtype,
+            training=None if self.training is None else self.training.label,
         )
 
 
@@ -294,12 +359,16 @@ class GroupKey(Strict):
     quantization: Quantization
     kv_cache_dtype: KvCacheDtype
     weights: Weights = "checkpoint"
+    # a training point's configuration label: each training point is a group of its own (a fresh
+    # model per run of the optimizer); None for inference groups
+    training: str | None = None
 
     @property
     def label(self) -> str:
         parts = (self.model, self.backend, self.quantization, f"kv={self.kv_cache_dtype}")
         random = ("weights=random",) if self.weights == "random" else ()
-        return "|".join((*parts, *random, self.target))
+        train = (self.training,) if self.training is not None else ()
+        return "|".join((*parts, *random, *train, self.target))
 
 
 class Skip(Strict):
@@ -313,18 +382,20 @@ class Grid(Strict):
     skipped: list[Skip]
 
 
-def expand(scenario: Scenario) -> Grid:
-    """Every combination of the axes, minus exclusions and incompatible ones (with reasons)."""
+def expand(scenario: Scenario, source: str | None = None) -> Grid:
+    """Every combination of the axes, minus exclusions and incompatible ones (with reasons).
+    ``source`` names the scenario's file in errors found only once the models are known."""
     points: list[Point] = []
     skipped: list[Skip] = []
     archs = {m.id: catalog.model(m.id) for m in scenario.models}
+    check_quality_windows(scenario, archs, source)
     for m, backend, quant, kv, batch, context, target in itertools.product(
         scenario.models,
         scenario.backend,
-        scenario.quantization,
+        scenario.quantization or [],  # None (and no inference point) in a training-only scenario
         scenario.kv_cache_dtype,
-        scenario.batch,
-        scenario.context,
+        scenario.batch or [],
+        scenario.context or [],
         scenario.targets,
     ):
         point = Point(
@@ -336,7 +407,7 @@ def expand(scenario: Scenario) -> Grid:
             kv_cache_dtype=kv,
             batch=batch,
             context=context,
-            output_tokens=scenario.output_tokens,
+            output_tokens=scenario.output_tokens or 0,
             target=target,
             repeats=scenario.repeats,
             warmups=scenario.warmups,
@@ -350,7 +421,125 @@ def expand(scenario: Scenario) -> Grid:
             skipped.append(Skip(point=point, reason=reason))
         else:
             points.append(point)
+    if scenario.serving is not None:
+        for point in serving_points(scenario, points):  # groups with something measured offline
+            reason = skip_reason(scenario, point, archs[point.model]) or serving_skip_reason(
+                point, archs[point.model]
+            )
+            if reason:
+                skipped.append(Skip(point=point, reason=reason))
+            else:
+                points.append(point)
+    for point in training_points(scenario):
+        reason = skip_reason(scenario, point, archs[point.model]) or training_skip_reason(point)
+        if reason:
+            skipped.append(Skip(point=point, reason=reason))
+        else:
+            points.append(point)
     return Grid(scenario=scenario, points=points, skipped=skipped)
+
+
+def check_quality_windows(
+    scenario: Scenario, archs: dict[str, catalog.ModelArch], source: str | None
+) -> None:
+    """A quality window is scored whole, so it must fit the positions of every model whose
+    quality is measured (checkpoint weights, inference points): refused at plan time."""
+    if not scenario.has_inference:
+        return
+    window = scenario.quality.window_tokens
+    for m in scenario.models:
+        positions = archs[m.id].max_positions
+        if m.weights == "checkpoint" and window > positions:
+            raise UserInputError(
+                f"{window} tokens per quality window exceed {m.id}'s max_position_embeddings "
+                f"({positions}); use window_tokens <= {positions}",
+                file=source,
+                field="quality.window_tokens",
+            )
+
+
+def training_points(scenario: Scenario) -> list[Point]:
+    """One point per (model, backend, target, training configuration). Its quantization is the
+    method's base format (qlora: bnb-nf4), its batch the micro-batch, its context the sequence
+    length; it generates nothing (output_tokens 0) and runs once (repeats 1)."""
+    if scenario.training is None:
+        return []
+    return [
+        Point(
+            model=m.id,
+            revision=m.revision,
+            weights=m.weights,
+            backend=backend,
+            quantization=train.base_format,
+            kv_cache_dtype="auto",
+            batch=train.micro_batch,
+            context=train.seq_len,
+            output_tokens=0,
+            target=target,
+            repeats=1,
+            warmups=0,
+            seed=scenario.seed,
+            window_tokens=train.seq_len,
+            max_windows=train.eval_windows,
+            training=train,
+        )
+        for m in scenario.models
+        for backend in scenario.backend
+        for train in scenario.training.points()
+        for target in scenario.targets
+    ]
+
+
+def training_skip_reason(point: Point) -> str | None:
+    """Why a training point cannot run (None: it can)."""
+    if point.backend != "transformers":
+        return (
+            f"the {point.backend} engine does not train (training runs on transformers + peft) "
+            "[rule training-needs-transformers]"
+        )
+    return None
+
+
+def serving_points(scenario: Scenario, offline: list[Point]) -> list[Point]:
+    """One point per (group of the grid, load level of `serving:`), groups in grid order. Its
+    batch is the level's concurrency (1 for a rate level), its context and output_tokens the
+    mean prompt and output lengths; it runs once (repeats 1)."""
+    if scenario.serving is None:
+        return []
+    levels = scenario.serving.levels(seed=scenario.seed)
+    firsts = {p.group: p for p in reversed(offline)}
+    ordered = sorted(firsts.values(), key=offline.index)
+    return [
+        first.model_copy(
+            update={
+                "batch": level.concurrency or 1,
+                "context": level.prompt_tokens.mean,
+                "output_tokens": level.output_tokens.mean,
+                "repeats": 1,
+                "serving": level,
+            }
+        )
+        for first in ordered
+        for level in levels
+    ]
+
+
+def serving_skip_reason(point: Point, arch: catalog.ModelArch) -> str | None:
+    """Why a serving point cannot run (None: it can): an engine without a server, or a request
+    longer than the model's positions."""
+    if point.backend != "vllm":
+        return (
+            f"the {point.backend} engine has no server (serving needs vLLM's `vllm serve`) "
+            "[rule serving-needs-server]"
+        )
+    longest = point.serving.longest_sequence() if point.serving is not None else 0
+    if longest > arch.max_positions:
+        return (
+            f"the longest request (prompt + output + {SPARE_TOKENS} spare) has {longest} tokens, "
+            f"more than the model's max_position_embeddings ({arch.max_positions}) "
+            "[rule max-positions]"
+        )
+    return None
 
 
 def skip_reason(scenario: Scenario, point: Point, arch: catalog.ModelArch) -> str | None:

@@ -12,6 +12,7 @@ import pandas as pd
 from harness import __version__
 from harness.results.aggregate import QUALITY_CLASSES, Aggregate
 from harness.results.engines import AGREEMENT_TOLERANCE, agreement_lines, engine_agreement
+from harness.results.publish.analysis import energy_html, regressions_html
 from harness.results.publish.format import (
     escape,
     fmt_count,
@@ -22,7 +23,9 @@ from harness.results.publish.format import (
     number_or_nan,
 )
 from harness.results.publish.method import FORMULAS, LICENCES
+from harness.results.publish.serving import latency_throughput_charts
 from harness.results.publish.svg import svg_bars, svg_intervals, svg_scatter
+from harness.results.publish.training import html_section as training_html
 from harness.spec.tariffs import TariffTable
 
 CSS = """
@@ -313,6 +316,77 @@ def speed_only_section(result: Aggregate) -> list[str]:
     ]
 
 
+CHEAPEST_AT_SLO_COLUMNS: list[Column] = [
+    ("model", "model", None),
+    ("quality_class", "class", None),
+    ("package_days", "days", fmt_int),
+    ("gpu", "GPU", None),
+    ("provider", "provider", None),
+    ("backend", "backend", None),
+    ("quantization", "quant", None),
+    ("kv_cache_dtype", "KV", None),
+    ("level_at_slo", "level at SLO", None),
+    ("output_tok_s_at_slo", "output tok/s at SLO", fmt_float),
+    ("usd_per_mtok_output_at_slo", "$/Mtok out at SLO", fmt_usd),
+    ("dppl_pct", "Δppl %", fmt_float),
+]
+AT_SLO_COLUMNS: list[Column] = [
+    ("model", "model", None),
+    ("backend", "backend", None),
+    ("quantization", "quant", None),
+    ("kv_cache_dtype", "KV", None),
+    ("device", "device", None),
+    ("quality_class", "class", None),
+    ("level_at_slo", "level at SLO", None),
+    ("output_tok_s_at_slo", "output tok/s", fmt_float),
+    ("goodput_rps_at_slo", "goodput req/s", fmt_float),
+    ("slo_attainment_at_slo", "attainment", fmt_float),
+    ("levels_meeting_slo", "levels meeting SLO", fmt_int),
+    ("levels_measured", "levels ok", fmt_int),
+]
+SERVING_COLUMNS: list[Column] = [
+    ("model", "model", None),
+    ("backend", "backend", None),
+    ("quantization", "quant", None),
+    ("kv_cache_dtype", "KV", None),
+    ("level", "level", None),
+    ("status", "status", None),
+    ("requests_ok", "ok", fmt_int),
+    ("requests_failed", "failed", fmt_int),
+    ("output_tok_s", "output tok/s", fmt_float),
+    ("request_throughput", "req/s", fmt_float),
+    ("goodput_rps", "goodput req/s", fmt_float),
+    ("ttft_ms_p99", "TTFT p99 ms", fmt_float),
+    ("tpot_ms_p99", "TPOT p99 ms", fmt_float),
+    ("slo_attainment", "attainment", fmt_float),
+    ("saturated", "saturated", None),
+    ("error", "error", None),
+]
+
+
+def serving_section(result: Aggregate, quality_class: str) -> list[str]:
+    """Serving under load (mode: serving rows); empty when the run has none."""
+    if result.serving.empty:
+        return []
+    cheapest = result.cheapest_at_slo
+    cheapest = cheapest[cheapest["quality_class"] == quality_class]
+    return [
+        "<h2>Serving under load: throughput at the latency SLO</h2>",
+        '<p class="note">Each configuration behind a real <code>vllm serve</code>, driven by '
+        "<code>vllm bench serve</code> per load level. A request meets the SLO when its TTFT and "
+        "TPOT are within the targets; a level qualifies when its share of such requests reaches "
+        "the scenario's attainment; the configuration's figure is its highest output tok/s among "
+        "qualifying levels. Quality is the configuration's offline verdict.</p>",
+        f"<h3>Cheapest at the SLO per GPU and package (class {escape(quality_class)})</h3>",
+        html_table(cheapest, CHEAPEST_AT_SLO_COLUMNS, "cheapest-at-slo"),
+        "<h3>Level at the SLO per configuration</h3>",
+        html_table(result.at_slo, AT_SLO_COLUMNS, "at-slo"),
+        *latency_throughput_charts(result),
+        "<h3>Every load level</h3>",
+        html_table(result.serving, SERVING_COLUMNS, "serving"),
+    ]
+
+
 def report_html(result: Aggregate, tariffs: TariffTable | None, quality_class: str) -> str:
     c = result.counts
     cheapest = result.cheapest[result.cheapest["quality_class"] == quality_class]
@@ -329,6 +403,10 @@ def report_html(result: Aggregate, tariffs: TariffTable | None, quality_class: s
         "<h2>GPU against GPU at equal quality</h2>",
         html_table(result.gpu_ratios, RATIO_COLUMNS, "ratios"),
         *speed_only_section(result),
+        *energy_html(result, tariffs, quality_class, html_table),
+        *regressions_html(result, html_table),
+        *serving_section(result, quality_class),
+        *training_html(result, html_table),
         "<h2>Every point</h2>",
         html_table(result.points, POINT_COLUMNS, "points"),
         f"<h2>Engines agree (same model and dtype, within {AGREEMENT_TOLERANCE:.1%})</h2><ul>",
@@ -348,6 +426,7 @@ def report_html(result: Aggregate, tariffs: TariffTable | None, quality_class: s
         "<li>on random weights (speed only, never priced): "
         f"{escape(c['random_weights_not_priced'])}</li>",
         *[f'<li class="warn">{escape(f)}: {escape(why)}</li>' for f, why in result.unreadable],
+        *mixed_scenarios_note(c),
         "</ul>",
         "<h2>Method and formulas</h2><ul>",
         *[f"<li>{escape(f)}</li>" for f in FORMULAS],
@@ -381,3 +460,14 @@ def report_html(result: Aggregate, tariffs: TariffTable | None, quality_class: s
         "<title>harness report</title>"
         f"<style>{CSS}</style></head><body>{''.join(sections)}<script>{JS}</script></body></html>\n"
     )
+
+
+def mixed_scenarios_note(counts: dict[str, Any]) -> list[str]:
+    """A warning line when the rows come from several scenarios (aggregate --allow-mixed)."""
+    hashes = counts.get("mixed_scenarios") or []
+    if not hashes:
+        return []
+    return [
+        '<li class="warn">rows from several scenarios, aggregated as one (--allow-mixed): '
+        f"{escape(', '.join(hashes))}</li>"
+    ]

@@ -9,9 +9,11 @@ from typing import Any
 from harness import __version__
 from harness.results.aggregate import Aggregate
 from harness.results.engines import AGREEMENT_TOLERANCE, agreement_lines, engine_agreement
+from harness.results.publish.analysis import energy_markdown, regressions_markdown
 from harness.results.publish.format import fmt_usd
 from harness.results.publish.headline import headline_table
 from harness.results.publish.method import FORMULAS, LICENCES
+from harness.results.publish.training import markdown_section as training_markdown
 from harness.spec.tariffs import TariffTable
 
 
@@ -59,6 +61,58 @@ def speed_only_section(result: Aggregate) -> list[str]:
     ]
 
 
+SERVING_HEADERS = {
+    "model": "model",
+    "quality_class": "class",
+    "package_days": "days",
+    "gpu": "GPU",
+    "provider": "provider",
+    "backend": "backend",
+    "quantization": "quant",
+    "kv_cache_dtype": "KV",
+    "level_at_slo": "level at SLO",
+    "output_tok_s_at_slo": "output tok/s at SLO",
+    "usd_per_mtok_output_at_slo": "$/Mtok out at SLO",
+}
+AT_SLO_HEADERS = {
+    "model": "model",
+    "backend": "backend",
+    "quantization": "quant",
+    "kv_cache_dtype": "KV",
+    "device": "device",
+    "quality_class": "class",
+    "level_at_slo": "level at SLO",
+    "output_tok_s_at_slo": "output tok/s",
+    "goodput_rps_at_slo": "goodput req/s",
+    "levels_meeting_slo": "levels meeting SLO",
+    "levels_measured": "levels ok",
+}
+
+
+def serving_section(result: Aggregate, quality_class: str) -> list[str]:
+    """Serving under load: cheapest at the SLO per package, and each configuration's level."""
+    if result.serving.empty:
+        return []
+    cheapest = result.cheapest_at_slo
+    cheapest = cheapest[cheapest["quality_class"] == quality_class]
+    return [
+        f"\n## Serving: cheapest at the latency SLO (class {md_escape(quality_class)})\n",
+        md_table(
+            [
+                {label: fmt_value(rec.get(name)) for name, label in SERVING_HEADERS.items()}
+                for rec in cheapest.astype("object").to_dict(orient="records")
+            ]
+        ),
+        "\n### Level at the SLO per configuration\n",
+        md_table(
+            [
+                {label: fmt_value(rec.get(name)) for name, label in AT_SLO_HEADERS.items()}
+                for rec in result.at_slo.astype("object").to_dict(orient="records")
+            ]
+        ),
+    ]
+
+
 def fmt_value(value: Any) -> str:
     if value is None or (isinstance(value, float) and value != value):
         return ""
@@ -87,10 +141,19 @@ def readme(result: Aggregate, tariffs: TariffTable | None, quality_class: str) -
         f"- on random weights (speed only, never priced): {c['random_weights_not_priced']}",
     ]
     parts += [f"  - `{md_escape(f)}`: {md_escape(why)}" for f, why in result.unreadable]
+    if c.get("mixed_scenarios"):
+        hashes = ", ".join(md_escape(h) for h in c["mixed_scenarios"])
+        parts.append(
+            f"- **rows from several scenarios, aggregated as one (--allow-mixed)**: {hashes}"
+        )
     if c["models_without_reference"]:
         names = ", ".join(md_escape(m) for m in c["models_without_reference"])
         parts.append(f"- models without a reference row (no quality class): {names}")
     parts += speed_only_section(result)
+    parts += energy_markdown(result, tariffs, quality_class, md_table)
+    parts += regressions_markdown(result, md_table)
+    parts += serving_section(result, quality_class)
+    parts += training_markdown(result)
     parts += [
         f"\n## Engines agree (same model and dtype, within {AGREEMENT_TOLERANCE:.1%})\n",
         *[f"- {md_escape(line)}" for line in agreement_lines(engine_agreement(result.points))],
@@ -127,6 +190,7 @@ def readme(result: Aggregate, tariffs: TariffTable | None, quality_class: str) -
     parts += [
         "\n## Files\n",
         "`points.csv` / `points.parquet` (every row), `cost.csv` (row × package), "
+        "`regressions.csv` (flipped ARC items and worst windows vs the reference), "
         "`summary.json`, `report.html` (self-contained, no network).\n",
         "## Data licences\n",
         *[f"- **{md_escape(name)}**: {md_escape(text)}" for name, text in LICENCES],
