@@ -3,7 +3,8 @@
 
 (a) the transformers backend on the shipped tiny model: load, generate (token counts), score the
     corpus windows (`harness.corpus.windows`, as the worker cuts them), memory facts; then one
-    small point per backend through `harness.run.worker.measure_group` (quality, timing, rows);
+    small point per backend through `harness.run.worker.measure_group` (quality, timing, rows;
+    on NVIDIA every row must carry NVML energy per phase: energy_source nvml, J/token);
 (b) where vLLM imports, the vLLM backend on the same model and the same windows (and the worker
     point, compared with the transformers reference: ΔNLL, KL, top-1 agreement);
 (c) both backends' perplexity on those windows: pass when they agree within 1 %;
@@ -178,9 +179,21 @@ def _worker_check(out: Path, names: list[str], args: argparse.Namespace) -> Chec
         rows += measure_group(point.group, [point], ctx, lambda row: None)
     keep = ("status", "error", "ppl", "dnll_vs_ref", "kl_vs_ref", "top1_agree", "arc_acc",
             "decode_tok_s", "ttft_ms_p50", "generated_tokens", "engine_preallocated_mib",
-            "weights_mib_measured")  # fmt: skip
+            "weights_mib_measured", "energy_source", "energy_j_prefill", "energy_j_decode",
+            "energy_j_quality", "j_per_token_decode", "avg_power_w_decode",
+            "energy_unavailable_reason")  # fmt: skip
     figures = {row.backend: {k: getattr(row, k, None) for k in keep} for row in rows}
     bad = [f"{row.backend}: {row.status} {row.error or ''}" for row in rows if row.status != "ok"]
+    # on NVIDIA the worker's rows carry NVML energy per phase (harness.measure.energy)
+    import torch
+
+    if torch.version.hip is None:
+        bad += [
+            f"{row.backend}: no NVML energy ({row.energy_unavailable_reason})"
+            for row in rows
+            if row.status == "ok"
+            and (row.energy_source != "nvml" or row.j_per_token_decode is None)
+        ]
     return Check("worker", not bad and len(rows) == len(names), "; ".join(bad), figures)
 
 

@@ -13,13 +13,23 @@ import pandas as pd
 
 from harness.atomic import atomic_write_bytes, atomic_write_json, atomic_write_text, public_mode
 from harness.results.aggregate import Aggregate, aggregate_run, check_quality_class
+from harness.results.publish.analysis import regressions_frame
 from harness.results.publish.html import report_html
 from harness.results.publish.markdown import readme
 from harness.results.publish.summary import json_safe, summary
 from harness.spec.tariffs import TariffTable
 
 PUBLISHED = "published"
-FILES = ("points.csv", "points.parquet", "cost.csv", "summary.json", "README.md", "report.html")
+FILES = (
+    "points.csv",
+    "points.parquet",
+    "cost.csv",
+    "regressions.csv",
+    "serving.csv",
+    "summary.json",
+    "README.md",
+    "report.html",
+)
 
 
 def parquet_bytes(frame: pd.DataFrame) -> bytes:
@@ -65,6 +75,8 @@ def write_published(
         atomic_write_text(tmp / "points.csv", csv_text(result.points))
         atomic_write_bytes(tmp / "points.parquet", parquet_bytes(result.points))
         atomic_write_text(tmp / "cost.csv", csv_text(cost_for_csv(result)))
+        atomic_write_text(tmp / "regressions.csv", csv_text(regressions_frame(result)))
+        atomic_write_text(tmp / "serving.csv", csv_text(result.serving))  # mode: serving rows
         atomic_write_json(tmp / "summary.json", json_safe(summary(result, tariffs, quality_class)))
         atomic_write_text(tmp / "README.md", readme(result, tariffs, quality_class))
         atomic_write_text(tmp / "report.html", report_html(result, tariffs, quality_class))
