@@ -1,4 +1,4 @@
-"""`harness aggregate`, `harness report`, `harness compare`: typer-annotated plain functions.
+"""`harness aggregate`, `report`, `compare`, `site`: typer-annotated plain functions.
 
 They are registered on the app by ``harness.cli.main``; each raises UserInputError on bad input
 (the CLI turns it into one line and exit code 2) and prints rich tables.
@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich.markup import escape as markup_escape
 from rich.table import Table
 
 from harness.console import console
@@ -85,6 +86,12 @@ def print_counts(result: Any) -> None:
         f"{c['flagged_above_roofline']}",
         highlight=False,
     )
+    if c.get("mixed_scenarios"):
+        console.print(
+            "[yellow]rows from several scenarios, aggregated as one (--allow-mixed):[/] "
+            + ", ".join(c["mixed_scenarios"]),
+            highlight=False,
+        )
     if c["models_without_reference"]:
         console.print(
             "[yellow]no reference row (no quality class) for:[/] "
@@ -101,6 +108,10 @@ QualityClassOpt = Annotated[str, typer.Option(help=QUALITY_CLASS_HELP)]
 UtilisationOpt = Annotated[
     float, typer.Option(help="share of the package's hours the node works, in (0, 1]")
 ]
+AllowMixedOpt = Annotated[
+    bool,
+    typer.Option("--allow-mixed", help="aggregate a folder whose rows come from several scenarios"),
+]
 
 
 def aggregate_cmd(
@@ -108,13 +119,14 @@ def aggregate_cmd(
     tariffs: TariffsOpt = None,
     quality_class: QualityClassOpt = "99",
     utilisation: UtilisationOpt = 1.0,
+    allow_mixed: AllowMixedOpt = False,
 ) -> None:
     """Equal-quality gate, cost per tariff package, cheapest configurations: printed."""
     from harness.results.aggregate import aggregate_run, check_utilisation
 
     _check_class(quality_class)
     check_utilisation(utilisation)
-    result = aggregate_run(_check_run(run), _tariffs(tariffs), utilisation)
+    result = aggregate_run(_check_run(run), _tariffs(tariffs), utilisation, allow_mixed)
     print_counts(result)
     if tariffs is None:
         console.print("no --tariffs given: nothing priced (try --tariffs tariffs/example.yaml)")
@@ -142,6 +154,7 @@ def report_cmd(
     tariffs: TariffsOpt = None,
     quality_class: QualityClassOpt = "99",
     utilisation: UtilisationOpt = 1.0,
+    allow_mixed: AllowMixedOpt = False,
 ) -> None:
     """Write results/<run>/published/ (CSV, Parquet, JSON, README, report.html) and print the
     headline table."""
@@ -151,11 +164,50 @@ def report_cmd(
     _check_class(quality_class)
     check_utilisation(utilisation)
     table = _tariffs(tariffs)
-    result = aggregate_run(_check_run(run), table, utilisation)
+    result = aggregate_run(_check_run(run), table, utilisation, allow_mixed)
     out = report(run, table, utilisation=utilisation, quality_class=quality_class, result=result)
     print_counts(result)
     print_headline(result, quality_class)
     console.print(f"published: {out}/ (report.html, README.md, cost.csv, points.csv, …)")
+
+
+def site_cmd(
+    runs: Annotated[list[Path], typer.Argument(help="run folders (results/<run>), any number")],
+    out: Annotated[Path, typer.Option(help="site folder: index.html, runs/, points.csv, cost.csv")],
+    tariffs: TariffsOpt = None,
+    quality_class: QualityClassOpt = "99",
+    utilisation: UtilisationOpt = 1.0,
+    allow_mixed: Annotated[
+        bool,
+        typer.Option(
+            help="publish runs whose corpus hash, reference or result schema differ, marked as "
+            "mixed at the top of the site"
+        ),
+    ] = False,
+) -> None:
+    """One static site across runs (nodes, providers): the cheapest configuration at equal
+    quality across all of them, each run's own report, combined points.csv and cost.csv with
+    every row's run and provenance."""
+    from harness.results.site import build_site
+
+    _check_class(quality_class)
+    site = build_site(
+        [_check_run(r) for r in runs],
+        out,
+        _tariffs(tariffs),
+        quality_class=quality_class,
+        utilisation=utilisation,
+        allow_mixed=allow_mixed,
+    )
+    for line in site.mixed:
+        console.print(f"[bold yellow]mixed[/]: {markup_escape(line)}", highlight=False)
+    print_counts(site.result)
+    print_headline(site.result, quality_class)
+    console.print(
+        f"site: {site.out}/index.html ({len(site.runs)} runs: "
+        f"{', '.join(r.label for r in site.runs)})",
+        highlight=False,
+    )
 
 
 METRIC_LABELS = {"decode_tok_s": "decode", "ppl": "ppl", "peak_mib_decode": "peak MiB"}

@@ -1,0 +1,156 @@
+"""index.html of a site across runs (``harness.results.site``): one self-contained page.
+
+No network: no external script, style, font or image (the report's Content-Security-Policy);
+links are relative (each run's page, the combined files); every string from the data is
+HTML-escaped. The tables and their sorting are the report's (``publish.html``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import quote
+
+import pandas as pd
+
+from harness import __version__
+from harness.results.publish.format import escape, fmt_usd
+from harness.results.publish.html import CHEAPEST_COLUMNS, CSS, JS, Column, html_table
+from harness.spec.tariffs import TariffTable
+
+SITE_CSS = """
+.mixed{border:3px solid #b00;background:#fff0f0;padding:8px 14px;margin:14px 0}
+.mixed h2{color:#b00;border:0;margin-top:4px}
+"""
+
+RUN_COLUMNS: list[tuple[str, str]] = [
+    ("run", "run"),
+    ("folder", "folder"),
+    ("rows", "rows"),
+    ("ok", "ok"),
+    ("unreadable", "unreadable"),
+    ("hostnames", "host"),
+    ("devices", "device"),
+    ("harness", "harness"),
+    ("git_sha", "git sha"),
+    ("corpus_hash", "corpus hash"),
+    ("reference", "reference"),
+    ("schema_version", "schema"),
+]
+PROVENANCE: list[Column] = [
+    ("provenance_hostname", "host", None),
+    ("provenance_device_name", "device", None),
+    ("provenance_harness", "harness", None),
+    ("provenance_git_sha", "git sha", None),
+]
+
+
+def cheapest_columns() -> list[Column]:
+    """The report's cheapest-table columns with the row's run after the tariff's provider and
+    where it was measured at the end."""
+    at = next(i for i, c in enumerate(CHEAPEST_COLUMNS) if c[0] == "provider") + 1
+    return [*CHEAPEST_COLUMNS[:at], ("run", "run", None), *CHEAPEST_COLUMNS[at:], *PROVENANCE]
+
+
+def page_link(run: str) -> str:
+    """The relative link to a run's own report (run names are file-name safe; quoted anyway)."""
+    return f"runs/{quote(run, safe='')}/report.html"
+
+
+def runs_table(runs: pd.DataFrame) -> str:
+    """The runs, each linking to its own report."""
+    head = "".join(f'<th data-type="text">{escape(label)}</th>' for _, label in RUN_COLUMNS)
+    body = []
+    for rec in runs.astype("object").to_dict(orient="records"):
+        cells = []
+        for name, _ in RUN_COLUMNS:
+            value = escape(rec.get(name, ""))
+            if name == "run":
+                value = f'<a href="{escape(page_link(str(rec["run"])))}">{value}</a>'
+            cells.append(f"<td>{value}</td>")
+        body.append("<tr>" + "".join(cells) + "</tr>")
+    return (
+        f'<div class="wrap"><table class="sortable" id="runs"><thead><tr>{head}</tr></thead>'
+        f"<tbody>{''.join(body)}</tbody></table></div>"
+    )
+
+
+def mixed_banner(mixed: Sequence[str]) -> list[str]:
+    if not mixed:
+        return []
+    return [
+        '<div class="mixed" id="mixed" role="alert">',
+        "<h2>Mixed runs: not measured under the same conditions</h2>",
+        "<p>Published with <code>--allow-mixed</code>. These runs differ where a comparison "
+        "needs them equal, so their figures stand side by side below but are not comparable as "
+        "they stand:</p><ul>",
+        *[f"<li>{escape(line)}</li>" for line in mixed],
+        "</ul></div>",
+    ]
+
+
+def index_html(
+    runs: pd.DataFrame,
+    cheapest: pd.DataFrame,
+    mixed: Sequence[str],
+    counts: dict[str, Any],
+    unreadable: Sequence[tuple[str, str]],
+    *,
+    tariffs: TariffTable | None,
+    quality_class: str,
+    utilisation: float,
+    files: Sequence[str],
+) -> str:
+    """The site's index: (mixed banner), runs, cheapest per (model, class, GPU, package) across
+    every run, the combined files, counts."""
+    title = "harness site" + (" (MIXED runs)" if mixed else "")
+    by_status = ", ".join(f"{k} {v}" for k, v in counts.get("by_status", {}).items())
+    sections = [
+        f"<h1>One comparison across {escape(len(runs))} runs</h1>",
+        *mixed_banner(mixed),
+        f'<p class="note">harness {escape(__version__)} · utilisation '
+        f"{escape(f'{utilisation:g}')} · the report's quality class {escape(quality_class)} · "
+        f"generated {escape(datetime.now(UTC).strftime('%Y-%m-%d %H:%M UTC'))}</p>",
+        "<h2>Runs</h2>",
+        '<p class="note">Each run links to its own report. Quality classes compare a row with '
+        "its own run's reference.</p>",
+        runs_table(runs),
+        "<h2>Cheapest configuration at equal quality per model, class, GPU and package, across "
+        "every run</h2>",
+    ]
+    if tariffs is None:
+        sections.append("<p>No tariffs given: nothing is priced.</p>")
+    else:
+        sections.append(html_table(cheapest, cheapest_columns(), "cheapest"))
+        sections.append(
+            '<p class="note">Tariffs: '
+            + escape(
+                "; ".join(
+                    f"{t.provider} {t.gpu} {fmt_usd(t.hourly_usd)}/node-hour"
+                    + (" (example)" if t.example else "")
+                    for t in tariffs.tariffs
+                )
+            )
+            + "</p>"
+        )
+    sections += [
+        "<h2>Every row, with where it came from</h2><ul>",
+        *[f'<li><a href="{escape(quote(name))}">{escape(name)}</a></li>' for name in files],
+        "</ul>",
+        "<h2>Rows</h2><ul>",
+        f"<li>rows read: {escape(counts.get('rows', 0))}; by status: {escape(by_status)}</li>",
+        f"<li>priced: {escape(counts.get('priced_rows', 0))}; no tariff for their GPU: "
+        f"{escape(counts.get('eligible_without_tariff', 0))}</li>",
+        f"<li>unreadable point files, skipped: {escape(len(unreadable))}</li>",
+        *[f'<li class="warn">{escape(f)}: {escape(why)}</li>' for f, why in unreadable],
+        "</ul>",
+    ]
+    return (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        '<meta http-equiv="Content-Security-Policy" content="default-src \'none\'; '
+        "style-src 'unsafe-inline'; script-src 'unsafe-inline'; img-src data:\">"
+        f"<title>{escape(title)}</title>"
+        f"<style>{CSS}{SITE_CSS}</style></head><body>{''.join(sections)}"
+        f"<script>{JS}</script></body></html>\n"
+    )
