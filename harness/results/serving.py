@@ -103,9 +103,11 @@ def is_serving(frame: pd.DataFrame) -> NDArray[np.bool_]:
 def split_modes(frame: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(every other row, serving rows): the offline tables never see a serving row."""
     serving = is_serving(frame)
+    if not serving.any():  # the usual run: no copy of a large frame
+        return frame, frame.iloc[0:0].copy()
     return (
-        frame.loc[~serving].reset_index(drop=True),
-        frame.loc[serving].reset_index(drop=True),
+        frame.loc[~serving].reset_index(drop=True).copy(),
+        frame.loc[serving].reset_index(drop=True).copy(),
     )
 
 

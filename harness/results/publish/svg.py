@@ -151,10 +151,12 @@ def svg_scatter(
     y_label: str,
     series: Sequence[tuple[str, Sequence[tuple[float, float, str]], bool]],
     diagonal: bool = False,
+    hlines: Sequence[tuple[float, str]] = (),
 ) -> str:
-    """Points per series (name, [(x, y, tooltip)], connect-as-a-front); optional y = x line."""
+    """Points per series (name, [(x, y, tooltip)], connect-as-a-front); optional y = x line;
+    optional horizontal reference lines (y, label), e.g. a latency target."""
     xs = [p[0] for _, pts, _ in series for p in pts]
-    ys = [p[1] for _, pts, _ in series for p in pts]
+    ys = [p[1] for _, pts, _ in series for p in pts] + [y for y, _ in hlines]
     if diagonal:
         both = padded_range(xs + ys)
         xr = yr = both
@@ -165,6 +167,13 @@ def svg_scatter(
         body.append(
             f'<line class="diag" x1="{sx(xr[0]):.1f}" y1="{sy(yr[0]):.1f}" '
             f'x2="{sx(xr[1]):.1f}" y2="{sy(yr[1]):.1f}"><title>y = x</title></line>'
+        )
+    for y, label in hlines:
+        body.append(
+            f'<line class="ref" x1="{sx(xr[0]):.1f}" y1="{sy(y):.1f}" x2="{sx(xr[1]):.1f}" '
+            f'y2="{sy(y):.1f}"><title>{escape(label)}</title></line>'
+            f'<text class="tick" x="{sx(xr[1]) - 4:.1f}" y="{sy(y) - 4:.1f}" '
+            f'text-anchor="end">{escape(label)}</text>'
         )
     for si, (_, pts, connect) in enumerate(series):
         colour = PALETTE[si % len(PALETTE)]
