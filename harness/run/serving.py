@@ -123,6 +123,27 @@ def server_config(
     return ServerConfig.from_engine_kwargs(adapted, served_model_name="harness")
 
 
+def fit_gpu_utilization(config: ServerConfig, device: str) -> tuple[ServerConfig, str | None]:
+    """On a GPU, vLLM refuses to start when `gpu_memory_utilization` × the card exceeds the
+    free memory; what this process still holds after closing the offline engine (its CUDA
+    context, allocator leftovers) counts against it. Lowered to 95 % of what is free when
+    needed, with a note (server.json) saying so; untouched otherwise and on the CPU."""
+    wanted = config.gpu_memory_utilization
+    if not device.startswith("cuda") or wanted is None:
+        return config, None
+    import torch
+
+    free, total = (int(x) for x in torch.cuda.mem_get_info())
+    if wanted * total <= free * 0.97:
+        return config, None
+    fitted = round(free * 0.95 / total, 3)
+    note = (
+        f"gpu_memory_utilization {wanted:g} -> {fitted:g}: {free / 2**30:.1f} of "
+        f"{total / 2**30:.1f} GiB free when the server started"
+    )
+    return config.model_copy(update={"gpu_memory_utilization": fitted}), note
+
+
 def level_parts(
     result: LevelResult, level: ServingLevel, server: VllmServer | None, log: Path
 ) -> list[Part]:
@@ -219,8 +240,9 @@ def serve_points(
                     server.stop()  # what is left of a server that died: the whole group
                 log = folder / ("server.log" if starts == 0 else f"server-{starts + 1}.log")
                 starts += 1
+                fitted, note = fit_gpu_utilization(config, device)
                 server = VllmServer(
-                    config, log_path=log, startup_timeout_s=SERVER_STARTUP_TIMEOUT_S,
+                    fitted, log_path=log, startup_timeout_s=SERVER_STARTUP_TIMEOUT_S,
                     env=SERVER_ENV,
                 )  # fmt: skip
                 try:
@@ -237,7 +259,7 @@ def serve_points(
                         level_parts(result, level, None, log), generator,
                     )  # fmt: skip
                     continue
-                record_start(folder / "server.json", server)
+                record_start(folder / "server.json", server, note)
             result = run_level(
                 server, load_level(level), dataset, folder / "levels", slo_of(level),
                 requests=level.requests, seed=level.seed,
@@ -261,8 +283,8 @@ def point_budget_s(point: Point, level: ServingLevel) -> float:
     return max(tokens / 10.0 / max(point.batch, 1), span)
 
 
-def record_start(path: Path, server: VllmServer) -> None:
-    """Append one server start (pid, process group, port, log) to server.json."""
+def record_start(path: Path, server: VllmServer, note: str | None = None) -> None:
+    """Append one server start (pid, process group, port, log, a note) to server.json."""
     starts = json.loads(path.read_text()) if path.is_file() else []
     starts.append(
         {
@@ -273,6 +295,7 @@ def record_start(path: Path, server: VllmServer) -> None:
             "log": str(server.log_path),
             "startup_s": server.startup_s,
             "argv": server.argv,
+            "note": note,
         }
     )
     path.write_text(json.dumps(starts, indent=2) + "\n")
