@@ -32,7 +32,8 @@ def latency_throughput_charts(result: Aggregate, max_charts: int = MAX_CHARTS) -
     out = []
     for (_, group), rows in list(served.groupby(["run", "group"], sort=False))[:max_charts]:
         ok = rows[rows["status"] == "ok"]
-        levels = []
+        closed: list[tuple[float, float, str]] = []  # concurrency levels
+        opened: list[tuple[float, float, str]] = []  # request-rate levels
         picked = []
         for rec in ok.to_dict(orient="records"):
             x, y = _finite(rec.get("output_tok_s")), _finite(rec.get("tpot_ms_p99"))
@@ -42,10 +43,11 @@ def latency_throughput_charts(result: Aggregate, max_charts: int = MAX_CHARTS) -
                 f"{_finite(rec.get('slo_attainment')):.3g}"
                 + (", saturated" if rec.get("saturated") is True else "")
             )
-            levels.append((x, y, tip))
+            rate = _finite(rec.get("request_rate"))
+            (opened if math.isfinite(rate) else closed).append((x, y, tip))
             if str(rec.get("key")) in chosen:
                 picked.append((x, y, "chosen at the SLO: " + tip))
-        if not levels:
+        if not closed and not opened:
             continue
         slo = _finite(rows["slo_tpot_ms"].iloc[0])
         attainment = _finite(rows["slo_attainment_target"].iloc[0])
@@ -56,8 +58,9 @@ def latency_throughput_charts(result: Aggregate, max_charts: int = MAX_CHARTS) -
                 "output tok/s",
                 "TPOT p99 (ms)",
                 [
-                    ("load levels", levels, True),
-                    (f"chosen (attainment ≥ {attainment:g})", picked, False),
+                    ("concurrency levels", closed, True),
+                    ("request-rate levels", opened, True),
+                    (f"chosen, attain. ≥ {attainment:g}", picked, False),
                 ],
                 hlines=lines,
             )
