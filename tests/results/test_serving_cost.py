@@ -4,6 +4,7 @@ report's chart and tables."""
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 from typing import Any
@@ -142,6 +143,9 @@ def test_the_report_has_the_chart_with_the_slo_line_and_the_chosen_level(tmp_pat
     assert len(serving_csv) == 4 and set(serving_csv["mode"]) == {"serving"}
     cost_csv = pd.read_csv(out / "cost.csv")
     assert "usd_per_mtok_output_at_slo" in cost_csv.columns
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["serving_at_slo"][0]["level_at_slo"] == "concurrency 8"
+    assert {r["quality_class"] for r in summary["cheapest_at_slo"]} == {"99", "99.9"}
 
 
 def test_a_run_without_serving_rows_publishes_as_before(tmp_path: Path) -> None:

@@ -33,4 +33,9 @@ FORMULAS = [
     "class 99.9: ppl ≤ ppl_ref ÷ 0.999 (and acc ≥ 0.999 × acc_ref)",
     "Δppl % = (exp(ΔNLL) − 1) × 100, ΔNLL the paired per-window NLL difference against the "
     "reference, with its bootstrap 95 % CI",
+    "serving: a request meets the SLO when TTFT ≤ target and TPOT = (e2e − TTFT) ÷ (output tokens "
+    "− 1) ≤ target; attainment = requests meeting it ÷ requests sent; goodput = requests meeting "
+    "it ÷ the level's duration; $/Mtok out at the SLO = the package formula on the highest output "
+    "tok/s among ok load levels whose attainment ≥ the scenario's; quality from the "
+    "configuration's offline rows",
 ]

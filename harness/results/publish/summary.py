@@ -49,6 +49,8 @@ def summary(result: Aggregate, tariffs: TariffTable | None, quality_class: str) 
         "gpu_ratios": records(result.gpu_ratios),
         "pareto_cost_quality": records(result.pareto_cost_quality),
         "pareto_throughput_latency": records(result.pareto_throughput_latency, 500),
+        "serving_at_slo": records(result.at_slo),  # per configuration: its level at the SLO
+        "cheapest_at_slo": records(result.cheapest_at_slo),
         "tariffs": [t.model_dump() for t in tariffs.tariffs] if tariffs else [],
         "tariff_note": tariffs.note if tariffs else None,
         "formulas": FORMULAS,
