@@ -232,7 +232,7 @@ def serve_points(
 
     server: VllmServer | None = None
     starts = 0
-    done: list[LevelResult] = []
+    done: list[LevelResult] = earlier_levels(ctx, group, generator)  # a resumed run's ok levels
     try:
         for point, level in zip(points, levels, strict=True):
             if server is None or not server.alive():
@@ -273,6 +273,37 @@ def serve_points(
     finally:
         if server is not None:
             server.stop()
+
+
+def earlier_levels(ctx: WorkContext, group: GroupKey, generator: str) -> list[LevelResult]:
+    """The group's serving levels already measured ok in this run folder (a resumed run), as
+    records `saturated` compares a new level with; none when the folder is not on this machine."""
+    from harness.run import store
+
+    if not (Path(ctx.run_dir) / store.POINTS).is_dir():
+        return []
+    rows, _ = store.read_rows(Path(ctx.run_dir))
+    out = []
+    for row in rows:
+        if row.mode != "serving" or row.group != group.label or row.status != "ok":
+            continue
+        out.append(
+            LevelResult(
+                status="ok",
+                mode="concurrency" if row.concurrency is not None else "request_rate",
+                concurrency=row.concurrency,
+                request_rate=row.request_rate,
+                requests_sent=row.requests_sent or 0,
+                requests_ok=row.requests_ok or 0,
+                requests_failed=row.requests_failed or 0,
+                output_tok_s=row.output_tok_s,
+                e2e_ms_p50=row.e2e_ms_p50,
+                slo_ttft_ms=row.slo_ttft_ms or 0.0,
+                slo_tpot_ms=row.slo_tpot_ms or 0.0,
+                generator=row.provenance.load_generator or generator,
+            )
+        )
+    return out
 
 
 def point_budget_s(point: Point, level: ServingLevel) -> float:
