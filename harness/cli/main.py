@@ -79,7 +79,7 @@ def plan(
     from harness import plan as planner
     from harness.spec import scenario as scen
 
-    grid = scen.expand(scen.load(scenario))
+    grid = scen.expand(scen.load(scenario), str(scenario))
     gpu_targets = [t for t in grid.scenario.targets if t != "cpu"] or ["cuda"]
     card = planner.default_card(gpu_targets[0], gpu or grid.scenario.gpu)
     price, tariff_name = hourly_price(tariffs, card.name)
@@ -294,7 +294,7 @@ def bench(
     from harness import plan as planner
     from harness.spec import scenario as scen
 
-    result = planner.plan_grid(scen.expand(scen.load(scenario)))
+    result = planner.plan_grid(scen.expand(scen.load(scenario), str(scenario)))
     print_plan(result)
     run_dir, stats = run_sweep(scenario, address, out, True, None)
     console.print(f"sweep wall time: {stats['wall_s']:.1f} s")

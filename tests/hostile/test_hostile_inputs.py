@@ -60,6 +60,11 @@ SCENARIOS: dict[str, tuple[str, str]] = {
         SCENARIO + "quality: {window_tokens: 8, window_tokens: 9}\n",
         "window_tokens: key given twice",
     ),
+    "quality window longer than the model's positions": (
+        SCENARIO + "quality: {window_tokens: 4096}\n",
+        "t.yaml: quality.window_tokens: 4096 tokens per quality window exceed tiny-llama's "
+        "max_position_embeddings (2048)",
+    ),
     "string batch": (
         swap(SCENARIO, "batch", 'batch: ["8"]'),
         "batch[0]: Input should be a valid integer (got '8')",
@@ -364,6 +369,26 @@ def test_two_files_with_one_point_key_stop_aggregate_naming_both(tmp_path: Path)
         assert f"two files hold point {fast.key}" in line and "copy.json" in line
         assert f"{fast.key}.json" in line
     assert not (run / "published").exists()
+
+
+def test_rows_of_two_scenarios_stop_aggregate_unless_allow_mixed_which_the_report_states(
+    tmp_path: Path,
+) -> None:
+    run = F.write_run(tmp_path / "run", [F.reference(), F.row(quantization="bnb-nf4")])
+    runs = [{"scenario_hash": "aaaaaaaaaaaaaaaa"}, {"scenario_hash": "bbbbbbbbbbbbbbbb"}]
+    (run / "manifest.json").write_text(json.dumps({"name": "run", "runs": runs}))
+    for command in ("aggregate", "report"):
+        result = CliRunner().invoke(app, [command, str(run)])
+        assert result.exit_code == 2, result.output[:2000]
+        line = one_line_error(result.output)
+        assert "rows from 2 scenarios (aaaaaaaaaaaaaaaa, bbbbbbbbbbbbbbbb)" in line
+        assert "--allow-mixed" in line
+    assert not (run / "published").exists()
+    result = CliRunner().invoke(app, ["report", str(run), "--allow-mixed"])
+    assert result.exit_code == 0, result.output[-2000:]
+    for name in ("README.md", "report.html"):
+        text = (run / "published" / name).read_text()
+        assert "aggregated as one (--allow-mixed)" in text and "bbbbbbbbbbbbbbbb" in text
 
 
 MANIFESTS: dict[str, tuple[bytes, str]] = {
