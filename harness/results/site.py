@@ -319,7 +319,8 @@ def build_site(
     frame = pd.concat([r.frame for r in runs], ignore_index=True).copy()  # one block per dtype
     unreadable = [item for r in runs for item in r.unreadable]
     result = aggregate(frame, tariffs, utilisation, unreadable)
-    own = [aggregate_run(r.path, tariffs, utilisation) for r in runs]  # before anything is written
+    # before anything is written; a run folder of several scenarios needs allow_mixed too
+    own = [aggregate_run(r.path, tariffs, utilisation, allow_mixed) for r in runs]
     site = Site(out=out, runs=runs, mixed=mixed, result=result, own=own)
     write_site(site, tariffs, quality_class)
     return site
