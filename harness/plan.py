@@ -138,6 +138,11 @@ def activation_bytes(
     return tokens * per_token + logits_positions * arch.vocab_size * 4
 
 
+def runtime_context_bytes(target: str) -> float:
+    """The runtime's own memory: the CUDA/HIP context, or the CPU worker process."""
+    return {"cuda": CUDA_CONTEXT_BYTES, "rocm": HIP_CONTEXT_BYTES}.get(target, CPU_RUNTIME_BYTES)
+
+
 def runtime_reserve_bytes(target: str, tensors_bytes: float) -> float:
     context = {"cuda": CUDA_CONTEXT_BYTES, "rocm": HIP_CONTEXT_BYTES}.get(target, CPU_RUNTIME_BYTES)
     return context + ALLOCATOR_MARGIN * tensors_bytes
@@ -280,9 +285,7 @@ def plan_training_point(point: Point, card: GpuSpec, arch: ModelArch) -> PointPl
     train = point.training
     assert train is not None
     base = weights_bytes(arch, point.quantization)
-    context = {"cuda": CUDA_CONTEXT_BYTES, "rocm": HIP_CONTEXT_BYTES}.get(
-        point.target, CPU_RUNTIME_BYTES
-    )
+    context = runtime_context_bytes(point.target)
     mem = train_memory.plan_step(
         arch,
         train,

@@ -206,6 +206,13 @@ class Training(Part):
     predicted_gradients_mib: float | None = None
     predicted_optimizer_mib: float | None = None
     train_peak_gap_pct: float | None = None  # (measured − planned) / planned, the largest phase
+    # CUDA/ROCm: the allocator's peak per phase (tensors only; None on the CPU), and its gap to
+    # the plan's tensors (the plan's largest phase less its runtime context)
+    train_alloc_mib_forward: float | None = None
+    train_alloc_mib_backward: float | None = None
+    train_alloc_mib_optimizer: float | None = None
+    predicted_train_tensors_mib: float | None = None
+    train_alloc_gap_pct: float | None = None
     step_s: float | None = None  # median optimizer step (warm-up and the memory step left out)
     train_tok_s: float | None = None  # tokens_per_step / step_s
     train_s: float | None = None  # wall time of the whole run (steps + evaluations)

@@ -58,7 +58,7 @@ MAX_J = 1e12  # joules (a 1 MW cluster for 11.6 days)
 MAX_W = 1e6  # watts of one device
 # Measured figures that may be negative (differences); every other number must be ≥ 0.
 SIGNED = {"weights_gap_pct", "peak_gap_pct", "dnll_vs_ref", "dnll_ci_low", "dnll_ci_high",
-          "train_peak_gap_pct"}  # fmt: skip
+          "train_peak_gap_pct", "train_alloc_gap_pct"}  # fmt: skip
 # Figures with a tighter range than [0, +∞).
 RANGES: dict[str, tuple[float, float]] = {
     "ppl": (1.0, math.inf),

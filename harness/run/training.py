@@ -186,6 +186,16 @@ def train_point(
         if v is not None
     ]
     predicted = prediction_part(plan)
+    if device != "cpu" and plan.training is not None:  # the allocator's peaks: tensors only
+        out.train_alloc_mib_forward = fwd.peak_allocated_mib if fwd else None
+        out.train_alloc_mib_backward = bwd.peak_allocated_mib if bwd else None
+        out.train_alloc_mib_optimizer = opt.peak_allocated_mib if opt else None
+        tensors = to_mib(plan.training.peak - planner.runtime_context_bytes(point.target))
+        out.predicted_train_tensors_mib = tensors
+        alloc = [v for v in (out.train_alloc_mib_forward, out.train_alloc_mib_backward,
+                             out.train_alloc_mib_optimizer) if v is not None]  # fmt: skip
+        if alloc and tensors > 0:
+            out.train_alloc_gap_pct = 100.0 * (max(alloc) - tensors) / tensors
     if measured and predicted.predicted_peak_mib:
         gap = 100.0 * (max(measured) - predicted.predicted_peak_mib) / predicted.predicted_peak_mib
         out.train_peak_gap_pct = predicted.peak_gap_pct = gap
