@@ -156,6 +156,53 @@ def with_training(cost: pd.DataFrame, training_cost: pd.DataFrame) -> pd.DataFra
     return out.reindex(columns=[*order, *rest])
 
 
+# Rows that differ only in how a step's windows are split (micro_batch × grad_accum equal) read
+# the same windows per step: with a token-normalised loss their training curves agree to rounding,
+# which compounds over the steps (nats/token).
+ACCUMULATION_TOLERANCE = 1e-3
+SAME_STEP = (
+    "model", "revision", "target", "backend", "train_method", "seq_len", "gradient_checkpointing",
+    "optimizer", "train_steps", "lr", "tokens_per_step",
+)  # fmt: skip
+ACCUMULATION_COLUMNS = (
+    "model", "train_method", "split_a", "split_b", "tokens_per_step", "max_abs_dloss_curve",
+    "abs_deval_loss", "tolerance", "equivalent",
+)  # fmt: skip
+
+
+def accumulation_pairs(trained: pd.DataFrame) -> pd.DataFrame:
+    """The accumulation-equivalence check on measured rows: every pair of ok rows of the same
+    configuration and tokens per step but a different micro_batch × grad_accum split; the largest
+    difference of their training-loss curves and of their held-out losses (nats/token)."""
+    out: list[dict[str, Any]] = []
+    if trained.empty or "loss_curve" not in trained.columns:
+        return pd.DataFrame({c: pd.Series(dtype="object") for c in ACCUMULATION_COLUMNS})
+    ok = trained[(trained["status"] == "ok") & trained["loss_curve"].notna()]
+    keys = [c for c in SAME_STEP if c in ok.columns]
+    for _, group in ok.groupby(keys, dropna=False, sort=False):
+        recs = group.astype("object").to_dict(orient="records")
+        for i, a in enumerate(recs):
+            for b in recs[i + 1 :]:
+                if a["micro_batch"] == b["micro_batch"]:
+                    continue
+                curve = max(
+                    abs(float(x) - float(y))
+                    for x, y in zip(a["loss_curve"], b["loss_curve"], strict=False)
+                )
+                held = abs(float(a["eval_loss"]) - float(b["eval_loss"]))
+                out.append({
+                    "model": a["model"], "train_method": a["train_method"],
+                    "split_a": f"{int(a['micro_batch'])}×{int(a['grad_accum'])}",
+                    "split_b": f"{int(b['micro_batch'])}×{int(b['grad_accum'])}",
+                    "tokens_per_step": a["tokens_per_step"], "max_abs_dloss_curve": curve,
+                    "abs_deval_loss": held, "tolerance": ACCUMULATION_TOLERANCE,
+                    "equivalent": bool(max(curve, held) <= ACCUMULATION_TOLERANCE),
+                })  # fmt: skip
+    if not out:
+        return pd.DataFrame({c: pd.Series(dtype="object") for c in ACCUMULATION_COLUMNS})
+    return pd.DataFrame(out, columns=list(ACCUMULATION_COLUMNS))
+
+
 def cheapest_to_target(training_cost: pd.DataFrame) -> pd.DataFrame:
     """Per (model, method, GPU, package): the configuration that reaches the target for the
     fewest dollars (only configurations that reached it)."""

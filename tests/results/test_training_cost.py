@@ -92,3 +92,21 @@ def test_cost_csv_and_the_report_carry_the_training_rows(tmp_path: Path) -> None
     readme = (out / "README.md").read_text()
     assert "## Training: $ per 1M training tokens and cost to the target loss" in readme
     assert 'id="training"' in (out / "report.html").read_text()
+
+
+def test_rows_that_split_the_same_step_differently_must_train_alike() -> None:
+    curve = [10.0, 9.0, 8.5]
+    rows = [
+        training_row("lora", micro_batch=4, grad_accum=1, loss_curve=curve),
+        training_row("lora", micro_batch=1, grad_accum=4, loss_curve=[c + 1e-6 for c in curve]),
+        training_row("full", micro_batch=4, grad_accum=1, loss_curve=curve),
+        # broken: the same windows per step, a different trajectory (e.g. a per-micro-batch mean)
+        training_row("full", micro_batch=1, grad_accum=4, loss_curve=[10.0, 9.2, 8.9]),
+        training_row("full", micro_batch=2, grad_accum=1, tokens_per_step=512, loss_curve=curve),
+    ]
+    pairs = trn.accumulation_pairs(agg.aggregate(agg.frame_from_rows(rows)).training)
+    by = pairs.set_index("train_method")
+    assert len(pairs) == 2  # the 2×1 row has other tokens per step: no pair
+    assert by.loc["lora", "equivalent"] and by.loc["lora", "max_abs_dloss_curve"] < 1e-5
+    assert not by.loc["full", "equivalent"]
+    assert by.loc["full", "max_abs_dloss_curve"] == pytest.approx(0.4)

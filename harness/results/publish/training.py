@@ -126,6 +126,24 @@ def leakage_html(result: Aggregate, html_table: HtmlTable) -> list[str]:
     ]
 
 
+ACCUMULATION_HEADERS: dict[str, str] = {
+    "model": "model",
+    "train_method": "method",
+    "split_a": "mb×acc a",
+    "split_b": "mb×acc b",
+    "tokens_per_step": "tokens/step",
+    "max_abs_dloss_curve": "max abs Δ train loss",
+    "abs_deval_loss": "abs Δ held-out loss",
+    "tolerance": "tolerance",
+    "equivalent": "equivalent",
+}
+ACCUMULATION_NOTE = (
+    "Rows that split the same windows per step differently (micro-batch × accumulation) must "
+    "train alike with a token-normalised loss: the largest difference of their loss curves and "
+    "of their held-out losses, nats/token."
+)
+
+
 def markdown_section(result: Aggregate) -> list[str]:
     if result.training.empty:
         return leakage_markdown(result)
@@ -137,6 +155,9 @@ def markdown_section(result: Aggregate) -> list[str]:
         md_table(records(trn.cheapest_to_target(result.training_cost), COST_HEADERS)),
         "\n### Training rows\n",
         md_table(records(result.training, ROW_HEADERS)),
+        "\n### Accumulation equivalence on the measured rows\n",
+        ACCUMULATION_NOTE + "\n",
+        md_table(records(trn.accumulation_pairs(result.training), ACCUMULATION_HEADERS)),
         *leakage_markdown(result),
     ]
 
@@ -164,5 +185,15 @@ def html_section(result: Aggregate, html_table: HtmlTable) -> list[str]:
         html_table(trn.cheapest_to_target(result.training_cost), cost, "training-target"),
         "<h3>Training rows</h3>",
         html_table(result.training, rows, "training-rows"),
+        "<h3>Accumulation equivalence on the measured rows</h3>",
+        f'<p class="note">{escape(ACCUMULATION_NOTE)}</p>',
+        html_table(
+            trn.accumulation_pairs(result.training),
+            [
+                (k, v, fmt if k.startswith(("max", "abs", "tol", "tok")) else None)
+                for k, v in ACCUMULATION_HEADERS.items()
+            ],
+            "training-accumulation",
+        ),
         *leakage_html(result, html_table),
     ]
