@@ -244,7 +244,7 @@ def normalise(frame: pd.DataFrame) -> pd.DataFrame:
     for name in (*CONFIGURATION_FIELDS, "status", "gpu", "run", "key"):
         if name not in out:
             out[name] = pd.Series([None] * n, dtype="object", index=out.index)
-    return out.reset_index(drop=True)
+    return out.reset_index(drop=True).copy()  # consolidated: the columns added above, one block
 
 
 def load_run(run_dir: Path) -> tuple[pd.DataFrame, list[tuple[str, str]]]:

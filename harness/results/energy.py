@@ -70,7 +70,7 @@ def with_energy_columns(points: pd.DataFrame, tariffs: TariffTable | None) -> pd
         columns["energy_source"] = pd.Series(
             [None] * len(points), dtype="object", index=points.index
         )
-    return points.assign(**columns)
+    return points.copy().assign(**columns)  # copy: one block per dtype, not one per column
 
 
 def breakeven_hours(purchase_usd: float, hourly_usd: float, own_usd_per_hour: float) -> float:

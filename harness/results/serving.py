@@ -124,7 +124,7 @@ def inherit_quality(serving: pd.DataFrame, offline: pd.DataFrame) -> pd.DataFram
     and group; the first offline row with a known class, else unknown)."""
     out = serving.drop(columns=[c for c in QUALITY_COLUMNS if c in serving.columns])
     if out.empty:
-        return out.assign(**{c: pd.Series(dtype="object") for c in QUALITY_COLUMNS})
+        return out.copy().assign(**{c: pd.Series(dtype="object") for c in QUALITY_COLUMNS})
     have = [c for c in QUALITY_COLUMNS if c in offline.columns]
     if offline.empty or "quality_class" not in have:
         verdict = pd.DataFrame(columns=["run", "group", *have])

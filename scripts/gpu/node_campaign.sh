@@ -6,9 +6,9 @@
 #
 #   bash scripts/gpu/stash_part.sh 02 && bash scripts/gpu/node_campaign.sh [STEP...]
 #
-# Steps: energy (tiny model, both engines, NVML energy per phase), training (full / LoRA on CUDA;
-# peft carried as its wheel in .vllm-bundle/extra), serving (`vllm serve` + `vllm bench serve`
-# on the card), energy-8b (the Llama-3.1-8B architecture on random weights, vLLM, batch 1 and 64).
+# Steps: energy (tiny model, both engines, NVML energy per phase), serving (`vllm serve` +
+# `vllm bench serve` on the card), training (scenarios/gpu-training.yaml: full / LoRA on CUDA;
+# peft carried as its wheel in .vllm-bundle/extra), energy-8b (the Llama-3.1-8B architecture on random weights, vLLM, batch 1 and 64).
 set -uo pipefail
 OUT=${OUT:-results/gpu-campaign}
 mkdir -p "$OUT"
@@ -26,13 +26,15 @@ extra=$(ls "$ROOT"/.vllm-bundle/extra/*.whl 2>/dev/null | tr '\n' ':')
 export PYTHONPATH="$ROOT:${extra}${PYTHONPATH:-}"   # pure-python wheels import from the zip
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_HUB_DISABLE_TELEMETRY=1 TOKENIZERS_PARALLELISM=false
 
-declare -A LIMIT=([energy]=170 [training]=120 [serving]=170 [energy-8b]=170)
+declare -A LIMIT=([energy]=150 [serving]=150 [training]=150 [energy-8b]=150)
+declare -A SCENARIO=([energy]=scenarios/gpu/energy.yaml [serving]=scenarios/gpu/serving.yaml
+  [training]=scenarios/gpu-training.yaml [energy-8b]=scenarios/gpu/energy-8b.yaml)
 steps=("$@")
-[[ ${#steps[@]} -eq 0 ]] && steps=(energy training serving energy-8b)
+[[ ${#steps[@]} -eq 0 ]] && steps=(energy serving training energy-8b)
 cd "$ROOT" || exit 1
 for step in "${steps[@]}"; do
   began=$(date +%s)
-  timeout "${LIMIT[$step]:-150}" "$PYTHON" -m harness.cli.main measure "scenarios/gpu/$step.yaml" \
+  timeout "${LIMIT[$step]:-150}" "$PYTHON" -m harness.cli.main measure "${SCENARIO[$step]}" \
     --out "$OUT/$step" >"$OUT/$step.log" 2>&1
   rc=$?
   echo "[campaign] $step rc=$rc in $(( $(date +%s) - began )) s"
