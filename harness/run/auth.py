@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import sys
 import tempfile
 from pathlib import Path
 
@@ -33,9 +34,18 @@ def token_auth_disabled() -> bool:
 
 
 def require_token_mode() -> None:
-    """Token mode for this process and the Ray processes it starts, unless explicitly disabled."""
-    if not token_auth_disabled():
-        os.environ[MODE_VAR] = "token"
+    """Token mode for this process and the Ray processes it starts, unless explicitly disabled.
+
+    Ray's core reads RAY_AUTH_MODE into its config once; when Ray is already imported the config
+    is re-read, as Ray itself does when it turns token mode on for a new local cluster (without
+    that, the driver would not send the token its own new cluster requires)."""
+    if token_auth_disabled() or os.environ.get(MODE_VAR) == "token":
+        return
+    os.environ[MODE_VAR] = "token"
+    if "ray._raylet" in sys.modules:
+        from ray._raylet import Config  # type: ignore[attr-defined]  # a Cython module
+
+        Config.initialize("")
 
 
 def has_token() -> bool:

@@ -53,6 +53,7 @@ def reachable(address: str) -> None:
 
 def connect(address: str | None) -> dict[str, Any]:
     """Join a cluster, or start a local Ray node advertising this machine's accelerators."""
+    auth.require_token_mode()  # before Ray is imported where possible: its core reads it once
     import ray
 
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
@@ -61,7 +62,6 @@ def connect(address: str | None) -> dict[str, Any]:
             return {"address": "existing"}
         ray.shutdown()  # connected elsewhere (an earlier run in this process): not that cluster
     address = address or os.environ.get("RAY_ADDRESS")
-    auth.require_token_mode()
     if address:
         reachable(address)
         auth.require_token_to_join(address)
@@ -77,6 +77,7 @@ def connect(address: str | None) -> dict[str, Any]:
     auth.ensure_token()
     inventory = node.detect()
     ray.init(
+        address="local",  # a cluster of our own, never one another user started on this machine
         num_cpus=os.cpu_count(),
         num_gpus=inventory.gpu_count,
         resources=node.ray_resources(inventory),

@@ -205,3 +205,37 @@ def test_a_token_cluster_refuses_the_wrong_token_and_runs_the_sweep_for_the_righ
     ran = harness_run(address, head_token, tmp_path / "ran")
     assert ran.returncode == 0, ran.stdout[-2000:] + ran.stderr[-2000:]
     assert any((tmp_path / "ran" / "points").glob("*.json"))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("ray_first", [True, False])
+def test_a_local_run_starts_its_own_token_cluster_whatever_was_imported_first(
+    ray_first: bool, tmp_path: Path
+) -> None:
+    """`make bench` sets no RAY_AUTH_MODE: the harness turns token mode on, creates the token
+    (0600) and its driver joins its own new cluster with it, also when Ray was imported first
+    (Ray's core had already read the mode then)."""
+    token = tmp_path / "tok" / "auth_token"
+    code = (
+        ("import ray\n" if ray_first else "")
+        + "from harness.run import driver\nimport ray\n"
+        + "print(driver.connect(None)['address'], ray.cluster_resources()['CPU'])\nray.shutdown()\n"
+    )
+    env = head_env(token)
+    env.pop(auth.MODE_VAR)
+    env["RAY_TMPDIR"] = tempfile.mkdtemp(prefix="ray-", dir="/tmp")
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", code],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=180,
+            check=False,
+        )
+    finally:
+        stop_session(Path(env["RAY_TMPDIR"]))
+        shutil.rmtree(env["RAY_TMPDIR"], ignore_errors=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split()[0] == "local"
+    assert mode_of(token) == 0o600 and len(token.read_text()) == 64
