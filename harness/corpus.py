@@ -22,7 +22,7 @@ import hashlib
 import io
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -263,9 +263,16 @@ def tokenize_eval(model_dir: str) -> list[int]:
     Cached on disk as ``<cache_dir>/tokens/<corpus_hash>-<tokenizer_hash>.npy`` (int32), keyed by
     both the corpus and the tokenizer's identity, and written atomically (temp file, rename).
     """
+    return tokenize_cached(model_dir, corpus_hash(), eval_text)
+
+
+def tokenize_cached(model_dir: str, text_key: str, text: Callable[[], str]) -> list[int]:
+    """``text()`` tokenized by ``model_dir``'s tokenizer (no special tokens), cached as
+    ``<cache_dir>/tokens/<text_key>-<tokenizer_hash>.npy`` (int32, written atomically); the text
+    is read only when the cache has no entry. ``text_key`` must change whenever the text does."""
     import numpy as np
 
-    path = cache_dir() / "tokens" / f"{corpus_hash()}-{tokenizer_hash(model_dir)}.npy"
+    path = cache_dir() / "tokens" / f"{text_key}-{tokenizer_hash(model_dir)}.npy"
     if path.is_file():
         try:
             cached: list[int] = np.load(path, allow_pickle=False).tolist()
@@ -274,7 +281,7 @@ def tokenize_eval(model_dir: str) -> list[int]:
             path.unlink(missing_ok=True)  # a damaged cache entry: rebuild it
 
     tokenizer = load_tokenizer(model_dir)
-    ids: list[int] = tokenizer(eval_text(), add_special_tokens=False, verbose=False)["input_ids"]
+    ids: list[int] = list(tokenizer(text(), add_special_tokens=False, verbose=False)["input_ids"])
     array = np.asarray(ids, dtype=np.int32)  # numpy refuses ids that do not fit
 
     buffer = io.BytesIO()

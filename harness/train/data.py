@@ -12,14 +12,11 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import io
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from harness import corpus
-from harness.atomic import atomic_write_bytes
 
 DATA_DIR: Path = Path(__file__).resolve().parents[1] / "data" / "train"
 FILES: dict[str, Path] = {"tinyshakespeare": DATA_DIR / "tinyshakespeare.txt"}
@@ -82,25 +79,7 @@ class Split:
 def tokenize(tokenizer_dir: str, name: str) -> list[int]:
     """The whole text tokenized (no special tokens), cached on disk as
     ``<cache_dir>/tokens/train-<data_hash>-<tokenizer_hash>.npy`` (int32, written atomically)."""
-    import numpy as np
-
-    path = (
-        corpus.cache_dir()
-        / "tokens"
-        / (f"train-{data_hash(name)}-{corpus.tokenizer_hash(tokenizer_dir)}.npy")
-    )
-    if path.is_file():
-        try:
-            cached: list[int] = np.load(path, allow_pickle=False).tolist()
-            return cached
-        except (OSError, ValueError):
-            path.unlink(missing_ok=True)  # a damaged cache entry: rebuild it
-    tok = corpus.load_tokenizer(tokenizer_dir)
-    ids: Sequence[int] = tok(text(name), add_special_tokens=False, verbose=False)["input_ids"]
-    buffer = io.BytesIO()
-    np.save(buffer, np.asarray(ids, dtype=np.int32), allow_pickle=False)
-    atomic_write_bytes(path, buffer.getvalue())
-    return list(ids)
+    return corpus.tokenize_cached(tokenizer_dir, f"train-{data_hash(name)}", lambda: text(name))
 
 
 def load_split(tokenizer_dir: str, train_name: str, eval_name: str, eval_fraction: float) -> Split:
