@@ -12,9 +12,9 @@ from __future__ import annotations
 import os
 import secrets
 import sys
-import tempfile
 from pathlib import Path
 
+from harness.atomic import atomic_write_bytes
 from harness.errors import UserInputError
 
 MODE_VAR = "RAY_AUTH_MODE"
@@ -68,18 +68,9 @@ def ensure_token() -> Path | None:
 
 
 def write_secret(path: Path, text: str) -> None:
-    """Atomically, and readable by the owner only from the first byte (mkstemp makes 0600)."""
+    """Atomically, readable by the owner only, in a folder only the owner can enter if new."""
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_write_bytes(path, text.encode(), mode=0o600)
 
 
 def require_token_to_join(address: str) -> None:
