@@ -81,11 +81,16 @@ def print_counts(result: Any) -> None:
     c = result.counts
     statuses = ", ".join(f"{k} {v}" for k, v in c["by_status"].items())
     console.print(
-        f"rows {c['rows']} ({statuses}); priced {c['priced_rows']}; no tariff for their GPU "
-        f"{c['eligible_without_tariff']}; above the roofline (excluded) "
+        f"offline rows {c['rows']} ({statuses}); priced {c['priced_rows']}; no tariff for their "
+        f"GPU {c['eligible_without_tariff']}; above the roofline (excluded) "
         f"{c['flagged_above_roofline']}",
         highlight=False,
     )
+    other = {m: c.get(f"{m}_rows", 0) for m in ("serving", "training")}
+    if any(other.values()):
+        console.print(
+            "; ".join(f"{mode} rows {n}" for mode, n in other.items() if n), highlight=False
+        )
     if c.get("mixed_scenarios"):
         console.print(
             "[yellow]rows from several scenarios, aggregated as one (--allow-mixed):[/] "

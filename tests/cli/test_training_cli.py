@@ -82,6 +82,7 @@ def test_measure_and_report_a_training_scenario(tmp_path: Path) -> None:
     tariffs = ROOT / "tariffs" / "example.yaml"
     result = CliRunner().invoke(app, ["report", str(out), "--tariffs", str(tariffs)])
     assert result.exit_code == 0, result.output
+    assert "offline rows 0" in result.output and "training rows 3" in result.output
     published = out / "published"
     with (published / "cost.csv").open(newline="") as handle:
         cost = [c for c in csv.DictReader(handle) if c["mode"] == "training"]
