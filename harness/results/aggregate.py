@@ -225,26 +225,41 @@ def frame_from_rows(rows: Iterable[ResultRow]) -> pd.DataFrame:
 
 def normalise(frame: pd.DataFrame) -> pd.DataFrame:
     """A copy with every schema column present, in one dtype: floats float64 (NaN = not
-    measured), ``is_reference`` bool, the plain ints int64, the rest as given."""
+    measured), ``is_reference`` bool, the plain ints int64, the rest as given. Float columns that
+    are missing or of another dtype are rebuilt together as one block (one insert or dtype change
+    per column leaves a wide frame in hundreds of blocks, slow for every later column)."""
     out = frame.copy(deep=False)  # copy-on-write: the caller's frame is never changed
     n = len(out)
-    for name in FLOAT_COLUMNS:
-        if name not in out:
-            out[name] = np.full(n, np.nan)
-        elif out[name].dtype != np.float64:
-            out[name] = pd.to_numeric(out[name], errors="coerce").astype(np.float64)
+    redo = [c for c in FLOAT_COLUMNS if c not in out or out[c].dtype != np.float64]
+    if redo:
+        order = [*out.columns, *(c for c in redo if c not in out)]  # columns keep their places
+        floats = np.full((n, len(redo)), np.nan)
+        for i, name in enumerate(redo):
+            if name in out:
+                floats[:, i] = pd.to_numeric(out[name], errors="coerce").to_numpy(np.float64)
+        out = out.drop(columns=[c for c in redo if c in out])
+        out = pd.concat([out, pd.DataFrame(floats, columns=redo, index=out.index)], axis=1)
+        out = out[order]
     for name in BOOL_COLUMNS:
-        if name not in out:
-            out[name] = np.zeros(n, dtype=bool)
-        elif out[name].dtype != bool:
+        if name in out and out[name].dtype != bool:
             out[name] = out[name].astype("object").fillna(False).astype(bool)
     for name in INT_COLUMNS:
         if name in out and out[name].dtype != np.int64:
             out[name] = pd.to_numeric(out[name], errors="coerce").fillna(0).astype(np.int64)
-    for name in (*CONFIGURATION_FIELDS, "status", "gpu", "run", "key"):
-        if name not in out:
-            out[name] = pd.Series([None] * n, dtype="object", index=out.index)
-    return out.reset_index(drop=True).copy()  # consolidated: the columns added above, one block
+    bools = [c for c in BOOL_COLUMNS if c not in out]
+    objects = [
+        c for c in dict.fromkeys((*CONFIGURATION_FIELDS, "status", "gpu", "run", "key"))
+        if c not in out
+    ]  # fmt: skip
+    if bools or objects:
+        added = [
+            pd.DataFrame(np.zeros((n, len(bools)), dtype=bool), columns=bools, index=out.index),
+            pd.DataFrame(
+                np.full((n, len(objects)), None, dtype=object), columns=objects, index=out.index
+            ),
+        ]
+        out = pd.concat([out, *added], axis=1)
+    return out.reset_index(drop=True)
 
 
 def load_run(run_dir: Path) -> tuple[pd.DataFrame, list[tuple[str, str]]]:

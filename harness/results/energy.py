@@ -67,10 +67,9 @@ def with_energy_columns(points: pd.DataFrame, tariffs: TariffTable | None) -> pd
         "usd_per_mtok_electricity": j_per_mtok / J_PER_KWH * price if price is not None else np.nan,
     }
     if "energy_source" not in points:
-        columns["energy_source"] = pd.Series(
-            [None] * len(points), dtype="object", index=points.index
-        )
-    return points.copy().assign(**columns)  # copy: one block per dtype, not one per column
+        columns["energy_source"] = np.full(len(points), None, dtype=object)
+    added = pd.DataFrame(columns, index=points.index)
+    return pd.concat([points.drop(columns=[c for c in columns if c in points]), added], axis=1)
 
 
 def breakeven_hours(purchase_usd: float, hourly_usd: float, own_usd_per_hour: float) -> float:
