@@ -211,8 +211,11 @@ def parse_bench_json(data: Mapping[str, Any]) -> BenchRun:
     0 output tokens for the others.
     """
     errors = [str(e or "") for e in data["errors"]]
-    ttfts, latencies = data["ttfts"], data["latencies"]
-    input_lens, output_lens, itls = data["input_lens"], data["output_lens"], data["itls"]
+    ttfts, itls = data["ttfts"], data["itls"]
+    input_lens, output_lens = data["input_lens"], data["output_lens"]
+    latencies = data.get("latencies")
+    if latencies is None:  # vLLM 0.26 saves no per-request latency: TTFT + the ITLs, as it does
+        latencies = [(t or 0.0) + sum(i or ()) for t, i in zip(ttfts, itls, strict=False)]
     count = len(errors)
     for name, values in (
         ("ttfts", ttfts),

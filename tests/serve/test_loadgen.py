@@ -60,6 +60,19 @@ def test_parsed_level_matches_the_generators_own_figures(name: str, concurrency:
     assert result.generator.startswith("vllm bench serve ")
 
 
+def test_a_json_without_latencies_as_vllm_026_writes_it_takes_ttft_plus_itls() -> None:
+    data = recorded("bench-c4.json")
+    ours = parse_bench_json(data)
+    del data["latencies"]  # vLLM 0.26 (the GPU bundle) saves ttfts and itls, no latencies
+    derived = parse_bench_json(data)
+    for before, after in zip(ours.requests, derived.requests, strict=True):
+        assert after.e2e_ms == pytest.approx(after.ttft_ms + sum(after.itl_ms))
+        assert after.e2e_ms == pytest.approx(before.e2e_ms, rel=0.05)  # detokenize/stream tail
+    with pytest.raises(KeyError):
+        del data["ttfts"]
+        parse_bench_json(data)
+
+
 def test_attainment_is_recomputed_from_each_request() -> None:
     data = recorded("bench-c4.json")
     run = parse_bench_json(data)
