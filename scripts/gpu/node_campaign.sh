@@ -8,20 +8,11 @@
 #
 # Steps: energy (tiny model, both engines, NVML energy per phase), serving (`vllm serve` +
 # `vllm bench serve` on the card), training (scenarios/gpu-training.yaml: full / LoRA on CUDA;
-# peft carried as its wheel in .vllm-bundle/extra), energy-8b (the Llama-3.1-8B architecture on random weights, vLLM, batch 1 and 64).
+# peft carried as its wheel in .vllm-bundle/extra), energy-8b (the Llama-3.1-8B architecture on random weights,
+# vLLM, batch 1 and 64).
 set -uo pipefail
 OUT=${OUT:-results/gpu-campaign}
-mkdir -p "$OUT"
-HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-ROOT=$(cd "$HERE/../.." && pwd)
-if [[ -x /opt/torch/.venv/bin/python3 ]]; then PYTHON=/opt/torch/.venv/bin/python3; else PYTHON=python3; fi
-
-if ! env_lines=$(PYTHON=$PYTHON bash "$HERE/unpack_vllm_bundle.sh" 2>"$OUT/node.txt"); then
-  echo "node_campaign: the vLLM bundle did not unpack; see $OUT/node.txt" >&2
-  cat "$OUT/node.txt" >&2
-  exit 1
-fi
-eval "$env_lines"
+source "$(dirname "${BASH_SOURCE[0]}")/node_env.sh"
 extra=$(ls "$ROOT"/.vllm-bundle/extra/*.whl 2>/dev/null | tr '\n' ':')
 export PYTHONPATH="$ROOT:${extra}${PYTHONPATH:-}"   # pure-python wheels import from the zip
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_HUB_DISABLE_TELEMETRY=1 TOKENIZERS_PARALLELISM=false

@@ -7,17 +7,7 @@
 #   bash scripts/gpu/stash_part.sh 02 && bash scripts/gpu/node_check.sh
 set -uo pipefail
 OUT=${OUT:-results/gpu-check}
-mkdir -p "$OUT"
-HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-ROOT=$(cd "$HERE/../.." && pwd)
-if [[ -x /opt/torch/.venv/bin/python3 ]]; then PYTHON=/opt/torch/.venv/bin/python3; else PYTHON=python3; fi
-
-if ! env_lines=$(PYTHON=$PYTHON bash "$HERE/unpack_vllm_bundle.sh" 2>"$OUT/node.txt"); then
-  echo "node_check: the vLLM bundle did not unpack; see $OUT/node.txt" >&2
-  cat "$OUT/node.txt" >&2
-  exit 1
-fi
-eval "$env_lines"
+source "$(dirname "${BASH_SOURCE[0]}")/node_env.sh"
 export PYTHONPATH="$ROOT:${PYTHONPATH:-}"
 {
   echo "python: $PYTHON ($($PYTHON -V 2>&1))"
