@@ -6,6 +6,7 @@ Tables have rows, the SVG charts have marks, clicking a header sorts, and a mode
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -42,14 +43,11 @@ if not (CHROMIUM.is_file() and CHROMEDRIVER.is_file()):
     )
 
 
-@pytest.fixture(scope="module")
-def page(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+@contextlib.contextmanager
+def headless_chromium() -> Iterator[Any]:
+    """Debian's chromium under its chromedriver, headless, with a throw-away profile."""
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
-
-    run = tmp_path_factory.mktemp("browser") / "run"
-    F.write_run(run, F.small_grid() + F.small_grid(model=F.XSS_MODEL))
-    published = report(run, load_tariffs(ROOT / "tariffs" / "example.yaml"), utilisation=0.8)
 
     profile = tempfile.mkdtemp(prefix="chromium-profile-")
     options = webdriver.ChromeOptions()
@@ -59,11 +57,20 @@ def page(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     driver = webdriver.Chrome(service=Service(str(CHROMEDRIVER)), options=options)
     driver.set_page_load_timeout(60)
     try:
-        driver.get((published / "report.html").as_uri())
         yield driver
     finally:
         driver.quit()
         shutil.rmtree(profile, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def page(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    run = tmp_path_factory.mktemp("browser") / "run"
+    F.write_run(run, F.small_grid() + F.small_grid(model=F.XSS_MODEL))
+    published = report(run, load_tariffs(ROOT / "tariffs" / "example.yaml"), utilisation=0.8)
+    with headless_chromium() as driver:
+        driver.get((published / "report.html").as_uri())
+        yield driver
 
 
 def test_the_report_loads_without_an_alert_or_script_errors(page: Any) -> None:

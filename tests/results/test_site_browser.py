@@ -4,8 +4,6 @@ or a hostname is shown as text and never runs."""
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -15,7 +13,7 @@ import pytest
 from harness.results.site import build_site
 from harness.row import Provenance
 from tests import factories as F
-from tests.results.test_report_browser import CHROMEDRIVER, CHROMIUM, FLAGS
+from tests.results.test_report_browser import headless_chromium
 
 pytestmark = pytest.mark.browser
 
@@ -43,21 +41,8 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    profile = tempfile.mkdtemp(prefix="chromium-profile-")
-    options = webdriver.ChromeOptions()
-    options.binary_location = str(CHROMIUM)
-    for flag in (*FLAGS, f"--user-data-dir={profile}", "--window-size=1280,2000"):
-        options.add_argument(flag)
-    driver = webdriver.Chrome(service=Service(str(CHROMEDRIVER)), options=options)
-    driver.set_page_load_timeout(60)
-    try:
+    with headless_chromium() as driver:
         yield driver
-    finally:
-        driver.quit()
-        shutil.rmtree(profile, ignore_errors=True)
 
 
 def no_alert(driver: Any) -> None:
