@@ -239,13 +239,22 @@ class Training(Part):
 class Energy(Part):
     """From the device's cumulative energy counter (harness.measure.energy), never from TDP:
     joules per prefill pass, per generation's decode steps, per decoded token; mean decode power
-    in watts; the group's quality scoring in joules (once per group). None: with the reason."""
+    in watts; the group's quality scoring in joules (once per group). Serving rows: the joules
+    of the level's load window (first request sent to the generator's end), per output token,
+    mean power. Training rows: joules per optimizer step and per training token, mean power,
+    over extra steps after the measured ones. None: with the reason."""
 
     energy_j_prefill: float | None = None
     energy_j_decode: float | None = None
     energy_j_quality: float | None = None
     j_per_token_decode: float | None = None
     avg_power_w_decode: float | None = None
+    energy_j_serving: float | None = None
+    j_per_token_serving: float | None = None
+    avg_power_w_serving: float | None = None
+    energy_j_train_step: float | None = None
+    j_per_token_train: float | None = None
+    avg_power_w_train: float | None = None
     energy_source: str | None = None  # "nvml" | "amdsmi" | "rapl-package"
     energy_unavailable_reason: str | None = None
 

@@ -24,9 +24,11 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 import re
+import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Generic, TypeVar
@@ -38,6 +40,8 @@ R = TypeVar("R")
 
 ENERGY_MIN_S = 1.0  # a metered phase runs at least this long (NVML refreshes every 20-100 ms)
 POWERCAP = Path("/sys/class/powercap")
+# A container that mounts the host's sysfs elsewhere names the powercap tree here.
+POWERCAP_ENV = "HARNESS_POWERCAP"
 
 
 class CounterError(ValueError):
@@ -165,6 +169,12 @@ class EnergyMeter(Generic[T]):
                         "(refreshed less often than the phase lasted)")  # fmt: skip
         return Span(joules, seconds, calls)
 
+    def joules_between(self, before: Mark[T], after: Mark[T]) -> float:
+        """Joules between two readings of this meter (CounterError when they give none)."""
+        if self._joules_between is None or before.raw is None or after.raw is None:
+            raise CounterError(f"{self.source}: no readings to subtract")
+        return self._joules_between(before.raw, after.raw)
+
     def _mark(self) -> Mark[T]:
         if self._read is None:
             return Mark(None, self._clock())
@@ -228,6 +238,83 @@ def point_energy(
     return decode_energy(prefill_span, generation_span, decoded)
 
 
+class CounterTrace(Generic[T]):
+    """The meter's counter read every ``interval_s`` on a thread while a ``with`` block runs, so
+    that the energy of a window whose ends are known only afterwards (another process's clock
+    marks: the load generator's first request and last response) can be read from it.
+
+    ``span(start_s, end_s)`` takes the times on ``time.perf_counter``'s clock, which on Linux is
+    CLOCK_MONOTONIC, shared by every process of the machine. Between two readings the counter
+    is interpolated linearly: each end of the window is off by at most what the device drew in
+    one interval (plus the counter's own refresh period, 20-100 ms for NVML), so windows shorter
+    than ``ENERGY_MIN_S`` are None with the reason."""
+
+    def __init__(self, meter: EnergyMeter[T], interval_s: float = 0.05) -> None:
+        self.meter = meter
+        self.interval_s = interval_s
+        self.marks: list[Mark[T]] = []
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def __enter__(self) -> CounterTrace[T]:
+        if self.meter.available:
+            self.sample()
+            self._thread = threading.Thread(target=self._sampling, name="energy-trace", daemon=True)
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._thread is not None:
+            self._stop.set()
+            self._thread.join()
+            self.sample()
+
+    def sample(self) -> None:
+        """Read the counter now (the thread does this every ``interval_s``)."""
+        self.marks.append(self.meter.start())
+
+    def _sampling(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            self.sample()
+
+    def span(self, start_s: float, end_s: float, *, min_s: float = ENERGY_MIN_S) -> Span:
+        seconds = end_s - start_s
+        if not self.meter.available:
+            return Span(None, seconds, reason=self.meter.unavailable_reason)
+        source = self.meter.source
+        if seconds < min_s:
+            return Span(None, seconds, reason=f"{source}: the window ({seconds:.3f} s) is "
+                        f"shorter than {min_s:g} s, below what the counter resolves")  # fmt: skip
+        marks = self.marks
+        if len(marks) < 2 or not marks[0].at_s <= start_s < end_s <= marks[-1].at_s:
+            covered = f"{marks[0].at_s:.3f}-{marks[-1].at_s:.3f}" if marks else "nothing"
+            return Span(None, seconds, reason=f"{source}: the window {start_s:.3f}-{end_s:.3f} "
+                        f"s is not inside the trace ({covered} s)")  # fmt: skip
+        failed = [m.problem or "a reading failed" for m in marks if m.problem or m.raw is None]
+        if failed:
+            return Span(None, seconds, reason=f"{source}: {failed[0]}")
+        try:
+            joules = self._joules_at(end_s) - self._joules_at(start_s)
+        except CounterError as exc:
+            return Span(None, seconds, reason=f"{source}: {exc}")
+        if joules <= 0:
+            return Span(None, seconds, reason=f"{source}: the counter did not advance in "
+                        f"{seconds:.3f} s")  # fmt: skip
+        return Span(joules, seconds)
+
+    def _joules_at(self, at_s: float) -> float:
+        """Joules since the first reading, at ``at_s`` (linear between the readings around it);
+        each step is unwrapped on its own, so a trace may outlast one RAPL wrap."""
+        total = 0.0
+        for before, after in zip(self.marks, self.marks[1:], strict=False):
+            step = self.meter.joules_between(before, after)
+            if at_s <= after.at_s:
+                width = after.at_s - before.at_s
+                return total + (step * (at_s - before.at_s) / width if width > 0 else step)
+            total += step
+        return total
+
+
 # ---------------------------------------------------------------- per-phase figures
 
 
@@ -273,13 +360,29 @@ def decode_energy(prefill: Span, generation: Span, decoded_tokens: int) -> Phase
 # ---------------------------------------------------------------- the real counters
 
 
-def open_meter(device: str, powercap: Path = POWERCAP) -> EnergyMeter[Any]:
-    """The meter of the device a group runs on: NVML on NVIDIA, amdsmi on ROCm, RAPL on the CPU;
-    ``EnergyMeter.unavailable(reason)`` when the counter cannot be read (never raises)."""
+def powercap_root() -> Path:
+    """Where the RAPL tree is read: ``$HARNESS_POWERCAP``, else /sys/class/powercap."""
+    return Path(os.environ.get(POWERCAP_ENV) or POWERCAP)
+
+
+def open_meter(device: str, powercap: Path | None = None) -> EnergyMeter[Any]:
+    """The meter of the device a group runs on: NVML on NVIDIA, amdsmi on ROCm, RAPL on the CPU
+    (under ``powercap``, default ``powercap_root()``); ``EnergyMeter.unavailable(reason)`` when
+    the counter cannot be read (never raises)."""
     try:
-        return _open_meter(device, powercap)
+        return _open_meter(device, powercap or powercap_root())
     except Exception as exc:  # a meter that cannot open must not fail the group it meters
         return EnergyMeter.unavailable(f"energy meter for {device!r}: {type(exc).__name__}: {exc}")
+
+
+@contextlib.contextmanager
+def metering(device: str, powercap: Path | None = None) -> Iterator[EnergyMeter[Any]]:
+    """``open_meter`` for a ``with`` block; the management library is shut down after it."""
+    meter = open_meter(device, powercap)
+    try:
+        yield meter
+    finally:
+        meter.close()
 
 
 def _open_meter(device: str, powercap: Path) -> EnergyMeter[Any]:

@@ -12,6 +12,8 @@ Formulas, stated once:
 - ``usd_per_mtok_output_at_slo`` = the package's cost per hour of the row's share of a node
   (aggregate.package_usd_per_hour) ÷ (output_tok_s at the SLO × 3600) × 10⁶, beside the offline
   ``usd_per_mtok_output`` in cost.csv (one figure per configuration and package).
+- ``j_per_mtok_output_at_slo`` = the chosen level's ``j_per_token_serving`` × 10⁶: the device's
+  joules per million output tokens over that level's load window (NaN where not measured).
 - ``cheapest_at_slo``: per (model, quality class, GPU, package) the configuration with the lowest
   ``usd_per_mtok_output_at_slo`` among those that pass the class.
 """
@@ -35,32 +37,6 @@ CONFIG_COLUMNS = (
     "gpu",
     "device",
 )
-LEVEL_COLUMNS = (
-    "concurrency",
-    "request_rate",
-    "requests_sent",
-    "requests_ok",
-    "requests_failed",
-    "request_throughput",
-    "output_tok_s",
-    "ttft_ms_p50",
-    "ttft_ms_p90",
-    "ttft_ms_p99",
-    "tpot_ms_p50",
-    "tpot_ms_p90",
-    "tpot_ms_p99",
-    "itl_ms_p99",
-    "e2e_ms_p99",
-    "slo_ttft_ms",
-    "slo_tpot_ms",
-    "slo_attainment_target",
-    "slo_attainment",
-    "goodput_rps",
-    "saturated",
-    "status",
-    "error",
-    "key",
-)
 AT_SLO_COLUMNS = [
     *CONFIG_COLUMNS,
     *QUALITY_COLUMNS,
@@ -68,6 +44,7 @@ AT_SLO_COLUMNS = [
     "output_tok_s_at_slo",
     "goodput_rps_at_slo",
     "slo_attainment_at_slo",
+    "j_per_mtok_output_at_slo",
     "levels_measured",
     "levels_meeting_slo",
     "key_at_slo",
@@ -86,6 +63,7 @@ CHEAPEST_AT_SLO_COLUMNS = [
     "level_at_slo",
     "output_tok_s_at_slo",
     "usd_per_mtok_output_at_slo",
+    "j_per_mtok_output_at_slo",
     "achieved_class",
     "dppl_pct",
     "key_at_slo",
@@ -170,6 +148,7 @@ def at_slo(serving: pd.DataFrame) -> pd.DataFrame:
                 output_tok_s_at_slo=float(best["output_tok_s"]),
                 goodput_rps_at_slo=float(best["goodput_rps"]),
                 slo_attainment_at_slo=float(best["slo_attainment"]),
+                j_per_mtok_output_at_slo=per_mtok(best.get("j_per_token_serving")),
                 key_at_slo=best["key"],
             )
         else:
@@ -178,10 +157,17 @@ def at_slo(serving: pd.DataFrame) -> pd.DataFrame:
                 output_tok_s_at_slo=np.nan,
                 goodput_rps_at_slo=np.nan,
                 slo_attainment_at_slo=np.nan,
+                j_per_mtok_output_at_slo=np.nan,
                 key_at_slo=None,
             )
         records.append(record)
     return pd.DataFrame.from_records(records, columns=AT_SLO_COLUMNS)
+
+
+def per_mtok(per_token: object) -> float:
+    """A per-token figure × 10⁶; NaN when it is missing."""
+    value = pd.to_numeric(per_token, errors="coerce")
+    return float(value) * 1e6 if pd.notna(value) else np.nan
 
 
 def chosen_keys(table: pd.DataFrame) -> set[str]:
@@ -203,7 +189,12 @@ def with_cost_at_slo(
 ) -> pd.DataFrame:
     """cost.csv's rows (offline configuration × package) with the configuration's figures at
     the SLO on the same package, placed right after ``usd_per_mtok_output``."""
-    added = ["usd_per_mtok_output_at_slo", "output_tok_s_at_slo", "level_at_slo"]
+    added = [
+        "usd_per_mtok_output_at_slo",
+        "j_per_mtok_output_at_slo",
+        "output_tok_s_at_slo",
+        "level_at_slo",
+    ]
     out = cost.copy()
     if out.empty or priced.empty or "point_index" not in out.columns:
         for name in added:

@@ -4,6 +4,8 @@ price per tariff package. Pure pandas/numpy on the rows' columns (harness.row.Tr
 Formulas (a package's hour as for inference, harness.results.aggregate):
   usd_per_hour          = package_price ÷ (days × 24) ÷ utilisation × gpus_used ÷ gpus_in_package
   usd_per_mtok_train    = usd_per_hour ÷ (train_tok_s × 3600) × 10⁶
+  j_per_mtok_train      = j_per_token_train × 10⁶ (the device's joules per million training
+                          tokens over extra steps; NaN where its counter is not readable)
                           (train_tok_s = micro_batch × grad_accum × seq_len ÷ median step time)
   steps_to_target       = the first evaluated step count whose held-out loss ≤ target_eval_loss
                           (evaluations every `eval_every` steps; None: not reached in the run)
@@ -45,7 +47,7 @@ GATE_COLUMNS = (
 COST_COLUMNS = (
     "mode", "train_method", "micro_batch", "grad_accum", "seq_len", "gradient_checkpointing",
     "optimizer", "trainable_params", "step_s", "train_tok_s", "usd_per_mtok_train",
-    "eval_loss", "eval_loss_ci_low", "eval_loss_ci_high", "dloss_vs_full",
+    "j_per_mtok_train", "eval_loss", "eval_loss_ci_low", "eval_loss_ci_high", "dloss_vs_full",
     "dloss_vs_full_ci_low", "dloss_vs_full_ci_high", "train_pass_99", "train_pass_99_9",
     "target_eval_loss", "steps_to_target", "usd_to_target",
 )  # fmt: skip
@@ -133,6 +135,8 @@ def priced(trained: pd.DataFrame, packages: pd.DataFrame, utilisation: float) ->
     with np.errstate(invalid="ignore", divide="ignore"):
         table["usd_per_mtok_train"] = usd_per_hour / (tok_s * 3600) * 1e6
         table["usd_to_target"] = steps * step_s * usd_per_hour / 3600
+    per_token = table.get("j_per_token_train", pd.Series(np.nan, index=table.index))
+    table["j_per_mtok_train"] = pd.to_numeric(per_token, errors="coerce") * 1e6
     table["utilisation"] = utilisation
     table["mode"] = "training"
     present = [c for c in columns if c in table.columns]

@@ -25,10 +25,12 @@ import hashlib
 import json
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 from harness import plan as planner
 from harness.backends.base import BackendOptions
-from harness.row import Part, ResultRow, Serving, Speed, Status
+from harness.measure import energy
+from harness.row import Energy, Part, ResultRow, Serving, Speed, Status
 from harness.run.contracts import WorkContext
 from harness.serve.loadgen import (
     LengthDist,
@@ -182,6 +184,30 @@ def level_parts(
     return [speed, serving]
 
 
+def level_energy(trace: energy.CounterTrace[Any], result: LevelResult) -> Energy:
+    """The level's energy over its load window, [first request sent, + the generator's
+    duration], read from the counter traced while the generator ran (its start-up and the
+    writing of its JSON left out): J, J per output token of the successful requests, mean W."""
+    meter = trace.meter
+    out = Energy(energy_source=meter.source)
+    start, seconds = result.window_start_s, result.duration_s
+    if start is None or seconds is None:
+        out.energy_unavailable_reason = meter.unavailable_reason or (
+            "serving: the generator reported no request start times (no load window)"
+        )
+        return out
+    span = trace.span(start, start + seconds)
+    out.energy_unavailable_reason = span.reason
+    if span.joules is not None:
+        out.energy_j_serving = span.joules
+        out.avg_power_w_serving = span.joules / span.seconds
+        if result.output_tokens:
+            out.j_per_token_serving = span.joules / result.output_tokens
+        else:
+            out.energy_unavailable_reason = "serving: no output tokens in the level"
+    return out
+
+
 def error_text(result: LevelResult) -> str | None:
     if result.error is None:
         return None
@@ -200,8 +226,11 @@ def serve_points(
     model_path: str,
     tokenizer_path: str,
     random_weights: bool = False,
+    meter: energy.EnergyMeter[Any] | None = None,
 ) -> Iterator[ResultRow]:
-    """Start the group's server, run each serving point's level, yield each row as it is made."""
+    """Start the group's server, run each serving point's level, yield each row as it is made;
+    ``meter`` (the device's energy counter) is traced during each level."""
+    meter = meter or energy.EnergyMeter.unavailable("no meter given")
     levels = [p.serving for p in points if p.serving is not None]
     if not levels:
         return
@@ -260,15 +289,17 @@ def serve_points(
                     )  # fmt: skip
                     continue
                 record_start(folder / "server.json", server, note)
-            result = run_level(
-                server, load_level(level), dataset, folder / "levels", slo_of(level),
-                requests=level.requests, seed=level.seed,
-                timeout_s=max(LEVEL_TIMEOUT_FLOOR_S, 10.0 * point_budget_s(point, level)),
-            )  # fmt: skip
+            with energy.CounterTrace(meter) as trace:
+                result = run_level(
+                    server, load_level(level), dataset, folder / "levels", slo_of(level),
+                    requests=level.requests, seed=level.seed,
+                    timeout_s=max(LEVEL_TIMEOUT_FLOOR_S, 10.0 * point_budget_s(point, level)),
+                )  # fmt: skip
             done.append(result)
             result = mark_saturation(done)[-1]
             status: Status = "ok" if result.status == "ok" else "error"
-            parts = level_parts(result, level, server, server.log_path)
+            parts = [*level_parts(result, level, server, server.log_path),
+                     level_energy(trace, result)]  # fmt: skip
             yield make_row(point, status, error_text(result), parts, generator)
     finally:
         if server is not None:

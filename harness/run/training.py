@@ -3,6 +3,8 @@ steps on the train block, the held-out loss on the eval block, one row per point
 
 Memory per phase is measured on the last step (a steady state: gradients, optimizer states and
 activations all exist), next to the plan's figures for the same phases (harness.train.memory).
+Energy, where the device's counter is readable, over extra steps after the measured ones
+(back to back for at least ENERGY_MIN_S: one step is shorter than the counter resolves).
 A point that fails (an OOM, say) gives an `oom`/`error` row with its plan, and the group goes on.
 """
 
@@ -11,12 +13,23 @@ from __future__ import annotations
 import functools
 import time
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import numpy as np
 
 from harness import plan as planner
+from harness.measure import energy
 from harness.measure.memory import PhaseMemory, measure_phase
-from harness.row import HarnessTime, Memory, Part, Prediction, ResultRow, Status, Training
+from harness.row import (
+    Energy,
+    HarnessTime,
+    Memory,
+    Part,
+    Prediction,
+    ResultRow,
+    Status,
+    Training,
+)
 from harness.run.contracts import WorkContext
 from harness.spec import catalog
 from harness.spec.scenario import GroupKey, Point
@@ -63,7 +76,9 @@ def train_points(
     model_path: str,
     tokenizer_path: str,
     random_weights: bool,
+    meter: energy.EnergyMeter[Any] | None = None,
 ) -> Iterator[ResultRow]:
+    meter = meter or energy.EnergyMeter.unavailable("no meter given")
     card = planner.default_card(group.target, ctx.gpu) if device == "cpu" else None
     if card is None:
         from harness.run import provenance
@@ -74,7 +89,9 @@ def train_points(
     for point in points:
         plan = planner.plan_point(point, card)
         try:
-            parts = train_point(point, plan, device, model_path, tokenizer_path, random_weights)
+            parts = train_point(
+                point, plan, device, model_path, tokenizer_path, random_weights, meter
+            )
             status: Status = "ok"
             error = None
         except Exception as exc:  # one failing point must not end the group
@@ -137,6 +154,7 @@ def train_point(
     model_path: str,
     tokenizer_path: str,
     random_weights: bool,
+    meter: energy.EnergyMeter[Any] | None = None,
 ) -> list[Part]:
     train = point.training
     assert train is not None
@@ -166,6 +184,11 @@ def train_point(
         if evaluated is not None:
             evals.append((run.step, evaluated))
     train_s = time.perf_counter() - began
+    joules = step_energy(
+        meter or energy.EnergyMeter.unavailable("no meter given"),
+        functools.partial(next_step, run, batches),
+        train.tokens_per_step,
+    )
     total = sum(p.numel() for p in model.parameters())
     phases = records[measured_step].phases or {}
     out = planned_training(point, plan)
@@ -222,4 +245,30 @@ def train_point(
         memory_global_fallback=load_phase.result.global_fallback,
     )
     del run, model
-    return [memory, predicted, out, HarnessTime(load_s=load_s, measured_s=train_s)]
+    return [memory, predicted, out, joules, HarnessTime(load_s=load_s, measured_s=train_s)]
+
+
+def next_step(run: trainer.Trainer, batches: Callable[[int], Any]) -> trainer.StepRecord:
+    return run.run_step(batches(run.step))
+
+
+def step_energy(
+    meter: energy.EnergyMeter[Any],
+    step: Callable[[], object],
+    tokens_per_step: int,
+    *,
+    min_duration_s: float = energy.ENERGY_MIN_S,
+) -> Energy:
+    """J per optimizer step and per training token, mean W, over extra steps run back to back
+    for at least ``min_duration_s`` (none run when the counter cannot be read)."""
+    out = Energy(energy_source=meter.source, energy_unavailable_reason=meter.unavailable_reason)
+    if not meter.available:
+        return out
+    span, _ = energy.metered_calls(meter, step, min_duration_s=min_duration_s)
+    out.energy_unavailable_reason = span.reason
+    per_step = span.joules_per_call
+    if per_step is not None:
+        out.energy_j_train_step = per_step
+        out.j_per_token_train = per_step / tokens_per_step
+        out.avg_power_w_train = per_step / span.seconds_per_call
+    return out

@@ -501,10 +501,11 @@ def iter_group(
         )  # fmt: skip
 
     if trained:
-        yield from training.train_points(
-            group, trained, ctx, row, device=device, model_path=str(resolved.path),
-            tokenizer_path=tokenizer_dir, random_weights=random,
-        )  # fmt: skip
+        with energy.metering(device) as meter:
+            yield from training.train_points(
+                group, trained, ctx, row, device=device, model_path=str(resolved.path),
+                tokenizer_path=tokenizer_dir, random_weights=random, meter=meter,
+            )  # fmt: skip
     if points:
         yield from iter_offline(group, points, ctx, reference, device, resolved, tokenizer_dir, row)
     if served:
@@ -517,10 +518,11 @@ def iter_group(
             made.provenance = prov.model_copy(update={"load_generator": generator})
             return made
 
-        yield from serving.serve_points(
-            group, served, ctx, serving_row, device=device, model_path=str(resolved.path),
-            tokenizer_path=tokenizer_dir, random_weights=random,
-        )  # fmt: skip
+        with energy.metering(device) as meter:
+            yield from serving.serve_points(
+                group, served, ctx, serving_row, device=device, model_path=str(resolved.path),
+                tokenizer_path=tokenizer_dir, random_weights=random, meter=meter,
+            )  # fmt: skip
 
 
 def iter_offline(
@@ -547,28 +549,29 @@ def iter_offline(
         kv_cache_bytes=kv_pool_bytes(group, points, max_context),
     )
     backend = backend_class(group.backend)(group, options)
-    meter = energy.open_meter(device)
     try:
-        try:
-            reference = None if random else reference
-            loaded = load_and_score(backend, group, ctx, tokenizer_dir, device, reference, meter)
-        except Exception as exc:  # a group that cannot load fails all its points
-            failed: Status = "oom" if is_oom(exc) else "error"
-            reason = f"load/quality: {type(exc).__name__}: {exc}"[:2000]
+        with energy.metering(device) as meter:
+            try:
+                reference = None if random else reference
+                loaded = load_and_score(
+                    backend, group, ctx, tokenizer_dir, device, reference, meter
+                )
+            except Exception as exc:  # a group that cannot load fails all its points
+                failed: Status = "oom" if is_oom(exc) else "error"
+                reason = f"load/quality: {type(exc).__name__}: {exc}"[:2000]
+                for point in points:
+                    yield row(point, failed, reason, [], None)
+                return
+            if loaded.scores is not None:
+                yield loaded.scores
+            card = card_for_device(provenance.device_name(device), group.target, ctx)
+            quality_share = (loaded.quality.quality_s or 0.0) / len(points)
             for point in points:
-                yield row(point, failed, reason, [], None)
-            return
-        if loaded.scores is not None:
-            yield loaded.scores
-        card = card_for_device(provenance.device_name(device), group.target, ctx)
-        quality_share = (loaded.quality.quality_s or 0.0) / len(points)
-        for point in points:
-            status, error, parts = measure_point(
-                backend, point, loaded, card, ctx, device, quality_share, meter
-            )
-            yield row(point, status, error, parts, card.name if card else None)
+                status, error, parts = measure_point(
+                    backend, point, loaded, card, ctx, device, quality_share, meter
+                )
+                yield row(point, status, error, parts, card.name if card else None)
     finally:
-        meter.close()
         backend.close()
         free_memory(device)  # the engine's memory is gone before a server starts
 

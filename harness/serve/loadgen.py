@@ -202,6 +202,9 @@ class BenchRun(BaseModel):
     output_throughput: float
     request_goodput: float | None  # the generator's own goodput (with --goodput), a cross-check
     percentiles_ms: dict[str, float]  # the generator's own, e.g. {"p99_ttft_ms": ...}
+    # When the first request left, on the generator's time.perf_counter() (CLOCK_MONOTONIC on
+    # Linux, shared with this process): the load window is [first_request_s, + duration_s].
+    first_request_s: float | None = None
 
 
 def parse_bench_json(data: Mapping[str, Any]) -> BenchRun:
@@ -239,7 +242,9 @@ def parse_bench_json(data: Mapping[str, Any]) -> BenchRun:
         for i in range(count)
     )
     goodput = data.get("request_goodput")
+    starts = [float(t) for t in data.get("start_times") or () if t]
     return BenchRun(
+        first_request_s=min(starts) if starts else None,
         requests=requests,
         duration_s=float(data["duration"]),
         completed=int(data["completed"]),
@@ -271,6 +276,8 @@ class LevelResult(BaseModel):
     duration_s: float | None = None
     request_throughput: float | None = None  # successful requests / duration
     output_tok_s: float | None = None  # output tokens of successful requests / duration
+    output_tokens: int | None = None  # output tokens of successful requests
+    window_start_s: float | None = None  # the generator's first request (BenchRun)
     input_tokens_mean: float | None = None
     ttft_ms_p50: float | None = None
     ttft_ms_p90: float | None = None
@@ -343,6 +350,8 @@ def level_result(
         duration_s=duration,
         request_throughput=len(ok) / duration if duration > 0 else None,
         output_tok_s=sum(r.output_tokens for r in ok) / duration if duration > 0 else None,
+        output_tokens=sum(r.output_tokens for r in ok),
+        window_start_s=run.first_request_s,
         input_tokens_mean=float(np.mean([r.input_tokens for r in ok])) if ok else None,
         ttft_ms_p50=_percentile(ttfts, 50),
         ttft_ms_p90=_percentile(ttfts, 90),

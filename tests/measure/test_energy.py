@@ -3,6 +3,9 @@ readers, and the per-phase arithmetic, on recorded counter sequences."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -218,3 +221,103 @@ def test_an_unavailable_meter_runs_no_extra_pass() -> None:
         EnergyMeter.unavailable("rapl: none"), lambda: calls.append("p"), lambda: 1
     )
     assert calls == [] and got.reason == "rapl: none" and got.energy_j_decode is None
+
+
+# --------------------------------------------------------------------------- a traced window
+
+
+def traced(meter: EnergyMeter[int], samples: int) -> energy.CounterTrace[int]:
+    """A trace of ``samples`` readings taken by hand (the thread's job), no thread started."""
+    trace = energy.CounterTrace(meter)
+    for _ in range(samples):
+        trace.sample()
+    return trace
+
+
+def test_a_window_between_readings_is_interpolated_on_the_counter() -> None:
+    """Readings (mJ) at 0, 1, 2, 3 s: 0, 100000, 300000, 300000 (100 W, then 200 W, then idle).
+    The window 0.5-2.5 s: half of the first second (50 J), all the second (200 J), half of the
+    idle third (0 J)."""
+    trace = traced(nvml_over([0, 100_000, 300_000, 300_000], [0.0, 1.0, 2.0, 3.0]), 4)
+    span = trace.span(0.5, 2.5)
+    assert span.reason is None and span.seconds == 2.0
+    assert span.joules == pytest.approx(250.0)
+    assert trace.span(1.0, 2.0).joules == pytest.approx(200.0)  # readings at both ends: exact
+
+
+def test_a_window_outside_the_trace_or_too_short_is_none_with_why() -> None:
+    trace = traced(nvml_over([0, 100_000, 200_000], [10.0, 11.0, 12.0]), 3)
+    before = trace.span(9.0, 11.5)
+    assert before.joules is None and "not inside the trace (10.000-12.000 s)" in str(before.reason)
+    short = trace.span(10.2, 10.9)
+    assert short.joules is None and "shorter than 1 s" in str(short.reason)
+    idle = traced(nvml_over([5, 5, 5], [0.0, 1.0, 2.0]), 3).span(0.0, 2.0)
+    assert idle.joules is None and "did not advance" in str(idle.reason)
+
+
+def test_a_trace_unwraps_each_step_so_it_may_outlast_a_rapl_wrap() -> None:
+    """A package counter with a range of 1,000,000 µJ rising 600,000 µJ a second wraps twice in
+    3 s; each step is unwrapped on its own: 1.8 J in all."""
+    top = 1_000_000
+    reads = iter([((0, top),), ((600_000, top),), ((200_000, top),), ((800_000, top),)])
+    clock = iter([0.0, 1.0, 2.0, 3.0])
+    meter = EnergyMeter("rapl-package", lambda: next(reads), rapl_joules, clock=lambda: next(clock))
+    trace = energy.CounterTrace(meter)
+    for _ in range(4):
+        trace.sample()
+    assert trace.span(0.0, 3.0).joules == pytest.approx(1.8)
+
+
+def test_a_failed_reading_in_the_trace_makes_the_window_none_with_the_error() -> None:
+    values = iter([0, 1000])
+    clock = iter([0.0, 1.0, 2.0])
+
+    def read() -> int:
+        value = next(values, None)
+        if value is None:
+            raise RuntimeError("GPU is lost")
+        return value
+
+    trace = traced(EnergyMeter("nvml", read, nvml_joules, clock=lambda: next(clock)), 3)
+    span = trace.span(0.0, 2.0)
+    assert span.joules is None and span.reason == "nvml: RuntimeError: GPU is lost"
+
+
+def test_an_unavailable_meter_traces_nothing_and_says_why() -> None:
+    with energy.CounterTrace(EnergyMeter.unavailable("rapl: none")) as trace:
+        pass
+    assert trace.marks == [] and trace.span(0.0, 2.0).reason == "rapl: none"
+
+
+def test_the_thread_traces_a_counter_rising_at_a_known_power() -> None:
+    """A counter that rises at exactly 40 W (µJ = W × µs of perf_counter): a 1 s window
+    inside a traced 1.3 s reads 40 J within the interpolation's error."""
+    watts = 40.0
+    meter = energy.rapl_meter(lambda: ((int(time.perf_counter() * 1e6 * watts) % 2**50, 2**50),))
+    with energy.CounterTrace(meter, interval_s=0.02) as trace:
+        start = time.perf_counter()
+        time.sleep(1.3)
+    span = trace.span(start + 0.1, start + 1.1)
+    assert len(trace.marks) > 20
+    assert span.joules == pytest.approx(watts * 1.0, rel=0.01)
+
+
+def test_perf_counter_is_one_clock_for_every_process() -> None:
+    """The load generator stamps its requests with time.perf_counter() in its own process; the
+    trace reads the counter on this process's: on Linux both are CLOCK_MONOTONIC."""
+    before = time.perf_counter()
+    out = subprocess.run(
+        [sys.executable, "-c", "import time; print(repr(time.perf_counter()))"],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    after = time.perf_counter()
+    assert before < float(out.stdout) < after
+
+
+def test_harness_powercap_names_the_rapl_tree(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tree = rapl_tree(tmp_path / "pc", {"intel-rapl:0": ("package-0", 5, RANGE_UJ)})
+    monkeypatch.setenv(energy.POWERCAP_ENV, str(tree))
+    meter = energy.open_meter("cpu")
+    assert meter.source == "rapl-package" and meter.unavailable_reason is None

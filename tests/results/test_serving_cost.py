@@ -85,6 +85,22 @@ def test_the_level_at_the_slo_is_the_fastest_ok_level_that_meets_the_attainment(
     assert (config["levels_meeting_slo"], config["levels_measured"]) == (2, 3)
 
 
+def test_joules_per_million_tokens_at_the_slo_are_the_chosen_levels() -> None:
+    rows = runs()
+    rows[2].j_per_token_serving = 0.9  # c1
+    rows[3].j_per_token_serving = 0.3  # c8: the level at the SLO
+    rows[4].j_per_token_serving = 0.2  # c32: fewer joules, but misses the SLO
+    result = aggregate(frame_from_rows(rows), tariffs())
+    (config,) = result.at_slo.to_dict(orient="records")
+    assert config["j_per_mtok_output_at_slo"] == pytest.approx(0.3e6)
+    cheapest = list(result.cheapest_at_slo["j_per_mtok_output_at_slo"])
+    assert cheapest == pytest.approx([0.3e6] * len(cheapest)) and cheapest
+    vllm = result.cost[result.cost["backend"] == "vllm"]
+    assert list(vllm["j_per_mtok_output_at_slo"]) == pytest.approx([0.3e6] * 3)
+    plain = aggregate(frame_from_rows(runs()), tariffs()).at_slo  # not measured: NaN
+    assert math.isnan(plain["j_per_mtok_output_at_slo"].iloc[0])
+
+
 def test_no_level_meeting_the_slo_leaves_the_figure_empty_and_unpriced() -> None:
     rows = [*runs()[:2], level(1000.0, 0.5), level(2000.0, 0.98, concurrency=4)]
     result = aggregate(frame_from_rows(rows), tariffs())

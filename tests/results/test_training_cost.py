@@ -52,6 +52,14 @@ def test_price_per_million_training_tokens_and_to_the_target_by_hand() -> None:
     assert set(best["train_method"]) == {"full", "lora"} and len(best) == 2 * 3
 
 
+def test_joules_per_million_training_tokens_beside_the_price() -> None:
+    rows = [training_row("full", j_per_token_train=0.25), training_row("lora")]
+    cost = agg.aggregate(agg.frame_from_rows(rows), tariffs()).training_cost
+    full = cost[cost["train_method"] == "full"]
+    assert list(full["j_per_mtok_train"]) == pytest.approx([0.25e6] * 3)
+    assert cost.loc[cost["train_method"] == "lora", "j_per_mtok_train"].isna().all()
+
+
 def test_gate_against_the_full_fine_tune_is_paired_over_windows() -> None:
     rows = [
         training_row("full"),

@@ -10,6 +10,9 @@ request throughput, attainment recomputed from the generator's per-request JSON,
 and its version in provenance, keys that differ from the offline row's; afterwards nothing
 listens on any port a server had and no process of its group is left; a resumed run has exactly
 the failed level left to do; the aggregate picks the level at the SLO among the ok ones.
+Energy: the run reads a RAPL tree (``HARNESS_POWERCAP``) whose package counter this test raises
+at a known power, so each level's joules over its load window — the generator's own clock marks,
+read against a counter traced in the worker — must come out at that power.
 (≈ 2-4 min on the 2-core machine: one offline engine, two server starts, four generator runs.)
 """
 
@@ -48,6 +51,26 @@ SLO = Slo(ttft_ms_p99=2000, tpot_ms_p99=200, attainment=0.9)
 KILLED_LEVEL = "r1"
 
 
+WATTS = 30.0
+RANGE_UJ = 1 << 40
+
+
+def raise_counter(tree: Path, done: threading.Event) -> None:
+    """A RAPL package counter rising at WATTS (µJ = W × µs since the test began), rewritten
+    atomically every 10 ms until ``done``."""
+    domain = tree / "intel-rapl:0"
+    domain.mkdir(parents=True)
+    (domain / "name").write_text("package-0\n")
+    (domain / "max_energy_range_uj").write_text(f"{RANGE_UJ}\n")
+    began = time.perf_counter()
+    while True:
+        value = int((time.perf_counter() - began) * 1e6 * WATTS) % RANGE_UJ
+        (domain / "energy_uj.tmp").write_text(f"{value}\n")
+        os.replace(domain / "energy_uj.tmp", domain / "energy_uj")
+        if done.wait(0.01):
+            return
+
+
 def kill_during(run_dir: Path, label: str, done: threading.Event, found: dict[str, Any]) -> None:
     """SIGKILL the serving group's current server 1.5 s after `label`'s main run started."""
     deadline = time.monotonic() + 850
@@ -65,11 +88,17 @@ def kill_during(run_dir: Path, label: str, done: threading.Event, found: dict[st
 @pytest.fixture(scope="module")
 def run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     run_dir = tmp_path_factory.mktemp("serving") / "run"
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    tree = run_dir.parent / "powercap"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+           "HARNESS_POWERCAP": str(tree)}  # fmt: skip
     done = threading.Event()
     found: dict[str, Any] = {}
     killer = threading.Thread(target=kill_during, args=(run_dir, KILLED_LEVEL, done, found))
     killer.start()
+    counter = threading.Thread(target=raise_counter, args=(tree, done), daemon=True)
+    counter.start()
+    while not (tree / "intel-rapl:0" / "energy_uj").exists():
+        time.sleep(0.01)
     log = run_dir.parent / "measure.log"
     try:
         with log.open("wb") as out:
@@ -81,6 +110,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     finally:
         done.set()
         killer.join()
+        counter.join()
     rows, bad = store.read_rows(run_dir)
     assert not bad
     return {
@@ -147,6 +177,29 @@ def test_attainment_is_recomputed_from_the_generators_per_request_data(
         assert sum(q.output_tokens for q in requests) / data["duration"] == pytest.approx(
             row.output_tok_s
         )
+
+
+def test_each_levels_energy_is_read_over_its_load_window_at_the_counters_power(
+    run: dict[str, Any],
+) -> None:
+    measured = 0
+    for label, row in serving_rows(run).items():
+        if row.status != "ok":
+            continue
+        assert row.energy_source == "rapl-package", label
+        assert row.serving_duration_s is not None
+        if row.serving_duration_s < 1.0:  # below what a counter resolves: None, and why
+            assert row.energy_j_serving is None
+            assert "shorter than 1 s" in str(row.energy_unavailable_reason)
+            continue
+        measured += 1
+        assert row.energy_unavailable_reason is None, label
+        assert row.avg_power_w_serving == pytest.approx(WATTS, rel=0.1), label
+        assert row.energy_j_serving == pytest.approx(WATTS * row.serving_duration_s, rel=0.1)
+        data = json.loads(next(run["dir"].glob(f"serving/*/levels/{label}.json")).read_text())
+        tokens = sum(q.output_tokens for q in parse_bench_json(data).requests if q.ok)
+        assert row.j_per_token_serving == pytest.approx(row.energy_j_serving / tokens)
+    assert measured >= 1  # c1 and r4 last seconds even on a fast machine
 
 
 def test_killing_the_server_mid_level_gives_an_error_row_and_the_next_level_runs(

@@ -48,7 +48,7 @@ def constant_power(watts: float) -> EnergyMeter[RaplReading]:
 def test_a_readable_counter_fills_every_phase(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(energy, "open_meter", lambda device: constant_power(WATTS))
+    monkeypatch.setattr(energy, "open_meter", lambda device, powercap=None: constant_power(WATTS))
     (row,) = run(tmp_path, [point(batch=2, output_tokens=8)])
     assert row.status == "ok", row.error
     assert row.energy_source == "rapl-package" and row.energy_unavailable_reason is None

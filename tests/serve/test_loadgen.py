@@ -58,6 +58,15 @@ def test_parsed_level_matches_the_generators_own_figures(name: str, concurrency:
     assert result.goodput_rps is not None and result.request_throughput is not None
     assert result.goodput_rps <= result.request_throughput
     assert result.generator.startswith("vllm bench serve ")
+    # the load window and the tokens energy per token divides by
+    assert result.output_tokens == data["total_output_tokens"] == 237
+    assert result.window_start_s == min(data["start_times"])
+
+
+def test_a_json_without_start_times_has_no_load_window() -> None:
+    data = recorded("bench-c1.json")
+    del data["start_times"]
+    assert parse_bench_json(data).first_request_s is None
 
 
 def test_a_json_without_latencies_as_vllm_026_writes_it_takes_ttft_plus_itls() -> None:

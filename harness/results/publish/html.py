@@ -328,6 +328,7 @@ CHEAPEST_AT_SLO_COLUMNS: list[Column] = [
     ("level_at_slo", "level at SLO", None),
     ("output_tok_s_at_slo", "output tok/s at SLO", fmt_float),
     ("usd_per_mtok_output_at_slo", "$/Mtok out at SLO", fmt_usd),
+    ("j_per_mtok_output_at_slo", "J/Mtok out at SLO", fmt_float),
     ("dppl_pct", "Δppl %", fmt_float),
 ]
 AT_SLO_COLUMNS: list[Column] = [
@@ -341,6 +342,7 @@ AT_SLO_COLUMNS: list[Column] = [
     ("output_tok_s_at_slo", "output tok/s", fmt_float),
     ("goodput_rps_at_slo", "goodput req/s", fmt_float),
     ("slo_attainment_at_slo", "attainment", fmt_float),
+    ("j_per_mtok_output_at_slo", "J/Mtok out", fmt_float),
     ("levels_meeting_slo", "levels meeting SLO", fmt_int),
     ("levels_measured", "levels ok", fmt_int),
 ]
@@ -354,6 +356,7 @@ SERVING_COLUMNS: list[Column] = [
     ("requests_ok", "ok", fmt_int),
     ("requests_failed", "failed", fmt_int),
     ("output_tok_s", "output tok/s", fmt_float),
+    ("j_per_token_serving", "J/token out", fmt_float),
     ("request_throughput", "req/s", fmt_float),
     ("goodput_rps", "goodput req/s", fmt_float),
     ("ttft_ms_p99", "TTFT p99 ms", fmt_float),

@@ -73,6 +73,7 @@ SERVING_HEADERS = {
     "level_at_slo": "level at SLO",
     "output_tok_s_at_slo": "output tok/s at SLO",
     "usd_per_mtok_output_at_slo": "$/Mtok out at SLO",
+    "j_per_mtok_output_at_slo": "J/Mtok out at SLO",
 }
 AT_SLO_HEADERS = {
     "model": "model",
@@ -84,6 +85,7 @@ AT_SLO_HEADERS = {
     "level_at_slo": "level at SLO",
     "output_tok_s_at_slo": "output tok/s",
     "goodput_rps_at_slo": "goodput req/s",
+    "j_per_mtok_output_at_slo": "J/Mtok out",
     "levels_meeting_slo": "levels meeting SLO",
     "levels_measured": "levels ok",
 }

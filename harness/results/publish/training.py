@@ -24,6 +24,7 @@ COST_HEADERS: dict[str, str] = {
     "package_days": "package days",
     "train_tok_s": "train tok/s",
     "usd_per_mtok_train": "$/1M train tok",
+    "j_per_mtok_train": "J/1M train tok",
     "target_eval_loss": "target loss",
     "steps_to_target": "steps to target",
     "usd_to_target": "$ to target",
