@@ -76,3 +76,13 @@ def test_the_report_shows_measured_energy_and_the_break_even(tmp_path: Path) -> 
     readme = (published / "README.md").read_text()
     assert "### Rent vs own" in readme and "5e+04" in readme  # J/Mtok, 4 significant digits
     assert f"{300_000 / (23.92 - 1.12):.4g}" in readme
+
+
+def test_the_cheapest_table_shows_j_per_mtok_beside_the_price(tmp_path: Path) -> None:
+    F.write_run(tmp_path, [F.reference(**MEASURED)])
+    page = (report(tmp_path, priced(0.2)) / "report.html").read_text()
+    start = page.index('id="cheapest"')
+    table = page[start : page.index("</table>", start)]
+    heads = table[: table.index("</thead>")]
+    assert heads.index("$/Mtok out, hourly") < heads.index("J/Mtok out")
+    assert 'data-v="50000.0"' in table  # 0.05 J/token × 10⁶

@@ -126,6 +126,7 @@ CHEAPEST_COLUMNS: list[Column] = [
     ("usd_per_mtok_output", "$/Mtok out", fmt_usd),
     ("usd_per_mtok_total", "$/Mtok total", fmt_usd),
     ("usd_per_mtok_output_hourly", "$/Mtok out, hourly", fmt_usd),
+    ("j_per_mtok_output", "J/Mtok out", fmt_float),
     ("tokens_per_package", "tokens/package", fmt_count),
     ("breakeven_utilisation", "breakeven util.", fmt_float),
     ("ratio_to_cheapest_gpu", "× cheapest GPU", fmt_float),
