@@ -8,7 +8,17 @@
 # The checksum files (vllm026-slim.sha256, vllm026-slim.parts.sha256), when carried alongside,
 # are copied too, and each part is checked against vllm026-slim.parts.sha256 on arrival, so a
 # damaged transfer costs one call, not the whole sequence. Exit 1 on a bad or missing part.
-# Then, with the last part: scripts/gpu/unpack_vllm_bundle.sh.
+# Then, with the last part: scripts/gpu/unpack_vllm_bundle.sh (node_check.sh / node_campaign.sh
+# run it through node_env.sh).
+#
+# The device calls, one part each (3 parts today: 00 01 02; after a rebuild `ls .vllm-bundle/parts`),
+# each carrying the part and both checksum files:
+#   carry: .vllm-bundle/parts/vllm026-slim.tar.xz.partNN .vllm-bundle/parts/vllm026-slim.sha256
+#          .vllm-bundle/parts/vllm026-slim.parts.sha256   (+ .vllm-bundle/extra with the last part)
+#   bash scripts/gpu/stash_part.sh 00
+#   bash scripts/gpu/stash_part.sh 01
+#   bash scripts/gpu/stash_part.sh 02 && bash scripts/gpu/node_campaign.sh   (or node_check.sh)
+# Back to back: the node keeps /tmp/vparts only while it stays warm.
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)

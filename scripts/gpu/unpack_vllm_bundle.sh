@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # ON THE GPU NODE. Reassemble the vLLM 0.26.0 bundle from the parts stashed by stash_part.sh,
 # verify it, extract it once into $VLLM_SITE (default /tmp/site), run a quick preflight of the
-# node's own packages, and print the environment to export.
+# node's own packages (and of the serving deps), and print the environment to export.
+# Run for you by node_env.sh (node_check.sh, node_campaign.sh) in the call that carries the last
+# part: `bash scripts/gpu/stash_part.sh 02 && bash scripts/gpu/node_campaign.sh` (3 parts today;
+# `ls .vllm-bundle/parts` says how many).
 #
 #   env_lines=$(scripts/gpu/unpack_vllm_bundle.sh [PARTS_DIR]) || exit 1   # default /tmp/vparts
 #   eval "$env_lines"
@@ -142,6 +145,27 @@ for mod, dist in harness.items():
 print("preflight: info harness deps present: " + ", ".join(found))
 if missing:
     say("WARN", "harness deps missing on the node: " + ", ".join(missing))
+
+# What `vllm serve` / `vllm bench serve` import beyond the offline path (the bundle carries the
+# wheels of vllm026-serving-deps.txt; click, aiohttp, uvloop, prometheus_client come from the node).
+# Only where each is found; node_campaign.sh's serving step runs the real import check
+# (scripts/gpu/serving_imports.py).
+serving = {"uvicorn": "uvicorn", "h11": "h11", "watchfiles": "watchfiles",
+           "prometheus_fastapi_instrumentator": "prometheus-fastapi-instrumentator",
+           "model_hosting_container_standards": "model-hosting-container-standards",
+           "jmespath": "jmespath", "python_multipart": "python-multipart", "click": "click",
+           "aiohttp": "aiohttp", "uvloop": "uvloop", "prometheus_client": "prometheus_client"}
+found, missing = [], []
+for mod, dist in serving.items():
+    spec = importlib.util.find_spec(mod)
+    if spec is None:
+        missing.append(dist)
+    else:
+        where = "bundle" if spec.origin and spec.origin.startswith(site) else "node"
+        found.append(f"{dist} {ver(dist)} ({where})")
+print("preflight: info serving deps present: " + ", ".join(found))
+if missing:
+    say("WARN", "serving deps missing (vllm serve / bench serve will fail): " + ", ".join(missing))
 
 # Bundle packages that hide a different version installed on the node.
 shadow = []
