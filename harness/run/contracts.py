@@ -14,7 +14,7 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict
 
 from harness.backends.base import WindowScores
-from harness.row import Header, Part, PointColumns, Provenance, ResultRow, Status
+from harness.row import Energy, Header, Part, PointColumns, Provenance, ResultRow, Status
 from harness.spec.scenario import GroupKey, Point, QualitySettings, Reference, VllmOptions
 
 GroupItem = WindowScores | ResultRow
@@ -70,4 +70,14 @@ def point_row(
         {**point.model_dump(include=set(PointColumns.model_fields)), "is_reference": is_reference}
     )
     columns.gpu = gpu
-    return ResultRow.compose(header, columns, *parts, provenance=provenance)
+    row = ResultRow.compose(header, columns, *parts, provenance=provenance)
+    if row.energy_unavailable_reason is None and not any(
+        getattr(row, name) is not None for name in ENERGY_FIGURES
+    ):
+        why = "no reason recorded" if status == "ok" else f"the point is {status}"
+        row.energy_unavailable_reason = f"not measured: {why}"
+    return row
+
+
+# every energy figure a row may carry (the Energy part less its source and reason)
+ENERGY_FIGURES = tuple(set(Energy.model_fields) - {"energy_source", "energy_unavailable_reason"})

@@ -10,7 +10,8 @@ import pytest
 
 from harness.measure import energy
 from harness.measure.energy import EnergyMeter, RaplReading
-from harness.row import ResultRow
+from harness.row import Energy, ResultRow
+from harness.run.contracts import point_row
 from tests.run.test_worker import point, run
 
 ENERGY_COLUMNS = ("energy_j_prefill", "energy_j_decode", "energy_j_quality",
@@ -59,3 +60,14 @@ def test_a_readable_counter_fills_every_phase(
     assert row.energy_j_decode is not None and row.j_per_token_decode is not None
     # 2 sequences × (8 − 1) decoded tokens per generation
     assert row.j_per_token_decode == pytest.approx(row.energy_j_decode / 14)
+
+
+def test_a_row_without_energy_says_why_whatever_its_status() -> None:
+    skipped = point_row(point(), run="r", corpus_hash="c", status="skipped", error="does not fit")
+    assert skipped.energy_unavailable_reason == "not measured: the point is skipped"
+    lost = point_row(point(), run="r", corpus_hash="c", status="node_lost")
+    assert lost.energy_unavailable_reason == "not measured: the point is node_lost"
+    measured = point_row(
+        point(), Energy(j_per_token_decode=0.1), run="r", corpus_hash="c", status="ok"
+    )
+    assert measured.energy_unavailable_reason is None and measured.j_per_token_decode == 0.1
