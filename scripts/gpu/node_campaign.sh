@@ -30,11 +30,14 @@ extra=$(ls "$ROOT"/.vllm-bundle/extra/*.whl 2>/dev/null | tr '\n' ':')
 export PYTHONPATH="$ROOT:${extra}${PYTHONPATH:-}"   # pure-python wheels import from the zip
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_HUB_DISABLE_TELEMETRY=1 TOKENIZERS_PARALLELISM=false
 
-declare -A LIMIT=([energy]=150 [serving]=150 [training]=150 [energy-8b]=150)
+# Issue 15's figures first; the limits add up to 580 s so that the call (600 s at most) returns
+# what is under $OUT even when a step runs to its limit. Serving: 3 levels × 128 requests plus a
+# server start (vLLM 0.26 compiles and captures CUDA graphs: ~60-90 s).
+declare -A LIMIT=([energy]=140 [energy-8b]=140 [serving]=200 [training]=100)
 declare -A SCENARIO=([energy]=scenarios/gpu/energy.yaml [serving]=scenarios/gpu/serving.yaml
   [training]=scenarios/gpu-training.yaml [energy-8b]=scenarios/gpu/energy-8b.yaml)
 steps=("$@")
-[[ ${#steps[@]} -eq 0 ]] && steps=(energy serving training energy-8b)
+[[ ${#steps[@]} -eq 0 ]] && steps=(energy energy-8b serving training)
 cd "$ROOT" || exit 1
 for step in "${steps[@]}"; do
   began=$(date +%s)

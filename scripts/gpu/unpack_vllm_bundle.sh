@@ -129,19 +129,25 @@ v = ver("opencv-python-headless")
 say("OK" if v is None or key(v) >= key("4.13") else "WARN",
     f"opencv-python-headless {v} (vLLM 0.26 wants >=4.13, or absent)")
 
+def locate(modules):
+    """(found: "dist version (bundle|node)", missing: dist) for {module: distribution}."""
+    found, missing = [], []
+    for mod, dist in modules.items():
+        spec = importlib.util.find_spec(mod)
+        if spec is None:
+            missing.append(dist)
+        else:
+            where = "bundle" if spec.origin and spec.origin.startswith(site) else "node"
+            found.append(f"{dist} {ver(dist)} ({where})")
+    return found, missing
+
+
 # What the harness imports on the node besides torch/transformers/vllm.
 harness = {"pydantic": "pydantic", "yaml": "PyYAML", "typer": "typer", "rich": "rich",
            "psutil": "psutil", "pandas": "pandas", "pyarrow": "pyarrow", "pynvml": "nvidia-ml-py",
            "ray": "ray", "bitsandbytes": "bitsandbytes", "accelerate": "accelerate",
            "safetensors": "safetensors", "tokenizers": "tokenizers"}
-found, missing = [], []
-for mod, dist in harness.items():
-    spec = importlib.util.find_spec(mod)
-    if spec is None:
-        missing.append(dist)
-    else:
-        where = "bundle" if spec.origin and spec.origin.startswith(site) else "node"
-        found.append(f"{dist} {ver(dist)} ({where})")
+found, missing = locate(harness)
 print("preflight: info harness deps present: " + ", ".join(found))
 if missing:
     say("WARN", "harness deps missing on the node: " + ", ".join(missing))
@@ -155,14 +161,7 @@ serving = {"uvicorn": "uvicorn", "h11": "h11", "watchfiles": "watchfiles",
            "model_hosting_container_standards": "model-hosting-container-standards",
            "jmespath": "jmespath", "python_multipart": "python-multipart", "click": "click",
            "aiohttp": "aiohttp", "uvloop": "uvloop", "prometheus_client": "prometheus_client"}
-found, missing = [], []
-for mod, dist in serving.items():
-    spec = importlib.util.find_spec(mod)
-    if spec is None:
-        missing.append(dist)
-    else:
-        where = "bundle" if spec.origin and spec.origin.startswith(site) else "node"
-        found.append(f"{dist} {ver(dist)} ({where})")
+found, missing = locate(serving)
 print("preflight: info serving deps present: " + ", ".join(found))
 if missing:
     say("WARN", "serving deps missing (vllm serve / bench serve will fail): " + ", ".join(missing))
