@@ -215,7 +215,12 @@ def site_cmd(
     )
 
 
-METRIC_LABELS = {"decode_tok_s": "decode", "ppl": "ppl", "peak_mib_decode": "peak MiB"}
+METRIC_LABELS = {
+    "decode_tok_s": "decode",
+    "ppl": "ppl",
+    "peak_mib_decode": "peak MiB",
+    "j_per_token_decode": "J/token",
+}
 
 
 def _change(r: dict[str, Any]) -> str:

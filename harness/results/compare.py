@@ -27,6 +27,8 @@ Methods:
   Satterthwaite degrees of freedom, Student-t quantile.
 - peak_mib_decode, ``point``: one peak per point, no spread: the verdict compares the change
   itself with ±T (``equivalent`` / ``better`` / ``worse``), with no CI.
+- j_per_token_decode, ``point``: likewise (one metered pass per point); ``n/a`` where either
+  run could not read its device's energy counter.
 
 Per-window NLL sums (arrays ``nll_sum`` and ``tokens``) are read from where the worker keeps
 every group's (``harness.run.store.load_window_nll``).
@@ -52,7 +54,12 @@ from harness.spec.scenario import CONFIGURATION_FIELDS
 Array = NDArray[Any]  # numpy arrays of any dtype
 MATCH_FIELDS = CONFIGURATION_FIELDS
 # metric → +1 when higher is better, −1 when lower is better
-METRICS: dict[str, int] = {"decode_tok_s": +1, "ppl": -1, "peak_mib_decode": -1}
+METRICS: dict[str, int] = {
+    "decode_tok_s": +1,
+    "ppl": -1,
+    "peak_mib_decode": -1,
+    "j_per_token_decode": -1,
+}
 Z95 = 1.959963984540054
 
 WindowSource = Callable[[pd.Series], tuple[Array, Array] | None]

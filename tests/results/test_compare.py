@@ -49,7 +49,7 @@ def test_rows_are_matched_by_point_fields_not_by_key(tmp_path: Path) -> None:
     a = F.write_run(tmp_path / "a", _configs("a"))
     b = F.write_run(tmp_path / "b", _configs("b"))
     result = compare(a, b, threshold_pct=2.0)
-    assert len(result.table) == 4 * 3  # 4 configurations × 3 metrics
+    assert len(result.table) == 4 * 4  # 4 configurations × 4 metrics
     assert (result.table["key_a"] != result.table["key_b"]).all()
     assert "gpu" in result.matched_on
     assert result.only_a.empty and result.only_b.empty
@@ -84,6 +84,17 @@ def test_more_memory_beyond_the_threshold_is_worse_without_a_ci(tmp_path: Path) 
     b = F.write_run(tmp_path / "b", _configs("b", peak_scale=1.05))
     memory = compare(a, b, threshold_pct=2.0).table.query("metric == 'peak_mib_decode'")
     assert (memory["verdict"] == "worse").all() and (memory["method"] == "point").all()
+
+
+def test_fewer_joules_per_token_is_better_and_unmeasured_energy_is_na(tmp_path: Path) -> None:
+    a = F.write_run(tmp_path / "a", _configs("a", j_per_token_decode=0.10))
+    b = F.write_run(tmp_path / "b", _configs("b", j_per_token_decode=0.08))
+    energy = compare(a, b, threshold_pct=2.0).table.query("metric == 'j_per_token_decode'")
+    assert list(energy["diff_pct"]) == pytest.approx([-20.0] * 4)
+    assert (energy["verdict"] == "better").all() and (energy["method"] == "point").all()
+    none = F.write_run(tmp_path / "none", _configs("none"))
+    unmeasured = compare(a, none, threshold_pct=2.0).table
+    assert (unmeasured.query("metric == 'j_per_token_decode'")["verdict"] == "n/a").all()
 
 
 def test_ppl_uses_the_paired_window_test_when_both_runs_kept_windows(tmp_path: Path) -> None:
@@ -145,7 +156,7 @@ def test_two_runs_on_different_cards_are_compared_card_against_card(tmp_path: Pa
     result = compare(a, b, threshold_pct=2.0)
     assert "gpu" not in result.matched_on
     assert set(result.table["gpu_b"]) == {"H200-141GB"}
-    assert len(result.table) == 12
+    assert len(result.table) == 16  # 4 configurations × 4 metrics
 
 
 def test_unmatched_duplicated_and_failed_rows_are_reported_not_compared(tmp_path: Path) -> None:
@@ -159,7 +170,7 @@ def test_unmatched_duplicated_and_failed_rows_are_reported_not_compared(tmp_path
     assert result.only_b["context"].tolist() == [4096]
     assert result.duplicates == {"a": 0, "b": 1}  # the oom twin is not compared; b repeats one
     assert [Path(p).name for p, _ in result.unreadable] == ["broken.json"]
-    assert len(result.table) == 12
+    assert len(result.table) == 16  # 4 configurations × 4 metrics
 
 
 def test_the_threshold_must_be_positive(tmp_path: Path) -> None:
