@@ -187,7 +187,9 @@ def level_parts(
 def level_energy(trace: energy.CounterTrace[Any], result: LevelResult) -> Energy:
     """The level's energy over its load window, [first request sent, + the generator's
     duration], read from the counter traced while the generator ran (its start-up and the
-    writing of its JSON left out): J, J per output token of the successful requests, mean W."""
+    writing of its JSON left out): J, J per output token of the successful requests, mean W.
+    NVML / amdsmi count the card alone; RAPL counts the whole socket, the generator's own work
+    included when it runs there (a CPU target)."""
     meter = trace.meter
     out = Energy(energy_source=meter.source)
     start, seconds = result.window_start_s, result.duration_s
