@@ -4,9 +4,9 @@ price per tariff package. Pure pandas/numpy on the rows' columns (harness.row.Tr
 Formulas (a package's hour as for inference, harness.results.aggregate):
   usd_per_hour          = package_price ÷ (days × 24) ÷ utilisation × gpus_used ÷ gpus_in_package
   usd_per_mtok_train    = usd_per_hour ÷ (train_tok_s × 3600) × 10⁶
+                          (train_tok_s = micro_batch × grad_accum × seq_len ÷ median step time)
   j_per_mtok_train      = j_per_token_train × 10⁶ (the device's joules per million training
                           tokens over extra steps; NaN where its counter is not readable)
-                          (train_tok_s = micro_batch × grad_accum × seq_len ÷ median step time)
   steps_to_target       = the first evaluated step count whose held-out loss ≤ target_eval_loss
                           (evaluations every `eval_every` steps; None: not reached in the run)
   usd_to_target         = steps_to_target × step_s × usd_per_hour ÷ 3600 (optimizer steps only;

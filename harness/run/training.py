@@ -154,7 +154,7 @@ def train_point(
     model_path: str,
     tokenizer_path: str,
     random_weights: bool,
-    meter: energy.EnergyMeter[Any] | None = None,
+    meter: energy.EnergyMeter[Any],
 ) -> list[Part]:
     train = point.training
     assert train is not None
@@ -184,11 +184,7 @@ def train_point(
         if evaluated is not None:
             evals.append((run.step, evaluated))
     train_s = time.perf_counter() - began
-    joules = step_energy(
-        meter or energy.EnergyMeter.unavailable("no meter given"),
-        functools.partial(next_step, run, batches),
-        train.tokens_per_step,
-    )
+    joules = step_energy(meter, functools.partial(next_step, run, batches), train.tokens_per_step)
     total = sum(p.numel() for p in model.parameters())
     phases = records[measured_step].phases or {}
     out = planned_training(point, plan)
