@@ -19,7 +19,8 @@ activations + the KV cache it needs fit inside that share.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from typing import Protocol
 
 from pydantic import BaseModel, ConfigDict
 
@@ -27,8 +28,8 @@ from harness.measure import roofline
 from harness.spec import catalog
 from harness.spec.capabilities import KV_CACHE_FORMATS, WEIGHT_FORMATS, compute_dtype_bytes
 from harness.spec.catalog import GpuSpec, ModelArch
+from harness import modes
 from harness.spec.scenario import CONFIGURATION_FIELDS, Grid, Point, Scenario, Skip
-from harness.train import memory as train_memory
 from harness.units import GIB, MIB
 
 CUDA_CONTEXT_BYTES = 700 * MIB  # CUDA context + cuBLAS: 680–750 MiB measured on an H200
@@ -111,7 +112,7 @@ def kv_bytes_per_token(arch: ModelArch, kv_cache_dtype: str, quantization: str) 
     per_element = KV_CACHE_FORMATS[kv_cache_dtype].bytes_per_element
     if per_element is None:
         per_element = compute_dtype_bytes(quantization, arch.dtype_bytes)
-    return 2 * arch.num_layers * arch.num_kv_heads * arch.head_dim * per_element
+    return arch.kv_bytes_per_token(per_element)
 
 
 def kv_cache_bytes(
@@ -174,26 +175,14 @@ class PointPlan(BaseModel):
     reason: str
     est_seconds: float
     roofline_decode_tok_s: float
-    # a training point: the step's memory by term and phase (bytes; harness.train.memory)
-    training: train_memory.TrainingMemory | None = None
+    # the mode's own memory breakdown (training: the step's terms and phases), opaque here
+    mode_memory: BaseModel | None = None
+    # what the mode adds to `harness plan --json` for this point (its payload, its terms)
+    mode_contract: dict[str, object] = {}
 
     def contract(self) -> dict[str, object]:
         point = {f: getattr(self.point, f) for f in CONFIGURATION_FIELDS if f != "revision"}
-        if self.point.serving is not None:  # a load level behind a server
-            point.update(mode="serving", serving=self.point.serving.model_dump())
-        if self.point.training is not None and self.training is not None:
-            point.update(
-                mode="training",
-                training=self.point.training.model_dump(),
-                training_gib={
-                    **{k: v / GIB for k, v in self.training.terms.items()},
-                    "forward": self.training.forward / GIB,
-                    "backward": self.training.backward / GIB,
-                    "optimizer_step": self.training.optimizer_step / GIB,
-                },
-                trainable_params=self.training.trainable_params,
-            )
-        return {**point, **{f: getattr(self, f) for f in CONTRACT_FIGURES}}
+        return {**point, **self.mode_contract, **{f: getattr(self, f) for f in CONTRACT_FIGURES}}
 
 
 # The card a GPU target is planned on when no --gpu / scenario `gpu` names one.
@@ -213,9 +202,42 @@ def default_card(target: str, gpu: str | None = None) -> GpuSpec:
 def plan_point(
     point: Point, card: GpuSpec, *, gpu_memory_utilization: float = 0.9, warmups: int = 1
 ) -> PointPlan:
-    arch = catalog.model(point.model)
-    if point.training is not None:
-        return plan_training_point(point, card, arch)
+    """The point's plan by its mode's plan part (harness.modes): memory per phase, fit, seconds."""
+    plan_mode: ModePlan = modes.get(point.mode).load("plan")
+    return plan_mode(
+        point,
+        card,
+        catalog.model(point.model),
+        gpu_memory_utilization=gpu_memory_utilization,
+        warmups=warmups,
+    )
+
+
+class ModePlan(Protocol):
+    """A mode's plan part: one point on one card."""
+
+    def __call__(
+        self,
+        point: Point,
+        card: GpuSpec,
+        arch: ModelArch,
+        *,
+        gpu_memory_utilization: float,
+        warmups: int,
+    ) -> PointPlan: ...
+
+
+def inference_plan(
+    point: Point,
+    card: GpuSpec,
+    arch: ModelArch,
+    *,
+    gpu_memory_utilization: float,
+    seconds: Callable[[float, float], float],
+) -> PointPlan:
+    """An inference point's memory per phase and fit verdict (the formulas above), and its
+    seconds from ``seconds(weight bytes, decode ceiling tok/s)``: offline and serving differ
+    only in how their time is spent."""
     weights = weights_bytes(arch, point.quantization)
     kv_prefill = kv_cache_bytes(
         arch, point.kv_cache_dtype, point.quantization, point.context, point.batch
@@ -269,63 +291,10 @@ def plan_point(
         capacity_gib=capacity / GIB,
         fits=fits,
         reason=reason,
-        est_seconds=(
-            estimate_seconds(point, card, arch, weights, ceiling, warmups)
-            if point.serving is None
-            else serving_seconds(point, card, arch, ceiling)
-        ),
+        est_seconds=seconds(weights, ceiling),
         roofline_decode_tok_s=ceiling,
     )
 
-
-def plan_training_point(point: Point, card: GpuSpec, arch: ModelArch) -> PointPlan:
-    """A training step's memory per phase (harness.train.memory): forward, backward and the
-    optimizer step; the fit verdict on the largest; the time of `steps` steps + evaluations.
-    Its kv_cache is 0 (training runs without a cache), prefill/decode carry forward/backward."""
-    train = point.training
-    assert train is not None
-    base = weights_bytes(arch, point.quantization)
-    context = runtime_context_bytes(point.target)
-    mem = train_memory.plan_step(
-        arch,
-        train,
-        base_weights_bytes=base,
-        act_bytes=compute_dtype_bytes(point.quantization, arch.dtype_bytes),
-        runtime_bytes=context,
-        margin=ALLOCATOR_MARGIN,
-    )
-    capacity = card.memory_gib * GIB
-    fits = mem.peak <= capacity
-    terms = mem.terms
-    binding = max(terms, key=lambda t: terms[t])
-    reason = (
-        f"fits: {mem.peak / GIB:.2f} of {capacity / GIB:.2f} GiB"
-        if fits
-        else f"needs {mem.peak / GIB:.2f} GiB > {capacity / GIB:.2f} GiB on {card.name}; "
-        f"binding term: {binding} ({terms[binding] / GIB:.2f} GiB)"
-    )
-    total = param_counts(arch).total
-    flops = train.steps * train_memory.step_flops(total, train)
-    flops += train_memory.eval_flops(total, train)
-    seconds = flops / (card.bf16_tflops * 1e12) / EFFICIENCY[point.target]
-    return PointPlan(
-        point=point,
-        gpu=card.name,
-        weights_gib=mem.weights / GIB,
-        kv_cache_gib=0.0,
-        activations_gib=mem.activations / GIB,
-        reserve_gib=mem.reserve / GIB,
-        load_gib=(mem.weights + mem.reserve) / GIB,
-        prefill_gib=mem.forward / GIB,
-        decode_gib=mem.backward / GIB,
-        total_gib=mem.peak / GIB,
-        capacity_gib=capacity / GIB,
-        fits=fits,
-        reason=reason,
-        est_seconds=seconds,
-        roofline_decode_tok_s=0.0,
-        training=mem,
-    )
 
 
 def decode_ceiling_tok_s(card: GpuSpec, weights: float, arch: ModelArch, point: Point) -> float:
@@ -353,19 +322,6 @@ def estimate_seconds(
     per_run = (prefill_s + decode_s) / EFFICIENCY[point.target]
     return (warmups + point.repeats) * per_run
 
-
-def serving_seconds(point: Point, card: GpuSpec, arch: ModelArch, ceiling: float) -> float:
-    """One load level: closed loop, ⌈requests ÷ concurrency⌉ rounds of one batch of `batch`
-    requests (as `estimate_seconds` times one run); open loop, the arrivals' span (requests ÷
-    rate) plus one request's run; plus the generator's start."""
-    level = point.serving
-    assert level is not None
-    one_run = estimate_seconds(point.model_copy(update={"repeats": 1}), card, arch, 0, ceiling, 0)
-    if level.concurrency is not None:
-        span = math.ceil(level.requests / level.concurrency) * one_run
-    else:
-        span = level.requests / (level.request_rate or 1.0) + one_run
-    return span + GENERATOR_START_S
 
 
 class Budget(BaseModel):

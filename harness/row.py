@@ -153,7 +153,7 @@ class Roofline(Part):
 class Serving(Part):
     """A load level against a real server (mode: serving). The latency figures shared with
     offline rows (ttft_ms_p50, tpot_ms_p50, itl_ms_p99, e2e_ms_p50) are Speed's columns.
-    Semantics of the SLO figures: harness.serve.slo."""
+    Semantics of the SLO figures: harness.modes.serving.slo."""
 
     concurrency: int | None = None  # closed-loop clients, or
     request_rate: float | None = None  # open-loop Poisson arrivals per second
@@ -181,7 +181,7 @@ class Serving(Part):
 
 
 class Training(Part):
-    """A fine-tuning run of one configuration (mode: training; harness.train). The point's batch
+    """A fine-tuning run of one configuration (mode: training; harness.modes.training). The point's batch
     is the micro-batch and its context the sequence length; kv_cache_dtype "auto" and
     output_tokens 0 (nothing is generated). Memory per phase of one steady-state step (the
     last) next to the plan's; losses in nats per predicted token."""

@@ -12,8 +12,9 @@
 from __future__ import annotations
 
 from harness.spec import models
-from harness.spec.training import TrainingPoint
-from harness.train import checks, data, trainer
+from harness.modes.training.spec import TrainingPoint
+from harness.modes.training import data
+from harness.modes.training.device import checks, trainer
 
 TINY = str(models.PACKAGE_DATA / "tiny-llama")
 

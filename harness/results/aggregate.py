@@ -62,8 +62,8 @@ from numpy.typing import NDArray
 from harness.errors import UserInputError
 from harness.results import energy as en
 from harness.results import regressions as reg
-from harness.results import serving as srv
-from harness.results import training as trn
+from harness.modes.serving import price as srv
+from harness.modes.training import price as trn
 from harness.row import ResultRow
 from harness.run.store import read_manifest, read_rows
 from harness.spec.scenario import CONFIGURATION_FIELDS
@@ -161,7 +161,7 @@ class Aggregate:
     unreadable: list[tuple[str, str]] = field(default_factory=list)
     # per configuration vs its reference (harness.results.regressions); None: no run folder read
     regressions: reg.Regressions | None = None
-    # mode: serving (harness.results.serving): the rows, with their configuration's quality;
+    # mode: serving (harness.modes.serving.price): the rows, with their configuration's quality;
     # per configuration its level at the SLO; that level priced per package; the cheapest
     serving: pd.DataFrame = field(default_factory=pd.DataFrame)
     at_slo: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=srv.AT_SLO_COLUMNS))
@@ -169,7 +169,7 @@ class Aggregate:
     cheapest_at_slo: pd.DataFrame = field(
         default_factory=lambda: pd.DataFrame(columns=srv.CHEAPEST_AT_SLO_COLUMNS)
     )
-    # mode: training (harness.results.training): the rows with their gate against the full
+    # mode: training (harness.modes.training.price): the rows with their gate against the full
     # fine-tune; each priced per package ($ per 1M training tokens, $ to the target loss)
     training: pd.DataFrame = field(default_factory=pd.DataFrame)
     training_cost: pd.DataFrame = field(default_factory=pd.DataFrame)

@@ -35,7 +35,7 @@ class WorkContext(BaseModel):
 
 def is_reference(group: GroupKey, ctx: WorkContext) -> bool:
     """Random weights are never a quality reference (they have no quality), nor is a training
-    group (its quality is a held-out loss, compared in harness.results.training)."""
+    group (its quality is a held-out loss, compared in harness.modes.training.price)."""
     return (
         group.weights == "checkpoint"
         and group.training is None  # training points compare with the full fine-tune instead

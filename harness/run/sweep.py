@@ -24,7 +24,7 @@ from harness.run.contracts import WorkContext, is_reference, point_row
 from harness.spec import models
 from harness.spec import scenario as scen
 from harness.spec.scenario import GroupKey, Point, Scenario
-from harness.train import leakage
+from harness.modes.training import leakage
 
 
 class Work(BaseModel):
@@ -159,7 +159,7 @@ def start_manifest(
 
 def leakage_table(scenario: Scenario) -> list[dict[str, Any]]:
     """13-gram overlap of every text a model or quantizer saw with every eval text of the run
-    (harness.train.leakage; cached per set of input hashes)."""
+    (harness.modes.training.leakage; cached per set of input hashes)."""
     train = scenario.training
     data = [(train.data.train, train.data.eval_fraction)] if train is not None else []
     seen, evals = leakage.shipped_texts(data)

@@ -39,7 +39,8 @@ from harness.row import (
     Speed,
     Status,
 )
-from harness.run import node, provenance, serving, training
+from harness import modes
+from harness.run import node, provenance
 from harness.run.contracts import GroupItem, WorkContext, is_reference, point_row
 from harness.run.store import keep_scores, load_scores, reference_artifact
 from harness.spec import catalog, models
@@ -502,7 +503,7 @@ def iter_group(
 
     if trained:
         with energy.metering(device) as meter:
-            yield from training.train_points(
+            yield from modes.get("training").load("run")(
                 group, trained, ctx, row, device=device, model_path=str(resolved.path),
                 tokenizer_path=tokenizer_dir, random_weights=random, meter=meter,
             )  # fmt: skip
@@ -519,7 +520,7 @@ def iter_group(
             return made
 
         with energy.metering(device) as meter:
-            yield from serving.serve_points(
+            yield from modes.get("serving").load("run")(
                 group, served, ctx, serving_row, device=device, model_path=str(resolved.path),
                 tokenizer_path=tokenizer_dir, random_weights=random, meter=meter,
             )  # fmt: skip

@@ -10,7 +10,6 @@ grid capped at ``MAX_GRID_POINTS`` before it is expanded.
 from __future__ import annotations
 
 import hashlib
-import itertools
 import json
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -36,8 +35,7 @@ from harness.spec.capabilities import (
     Target,
 )
 from harness.spec.compat import rule_for
-from harness.spec.serving import SPARE_TOKENS, Serving, ServingLevel
-from harness.spec.training import Training, TrainingPoint
+from harness import modes
 from harness.spec.yamlinput import excerpt, load_model, parse_model
 
 # Plausible bounds: a value outside them is a typo or an attack, never a benchmark.
@@ -178,10 +176,10 @@ class Scenario(Input):
     reference: Reference = Reference()
     quality: QualitySettings = QualitySettings()
     vllm: VllmOptions = VllmOptions()
-    # optional: each vLLM group is also measured behind a server (harness.spec.serving)
-    serving: Serving | None = None
-    # optional: fine-tuning step points (mode: training; harness.spec.training)
-    training: Training | None = None
+    # optional: each vLLM group is also measured behind a server (harness.modes.serving.spec)
+    serving: modes.Serving | None = None
+    # optional: fine-tuning step points (mode: training; harness.modes.training.spec)
+    training: modes.Training | None = None
 
     @field_validator("models", mode="before")
     @classmethod
@@ -308,9 +306,9 @@ class Point(Strict):
     window_tokens: PositiveInt = 256
     max_windows: PositiveInt | None = 64
     # a load level behind a server (mode: serving); None: measured offline in-process
-    serving: ServingLevel | None = None
+    serving: modes.ServingLevel | None = None
     # a fine-tuning configuration (mode: training): batch is its micro-batch, context its seq_len
-    training: TrainingPoint | None = None
+    training: modes.TrainingPoint | None = None
 
     @property
     def mode(self) -> Literal["offline", "serving", "training"]:
@@ -383,59 +381,22 @@ class Grid(Strict):
 
 
 def expand(scenario: Scenario, source: str | None = None) -> Grid:
-    """Every combination of the axes, minus exclusions and incompatible ones (with reasons).
-    ``source`` names the scenario's file in errors found only once the models are known."""
+    """Every mode's points (harness.modes, in registry order), minus exclusions and incompatible
+    ones (with reasons). ``source`` names the scenario's file in errors found only once the
+    models are known."""
     points: list[Point] = []
     skipped: list[Skip] = []
     archs = {m.id: catalog.model(m.id) for m in scenario.models}
     check_quality_windows(scenario, archs, source)
-    for m, backend, quant, kv, batch, context, target in itertools.product(
-        scenario.models,
-        scenario.backend,
-        scenario.quantization or [],  # None (and no inference point) in a training-only scenario
-        scenario.kv_cache_dtype,
-        scenario.batch or [],
-        scenario.context or [],
-        scenario.targets,
-    ):
-        point = Point(
-            model=m.id,
-            revision=m.revision,
-            weights=m.weights,
-            backend=backend,
-            quantization=quant,
-            kv_cache_dtype=kv,
-            batch=batch,
-            context=context,
-            output_tokens=scenario.output_tokens or 0,
-            target=target,
-            repeats=scenario.repeats,
-            warmups=scenario.warmups,
-            min_duration_s=scenario.min_duration_s,
-            seed=scenario.seed,
-            window_tokens=scenario.quality.window_tokens,
-            max_windows=scenario.quality.max_windows,
-        )
-        reason = skip_reason(scenario, point, archs[m.id])
-        if reason:
-            skipped.append(Skip(point=point, reason=reason))
-        else:
-            points.append(point)
-    if scenario.serving is not None:
-        for point in serving_points(scenario, points):  # groups with something measured offline
-            reason = skip_reason(scenario, point, archs[point.model]) or serving_skip_reason(
-                point, archs[point.model]
-            )
+    for mode in modes.REGISTRY.values():
+        mode_skip = mode.load("skip_reason") if mode.ref("skip_reason") else None
+        for point in mode.load("points")(scenario, points):  # a mode sees the points before it
+            arch = archs[point.model]
+            reason = skip_reason(scenario, point, arch) or (mode_skip and mode_skip(point, arch))
             if reason:
                 skipped.append(Skip(point=point, reason=reason))
             else:
                 points.append(point)
-    for point in training_points(scenario):
-        reason = skip_reason(scenario, point, archs[point.model]) or training_skip_reason(point)
-        if reason:
-            skipped.append(Skip(point=point, reason=reason))
-        else:
-            points.append(point)
     return Grid(scenario=scenario, points=points, skipped=skipped)
 
 
@@ -458,88 +419,8 @@ def check_quality_windows(
             )
 
 
-def training_points(scenario: Scenario) -> list[Point]:
-    """One point per (model, backend, target, training configuration). Its quantization is the
-    method's base format (qlora: bnb-nf4), its batch the micro-batch, its context the sequence
-    length; it generates nothing (output_tokens 0) and runs once (repeats 1)."""
-    if scenario.training is None:
-        return []
-    return [
-        Point(
-            model=m.id,
-            revision=m.revision,
-            weights=m.weights,
-            backend=backend,
-            quantization=train.base_format,
-            kv_cache_dtype="auto",
-            batch=train.micro_batch,
-            context=train.seq_len,
-            output_tokens=0,
-            target=target,
-            repeats=1,
-            warmups=0,
-            seed=scenario.seed,
-            window_tokens=train.seq_len,
-            max_windows=train.eval_windows,
-            training=train,
-        )
-        for m in scenario.models
-        for backend in scenario.backend
-        for train in scenario.training.points()
-        for target in scenario.targets
-    ]
 
 
-def training_skip_reason(point: Point) -> str | None:
-    """Why a training point cannot run (None: it can)."""
-    if point.backend != "transformers":
-        return (
-            f"the {point.backend} engine does not train (training runs on transformers + peft) "
-            "[rule training-needs-transformers]"
-        )
-    return None
-
-
-def serving_points(scenario: Scenario, offline: list[Point]) -> list[Point]:
-    """One point per (group of the grid, load level of `serving:`), groups in grid order. Its
-    batch is the level's concurrency (1 for a rate level), its context and output_tokens the
-    mean prompt and output lengths; it runs once (repeats 1)."""
-    if scenario.serving is None:
-        return []
-    levels = scenario.serving.levels(seed=scenario.seed)
-    firsts = {p.group: p for p in reversed(offline)}
-    ordered = sorted(firsts.values(), key=offline.index)
-    return [
-        first.model_copy(
-            update={
-                "batch": level.concurrency or 1,
-                "context": level.prompt_tokens.mean,
-                "output_tokens": level.output_tokens.mean,
-                "repeats": 1,
-                "serving": level,
-            }
-        )
-        for first in ordered
-        for level in levels
-    ]
-
-
-def serving_skip_reason(point: Point, arch: catalog.ModelArch) -> str | None:
-    """Why a serving point cannot run (None: it can): an engine without a server, or a request
-    longer than the model's positions."""
-    if point.backend != "vllm":
-        return (
-            f"the {point.backend} engine has no server (serving needs vLLM's `vllm serve`) "
-            "[rule serving-needs-server]"
-        )
-    longest = point.serving.longest_sequence() if point.serving is not None else 0
-    if longest > arch.max_positions:
-        return (
-            f"the longest request (prompt + output + {SPARE_TOKENS} spare) has {longest} tokens, "
-            f"more than the model's max_position_embeddings ({arch.max_positions}) "
-            "[rule max-positions]"
-        )
-    return None
 
 
 def skip_reason(scenario: Scenario, point: Point, arch: catalog.ModelArch) -> str | None:

@@ -23,9 +23,9 @@ from harness.results.publish.format import (
     number_or_nan,
 )
 from harness.results.publish.method import FORMULAS, LICENCES
-from harness.results.publish.serving import latency_throughput_charts
+from harness.modes.serving.report import latency_throughput_charts
 from harness.results.publish.svg import svg_bars, svg_intervals, svg_scatter
-from harness.results.publish.training import html_section as training_html
+from harness.modes.training.report import html_section as training_html
 from harness.spec.tariffs import TariffTable
 
 CSS = """

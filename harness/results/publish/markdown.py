@@ -13,7 +13,7 @@ from harness.results.publish.analysis import energy_markdown, regressions_markdo
 from harness.results.publish.format import fmt_usd
 from harness.results.publish.headline import headline_table
 from harness.results.publish.method import FORMULAS, LICENCES
-from harness.results.publish.training import markdown_section as training_markdown
+from harness.modes.training.report import markdown_section as training_markdown
 from harness.spec.tariffs import TariffTable
 
 

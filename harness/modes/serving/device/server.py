@@ -1,0 +1,356 @@
+"""A real `vllm serve` for one configuration, as a context manager.
+
+    with VllmServer(config, log_path=run_dir / "server.log") as server:
+        ... server.base_url ...          # http://127.0.0.1:<free port>
+
+- Started with vLLM's own command line (`python -m harness.modes.serving.device.vllm_cli serve ...`, see that
+  module for why not the bare `vllm` script) in its own session, so it leads a new process group
+  that holds everything it starts (API server, engine core, worker, resource tracker).
+- Bound to 127.0.0.1 on a port that was free a moment before (`free_port`).
+- Ready when `GET /health` answers 200 and `GET /v1/models` lists the served name, within
+  `startup_timeout_s`; a server that exits or does not get ready is stopped and a `ServerError`
+  carries the last lines of its log.
+- Stopped with its whole process group: SIGTERM, then SIGKILL after `grace_s` for whatever is
+  left, at the end of the block and on any failure inside it. Zombies do not count as left.
+- Its output (stdout and stderr) goes to `log_path`, which stays for the run folder.
+
+On the CPU the KV pool is sized with `--kv-cache-memory-bytes` (the plan's figure, as the offline
+backend does); on GPUs vLLM takes `gpu_memory_utilization` x the card.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Any, ClassVar
+
+import psutil
+from pydantic import BaseModel, ConfigDict
+
+# The `vllm` command as this package runs it.
+VLLM_COMMAND: tuple[str, ...] = (sys.executable, "-m", "harness.modes.serving.device.vllm_cli")
+# Environment every server gets (on top of the caller's): no usage report leaves the machine.
+SERVER_ENV: dict[str, str] = {"VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
+LOG_TAIL_LINES = 40
+_REPO_ROOT = Path(__file__).resolve().parents[4]
+
+
+class ServerError(RuntimeError):
+    """The server did not start, or died; `log_tail` holds the last lines of its log."""
+
+    def __init__(self, message: str, log_tail: Sequence[str] = ()) -> None:
+        super().__init__(message)
+        self.log_tail = list(log_tail)
+
+    def __str__(self) -> str:
+        base = super().__str__()
+        if not self.log_tail:
+            return base
+        return base + "\n--- last lines of the server log ---\n" + "\n".join(self.log_tail)
+
+
+class ServerConfig(BaseModel):
+    """What `vllm serve` is started with, in vLLM's own names (`--dtype float32`, ...).
+
+    `from_engine_kwargs` takes the offline backend's `engine_kwargs` (after the dialect's
+    `adapt`), so the server runs exactly the configuration the offline rows measured.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    model: str
+    served_model_name: str = "harness"
+    tokenizer: str | None = None
+    dtype: str = "auto"
+    quantization: str | None = None
+    kv_cache_dtype: str = "auto"
+    max_model_len: int | None = None
+    enforce_eager: bool = False
+    seed: int = 0
+    kv_cache_memory_bytes: int | None = None  # the CPU's KV pool (bytes)
+    gpu_memory_utilization: float | None = None  # GPUs: the share vLLM takes up front
+    max_num_seqs: int | None = None
+    enable_prefix_caching: bool = False  # as offline: every prompt computed in full
+    load_format: str | None = None
+    revision: str | None = None
+    trust_remote_code: bool = False
+    extra_args: tuple[str, ...] = ()  # further `vllm serve` flags, verbatim
+
+    # Offline engine arguments with no meaning for a server (or set by the server itself).
+    IGNORED_ENGINE_KWARGS: ClassVar[frozenset[str]] = frozenset(
+        {
+            "worker_extension_cls",
+            "disable_log_stats",
+            "max_logprobs",
+            "tensor_parallel_size",
+            "distributed_executor_backend",
+        }
+    )
+
+    @classmethod
+    def from_engine_kwargs(
+        cls, kwargs: Mapping[str, Any], *, served_model_name: str = "harness", **overrides: Any
+    ) -> ServerConfig:
+        """A config from `backends.vllm.engine_kwargs(...)`; unknown keys are an error."""
+        known = set(cls.model_fields) - {"served_model_name", "extra_args"}
+        fields: dict[str, Any] = {"served_model_name": served_model_name}
+        unknown = []
+        for key, value in kwargs.items():
+            if key in cls.IGNORED_ENGINE_KWARGS:
+                continue
+            if key in known:
+                fields[key] = value
+            else:
+                unknown.append(key)
+        if unknown:
+            raise ValueError(f"engine arguments with no `vllm serve` mapping here: {unknown}")
+        fields.update(overrides)
+        return cls(**fields)
+
+    def serve_args(self, host: str, port: int) -> list[str]:
+        """The arguments after `vllm serve`."""
+        args = [self.model, "--host", host, "--port", str(port)]
+        args += ["--served-model-name", self.served_model_name]
+        args += ["--tokenizer", self.tokenizer or self.model]
+        args += ["--dtype", self.dtype, "--kv-cache-dtype", self.kv_cache_dtype]
+        args += ["--seed", str(self.seed)]
+        if self.quantization is not None:
+            args += ["--quantization", self.quantization]
+        if self.max_model_len is not None:
+            args += ["--max-model-len", str(self.max_model_len)]
+        if self.enforce_eager:
+            args.append("--enforce-eager")
+        if self.kv_cache_memory_bytes is not None:
+            args += ["--kv-cache-memory-bytes", str(self.kv_cache_memory_bytes)]
+        if self.gpu_memory_utilization is not None:
+            args += ["--gpu-memory-utilization", str(self.gpu_memory_utilization)]
+        if self.max_num_seqs is not None:
+            args += ["--max-num-seqs", str(self.max_num_seqs)]
+        args.append(
+            "--enable-prefix-caching"
+            if self.enable_prefix_caching
+            else "--no-enable-prefix-caching"
+        )
+        if self.load_format is not None:
+            args += ["--load-format", self.load_format]
+        if self.revision is not None:
+            args += ["--revision", self.revision]
+        if self.trust_remote_code:
+            args.append("--trust-remote-code")
+        args.append("--disable-uvicorn-access-log")  # one line per request would drown the log
+        return [*args, *self.extra_args]
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port free on `host` now (the kernel's choice); the server binds it right after."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def port_in_use(port: int, host: str = "127.0.0.1") -> bool:
+    """Whether something accepts connections on host:port."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.settimeout(0.5)
+        return sock.connect_ex((host, port)) == 0
+
+
+def tail_lines(path: Path, n: int = LOG_TAIL_LINES) -> list[str]:
+    """The last `n` lines of a text file (fewer or none when it is short or absent)."""
+    try:
+        with path.open("rb") as handle:
+            handle.seek(0, os.SEEK_END)
+            size = handle.tell()
+            handle.seek(max(0, size - 64 * 1024))
+            data = handle.read()
+    except OSError:
+        return []
+    return data.decode("utf-8", errors="replace").splitlines()[-n:]
+
+
+def group_members(pgid: int) -> list[int]:
+    """Live (non-zombie) processes of process group `pgid`."""
+    members = []
+    for proc in psutil.process_iter(["pid", "status"]):
+        try:
+            if proc.info["status"] == psutil.STATUS_ZOMBIE:
+                continue
+            if os.getpgid(proc.info["pid"]) == pgid:
+                members.append(int(proc.info["pid"]))
+        except (ProcessLookupError, psutil.Error):
+            continue
+    return members
+
+
+def stop_group(proc: subprocess.Popen[bytes], pgid: int, grace_s: float) -> None:
+    """SIGTERM the whole group, wait up to `grace_s` for it to empty, then SIGKILL what is left."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pgid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline:
+        proc.poll()  # reap the leader so that it does not linger as a zombie
+        if not group_members(pgid):
+            return
+        time.sleep(0.2)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pgid, signal.SIGKILL)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=10)
+    deadline = time.monotonic() + 10
+    while group_members(pgid) and time.monotonic() < deadline:
+        time.sleep(0.2)
+
+
+def _get(url: str, timeout_s: float) -> tuple[int, bytes]:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s) as response:
+            return int(response.status), bytes(response.read())
+    except urllib.error.HTTPError as exc:
+        return int(exc.code), b""
+
+
+class VllmServer:
+    """One `vllm serve` process group; see the module docstring."""
+
+    def __init__(
+        self,
+        config: ServerConfig,
+        *,
+        log_path: Path,
+        host: str = "127.0.0.1",
+        port: int | None = None,
+        startup_timeout_s: float = 600.0,
+        grace_s: float = 15.0,
+        env: Mapping[str, str] | None = None,
+        command: Sequence[str] = VLLM_COMMAND,
+    ) -> None:
+        self.config = config
+        self.log_path = Path(log_path)
+        self.host = host
+        self.port = port if port is not None else free_port(host)
+        self.startup_timeout_s = startup_timeout_s
+        self.grace_s = grace_s
+        self._env = dict(env or {})
+        self._command = tuple(command)
+        self._proc: subprocess.Popen[bytes] | None = None
+        self.pgid: int | None = None
+        self.startup_s: float | None = None
+
+    # -- facts -----------------------------------------------------------------------------
+    @property
+    def base_url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None else None
+
+    @property
+    def argv(self) -> list[str]:
+        return [*self._command, "serve", *self.config.serve_args(self.host, self.port)]
+
+    def alive(self) -> bool:
+        """The server's leader process is still running."""
+        return self._proc is not None and self._proc.poll() is None
+
+    def returncode(self) -> int | None:
+        return self._proc.poll() if self._proc is not None else None
+
+    def log_tail(self, n: int = LOG_TAIL_LINES) -> list[str]:
+        return tail_lines(self.log_path, n)
+
+    # -- life ------------------------------------------------------------------------------
+    def start(self) -> VllmServer:
+        if self._proc is not None:
+            raise RuntimeError("server already started")
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        env = {**os.environ, **SERVER_ENV, **self._env}
+        # The child runs `-m harness.modes.serving.device.vllm_cli`: make this checkout importable wherever
+        # the caller's working directory is.
+        env["PYTHONPATH"] = os.pathsep.join(
+            p for p in (str(_REPO_ROOT), env.get("PYTHONPATH", "")) if p
+        )
+        started = time.monotonic()
+        with self.log_path.open("wb") as log:
+            log.write(f"$ {' '.join(self.argv)}\n".encode())
+            log.flush()
+            self._proc = subprocess.Popen(
+                self.argv,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,  # leader of a new process group: stopped as a whole
+            )
+        self.pgid = self._proc.pid  # a session leader's pgid is its pid
+        try:
+            self._wait_ready(started)
+        except BaseException:
+            self.stop()
+            raise
+        self.startup_s = time.monotonic() - started
+        return self
+
+    def _wait_ready(self, started: float) -> None:
+        deadline = started + self.startup_timeout_s
+        healthy = False
+        while time.monotonic() < deadline:
+            if not self.alive():
+                raise ServerError(
+                    f"vllm serve exited with code {self.returncode()} before it was ready "
+                    f"(log: {self.log_path})",
+                    self.log_tail(),
+                )
+            try:
+                if not healthy:
+                    healthy = _get(self.base_url + "/health", 5.0)[0] == 200
+                if healthy:
+                    status, body = _get(self.base_url + "/v1/models", 5.0)
+                    if status == 200 and self.config.served_model_name in _model_ids(body):
+                        return
+            except (OSError, ValueError):
+                pass  # not listening yet
+            time.sleep(0.5)
+        raise ServerError(
+            f"vllm serve was not ready after {self.startup_timeout_s:.0f} s (log: {self.log_path})",
+            self.log_tail(),
+        )
+
+    def stop(self) -> None:
+        """Stop the whole process group (idempotent)."""
+        if self._proc is None or self.pgid is None:
+            return
+        stop_group(self._proc, self.pgid, self.grace_s)
+
+    def kill(self) -> None:
+        """SIGKILL the whole group at once: a server that dies (tests, a lost node)."""
+        if self.pgid is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.pgid, signal.SIGKILL)
+
+    def __enter__(self) -> VllmServer:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+
+def _model_ids(body: bytes) -> set[str]:
+    data = json.loads(body)
+    return {str(item.get("id")) for item in data.get("data", []) if isinstance(item, dict)}

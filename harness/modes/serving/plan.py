@@ -1,0 +1,46 @@
+"""A serving level's plan: the inference memory plan of its group's engine (harness.plan), and the
+seconds of its load: closed loop, rounds of one batch; open loop, the arrivals' span."""
+
+from __future__ import annotations
+
+import math
+
+from harness import plan as planner
+from harness.spec.catalog import GpuSpec, ModelArch
+from harness.spec.scenario import Point
+
+
+def plan_serving_point(
+    point: Point,
+    card: GpuSpec,
+    arch: ModelArch,
+    *,
+    gpu_memory_utilization: float,
+    warmups: int,
+) -> planner.PointPlan:
+    level = point.serving
+    assert level is not None
+    plan = planner.inference_plan(
+        point,
+        card,
+        arch,
+        gpu_memory_utilization=gpu_memory_utilization,
+        seconds=lambda _weights, ceiling: serving_seconds(point, card, arch, ceiling),
+    )
+    return plan.model_copy(
+        update={"mode_contract": {"mode": "serving", "serving": level.model_dump()}}
+    )
+
+def serving_seconds(point: Point, card: GpuSpec, arch: ModelArch, ceiling: float) -> float:
+    """One load level: closed loop, ⌈requests ÷ concurrency⌉ rounds of one batch of `batch`
+    requests (as `estimate_seconds` times one run); open loop, the arrivals' span (requests ÷
+    rate) plus one request's run; plus the generator's start."""
+    level = point.serving
+    assert level is not None
+    one_run = planner.estimate_seconds(point.model_copy(update={"repeats": 1}), card, arch, 0, ceiling, 0)
+    if level.concurrency is not None:
+        span = math.ceil(level.requests / level.concurrency) * one_run
+    else:
+        span = level.requests / (level.request_rate or 1.0) + one_run
+    return span + planner.GENERATOR_START_S
+

@@ -1,0 +1,49 @@
+"""Training points: one per (model, backend, target, training configuration), and why one
+cannot run."""
+
+from __future__ import annotations
+
+from harness.spec import catalog
+from harness.spec.scenario import Point, Scenario
+
+
+def training_points(scenario: Scenario, accepted: list[Point]) -> list[Point]:
+    """One point per (model, backend, target, training configuration). Its quantization is the
+    method's base format (qlora: bnb-nf4), its batch the micro-batch, its context the sequence
+    length; it generates nothing (output_tokens 0) and runs once (repeats 1)."""
+    if scenario.training is None:
+        return []
+    return [
+        Point(
+            model=m.id,
+            revision=m.revision,
+            weights=m.weights,
+            backend=backend,
+            quantization=train.base_format,
+            kv_cache_dtype="auto",
+            batch=train.micro_batch,
+            context=train.seq_len,
+            output_tokens=0,
+            target=target,
+            repeats=1,
+            warmups=0,
+            seed=scenario.seed,
+            window_tokens=train.seq_len,
+            max_windows=train.eval_windows,
+            training=train,
+        )
+        for m in scenario.models
+        for backend in scenario.backend
+        for train in scenario.training.points()
+        for target in scenario.targets
+    ]
+
+
+def training_skip_reason(point: Point, arch: catalog.ModelArch) -> str | None:
+    """Why a training point cannot run (None: it can)."""
+    if point.backend != "transformers":
+        return (
+            f"the {point.backend} engine does not train (training runs on transformers + peft) "
+            "[rule training-needs-transformers]"
+        )
+    return None

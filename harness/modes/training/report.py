@@ -1,0 +1,200 @@
+"""The report's training section (mode: training rows): $ per 1M training tokens per package, the
+cost to the target held-out loss per method, the gate against the full fine-tune, and every
+training row's memory per phase next to the plan. Empty when the run has no training rows."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from html import escape
+from typing import Any
+
+import pandas as pd
+
+from harness.modes.training import price as trn
+from harness.results.aggregate import Aggregate
+
+COST_HEADERS: dict[str, str] = {
+    "model": "model",
+    "train_method": "method",
+    "micro_batch": "micro-batch",
+    "grad_accum": "accum.",
+    "seq_len": "seq len",
+    "gpu": "GPU",
+    "provider": "provider",
+    "package_days": "package days",
+    "train_tok_s": "train tok/s",
+    "usd_per_mtok_train": "$/1M train tok",
+    "j_per_mtok_train": "J/1M train tok",
+    "target_eval_loss": "target loss",
+    "steps_to_target": "steps to target",
+    "usd_to_target": "$ to target",
+}
+ROW_HEADERS: dict[str, str] = {
+    "train_method": "method",
+    "micro_batch": "micro-batch",
+    "grad_accum": "accum.",
+    "seq_len": "seq len",
+    "optimizer": "optimizer",
+    "trainable_params": "trainable params",
+    "train_peak_mib_forward": "fwd MiB",
+    "predicted_train_mib_forward": "fwd MiB plan",
+    "train_peak_mib_backward": "bwd MiB",
+    "predicted_train_mib_backward": "bwd MiB plan",
+    "train_peak_mib_optimizer": "opt MiB",
+    "predicted_train_mib_optimizer": "opt MiB plan",
+    "step_s": "step s",
+    "train_tok_s": "train tok/s",
+    "loss_first": "loss first",
+    "loss_last": "loss last",
+    "grad_norm_last": "grad norm",
+    "eval_loss": "held-out loss",
+    "eval_loss_ci_low": "CI low",
+    "eval_loss_ci_high": "CI high",
+    "dloss_vs_full": "Δ vs full",
+    "dloss_vs_full_ci_high": "Δ CI high",
+    "train_pass_99": "pass 99",
+    "status": "status",
+}
+
+
+def fmt(value: Any) -> str:
+    if value is None or (isinstance(value, float) and value != value):
+        return ""
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
+
+
+def records(frame: pd.DataFrame, headers: dict[str, str]) -> list[dict[str, str]]:
+    present = {k: v for k, v in headers.items() if k in frame.columns}
+    return [
+        {label: fmt(rec.get(name)) for name, label in present.items()}
+        for rec in frame.astype("object").to_dict(orient="records")
+    ]
+
+
+def md_table(rows: Sequence[dict[str, str]]) -> str:
+    if not rows:
+        return "(no rows)\n"
+    head = list(rows[0])
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines += ["| " + " | ".join(r[h].replace("|", "\\|") for h in head) + " |" for r in rows]
+    return "\n".join(lines) + "\n"
+
+
+NOTE = (
+    "Each row: one fine-tuning configuration, `steps` optimizer steps on the train block, held-out "
+    "loss (nats/token) on the eval block with a 95 % bootstrap CI over eval windows. $ per 1M "
+    "training tokens = the package's hourly cost ÷ (train tok/s × 3600) × 10⁶; $ to target = "
+    "steps to the target held-out loss × step time × hourly cost. Δ vs full: paired over the same "
+    "eval windows against the full fine-tune of the same shape; pass 99: its CI's upper bound "
+    "≤ −ln 0.99. Memory per phase on the last step (CPU: process RSS) next to the plan."
+)
+
+
+LEAKAGE_HEADERS: dict[str, str] = {
+    "seen": "text seen (training, calibration)",
+    "eval": "text scored",
+    "n": "n",
+    "shared": "shared n-grams",
+    "eval_ngrams": "eval n-grams",
+    "overlap": "overlap",
+}
+LEAKAGE_NOTE = (
+    "Distinct word n-grams of each scored text that also occur in a text a model or quantizer "
+    "saw (13-grams, as contamination studies count them); from the run's manifest."
+)
+
+
+def leakage_markdown(result: Aggregate) -> list[str]:
+    if not result.leakage:
+        return []
+    frame = pd.DataFrame(result.leakage)
+    return ["\n## Leakage: n-gram overlap\n", LEAKAGE_NOTE + "\n",
+            md_table(records(frame, LEAKAGE_HEADERS))]  # fmt: skip
+
+
+def leakage_html(result: Aggregate, html_table: HtmlTable) -> list[str]:
+    if not result.leakage:
+        return []
+    cols: list[Column] = [
+        (k, v, None if k in ("seen", "eval") else fmt) for k, v in LEAKAGE_HEADERS.items()
+    ]
+    return [
+        '<h2 id="leakage">Leakage: n-gram overlap</h2>',
+        f'<p class="note">{escape(LEAKAGE_NOTE)}</p>',
+        html_table(pd.DataFrame(result.leakage), cols, "leakage"),
+    ]
+
+
+ACCUMULATION_HEADERS: dict[str, str] = {
+    "model": "model",
+    "train_method": "method",
+    "split_a": "mb×acc a",
+    "split_b": "mb×acc b",
+    "tokens_per_step": "tokens/step",
+    "max_abs_dloss_curve": "max abs Δ train loss",
+    "abs_deval_loss": "abs Δ held-out loss",
+    "tolerance": "tolerance",
+    "equivalent": "equivalent",
+}
+ACCUMULATION_NOTE = (
+    "Rows that split the same windows per step differently (micro-batch × accumulation) must "
+    "train alike with a token-normalised loss: the largest difference of their loss curves and "
+    "of their held-out losses, nats/token."
+)
+
+
+def markdown_section(result: Aggregate) -> list[str]:
+    if result.training.empty:
+        return leakage_markdown(result)
+    return [
+        "\n## Training: $ per 1M training tokens and cost to the target loss\n",
+        NOTE + "\n",
+        md_table(records(result.training_cost, COST_HEADERS)),
+        "\n### Cheapest to the target loss per method and package\n",
+        md_table(records(trn.cheapest_to_target(result.training_cost), COST_HEADERS)),
+        "\n### Training rows\n",
+        md_table(records(result.training, ROW_HEADERS)),
+        "\n### Accumulation equivalence on the measured rows\n",
+        ACCUMULATION_NOTE + "\n",
+        md_table(records(trn.accumulation_pairs(result.training), ACCUMULATION_HEADERS)),
+        *leakage_markdown(result),
+    ]
+
+
+Column = tuple[str, str, Callable[[Any], str] | None]
+HtmlTable = Callable[[pd.DataFrame, Sequence[Column], str], str]
+
+
+def html_section(result: Aggregate, html_table: HtmlTable) -> list[str]:
+    if result.training.empty:
+        return leakage_html(result, html_table)
+    cost: list[Column] = [
+        (k, v, None if k in ("model", "train_method", "gpu", "provider") else fmt)
+        for k, v in COST_HEADERS.items()
+    ]
+    rows: list[Column] = [
+        (k, v, None if k in ("train_method", "optimizer", "status") else fmt)
+        for k, v in ROW_HEADERS.items()
+    ]
+    return [
+        '<h2 id="training">Training: $ per 1M training tokens and cost to the target loss</h2>',
+        f'<p class="note">{escape(NOTE)}</p>',
+        html_table(result.training_cost, cost, "training-cost"),
+        "<h3>Cheapest to the target loss per method and package</h3>",
+        html_table(trn.cheapest_to_target(result.training_cost), cost, "training-target"),
+        "<h3>Training rows</h3>",
+        html_table(result.training, rows, "training-rows"),
+        "<h3>Accumulation equivalence on the measured rows</h3>",
+        f'<p class="note">{escape(ACCUMULATION_NOTE)}</p>',
+        html_table(
+            trn.accumulation_pairs(result.training),
+            [
+                (k, v, fmt if k.startswith(("max", "abs", "tol", "tok")) else None)
+                for k, v in ACCUMULATION_HEADERS.items()
+            ],
+            "training-accumulation",
+        ),
+        *leakage_html(result, html_table),
+    ]

@@ -1,0 +1,205 @@
+"""The load generator's side without a server: prompts cut from the corpus, the `vllm bench serve`
+command line, and its JSON (recorded from real runs here, see fixtures/README.md) parsed into
+per-level records whose figures match the generator's own."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from harness.modes.serving.device.loadgen import (
+    LengthDist,
+    LevelResult,
+    LoadLevel,
+    bench_argv,
+    cut_prompts,
+    error_result,
+    generator_version,
+    level_result,
+    mark_saturation,
+    parse_bench_json,
+    write_dataset,
+)
+from harness.modes.serving.device.server import ServerConfig, VllmServer
+from harness.modes.serving.slo import Slo, meets
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+REPO = Path(__file__).resolve().parents[4]
+TINY_MODEL = str(REPO / "harness" / "data" / "tiny-llama")
+RECORDED_SLO = Slo(ttft_ms_p99=500, tpot_ms_p99=50)  # what the fixtures were recorded with
+
+
+def recorded(name: str) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((FIXTURES / name).read_text())
+    return data
+
+
+@pytest.mark.parametrize(("name", "concurrency"), [("bench-c1.json", 1), ("bench-c4.json", 4)])
+def test_parsed_level_matches_the_generators_own_figures(name: str, concurrency: int) -> None:
+    data = recorded(name)
+    run = parse_bench_json(data)
+    result = level_result(LoadLevel(concurrency=concurrency), run, RECORDED_SLO,
+                          sent=data["num_prompts"])  # fmt: skip
+    assert result.status == "ok" and result.concurrency == concurrency
+    assert result.requests_ok == data["completed"] and result.requests_failed == data["failed"]
+    assert result.requests_ok + result.requests_failed == result.requests_sent == 16
+    assert result.request_throughput == pytest.approx(data["request_throughput"])
+    assert result.output_tok_s == pytest.approx(data["output_throughput"])
+    for ours, theirs in (("ttft", "ttft"), ("tpot", "tpot"), ("e2e", "e2el")):
+        for p in (50, 99):
+            assert getattr(result, f"{ours}_ms_p{p}") == pytest.approx(data[f"p{p}_{theirs}_ms"])
+    assert result.itl_ms_p99 == pytest.approx(data["p99_itl_ms"])
+    # Goodput recomputed per request equals the generator's own (--goodput ttft:500 tpot:50).
+    assert result.goodput_rps == pytest.approx(data["request_goodput"])
+    assert result.goodput_rps is not None and result.request_throughput is not None
+    assert result.goodput_rps <= result.request_throughput
+    assert result.generator.startswith("vllm bench serve ")
+    # the load window and the tokens energy per token divides by
+    assert result.output_tokens == data["total_output_tokens"] == 237
+    assert result.window_start_s == min(data["start_times"])
+
+
+def test_a_json_without_start_times_has_no_load_window() -> None:
+    data = recorded("bench-c1.json")
+    del data["start_times"]
+    assert parse_bench_json(data).first_request_s is None
+
+
+def test_a_json_without_latencies_as_vllm_026_writes_it_takes_ttft_plus_itls() -> None:
+    data = recorded("bench-c4.json")
+    ours = parse_bench_json(data)
+    del data["latencies"]  # vLLM 0.26 (the GPU bundle) saves ttfts and itls, no latencies
+    derived = parse_bench_json(data)
+    for before, after in zip(ours.requests, derived.requests, strict=True):
+        assert after.e2e_ms == pytest.approx(after.ttft_ms + sum(after.itl_ms))
+        assert after.e2e_ms == pytest.approx(before.e2e_ms, rel=0.05)  # detokenize/stream tail
+    with pytest.raises(KeyError):
+        del data["ttfts"]
+        parse_bench_json(data)
+
+
+def test_attainment_is_recomputed_from_each_request() -> None:
+    data = recorded("bench-c4.json")
+    run = parse_bench_json(data)
+    ttft_ms = [t * 1000 for t in data["ttfts"]]
+    strict = Slo(ttft_ms_p99=sorted(ttft_ms)[7] + 1e-6, tpot_ms_p99=1000)  # 8 of 16 meet TTFT
+    result = level_result(LoadLevel(concurrency=4), run, strict, sent=16)
+    assert result.slo_attainment == pytest.approx(8 / 16)
+    assert sum(meets(r, strict) for r in run.requests) == 8
+    assert result.goodput_rps == pytest.approx(8 / run.duration_s)
+    assert result.request_throughput is not None and result.goodput_rps < result.request_throughput
+
+
+def test_a_level_whose_server_was_killed_accounts_for_every_request() -> None:
+    data = recorded("bench-c4-server-killed.json")
+    run = parse_bench_json(data)
+    assert (run.completed, run.failed) == (30, 370)
+    result = level_result(LoadLevel(concurrency=4), run, RECORDED_SLO, sent=400, status="error",
+                          error="the server died", server_log_tail=["last line"])  # fmt: skip
+    assert (result.requests_ok, result.requests_failed, result.requests_sent) == (30, 370, 400)
+    assert result.slo_attainment == pytest.approx(30 / 400)  # failed requests miss the SLO
+    assert result.server_log_tail == ["last line"] and result.status == "error"
+    failed = [r for r in run.requests if not r.ok]
+    assert all(r.error and r.output_tokens == 0 for r in failed)
+    assert any("Cannot connect" in r.error for r in failed)
+
+
+def test_requests_the_generator_did_not_report_count_as_failed() -> None:
+    run = parse_bench_json(recorded("bench-c1.json"))
+    result = level_result(LoadLevel(concurrency=1), run, RECORDED_SLO, sent=20)
+    assert (result.requests_ok, result.requests_failed) == (16, 4)
+    assert result.slo_attainment == pytest.approx(16 / 20)
+    with pytest.raises(ValueError, match="16 requests, 10 were sent"):
+        level_result(LoadLevel(concurrency=1), run, RECORDED_SLO, sent=10)
+
+
+def test_a_json_with_uneven_per_request_lists_is_refused() -> None:
+    data = recorded("bench-c1.json")
+    data["ttfts"] = data["ttfts"][:-1]
+    with pytest.raises(ValueError, match="ttfts has 15 entries"):
+        parse_bench_json(data)
+
+
+def test_an_error_level_without_output() -> None:
+    result = error_result(LoadLevel(request_rate=2.0), RECORDED_SLO, sent=16, error="no server")
+    assert result.mode == "request_rate" and result.request_rate == 2.0
+    assert (result.requests_ok, result.requests_failed, result.slo_attainment) == (0, 16, 0.0)
+    assert result.output_tok_s is None
+
+
+# --- levels, saturation -------------------------------------------------------------------------
+
+
+def test_a_load_level_has_exactly_one_kind() -> None:
+    assert LoadLevel(concurrency=4).label == "c4"
+    assert LoadLevel(request_rate=2.5).label == "r2.5"
+    assert LoadLevel(request_rate=2.5).bench_args() == [
+        "--request-rate", "2.5", "--burstiness", "1.0"]  # fmt: skip
+    with pytest.raises(ValidationError):
+        LoadLevel()
+    with pytest.raises(ValidationError):
+        LoadLevel(concurrency=1, request_rate=1.0)
+    with pytest.raises(ValidationError):
+        LoadLevel(concurrency=0)
+
+
+def synthetic(c: int, tok_s: float, e2e_p50: float, status: str = "ok") -> LevelResult:
+    return LevelResult(status=status, mode="concurrency", concurrency=c, requests_sent=16,  # type: ignore[arg-type]
+                       requests_ok=16, requests_failed=0, output_tok_s=tok_s, e2e_ms_p50=e2e_p50,
+                       slo_ttft_ms=1, slo_tpot_ms=1, generator="g")  # fmt: skip
+
+
+def test_mark_saturation_per_series() -> None:
+    levels = [synthetic(1, 100, 50), synthetic(4, 350, 60), synthetic(16, 355, 200),
+              synthetic(32, 10, 900, status="error")]  # fmt: skip
+    marked = mark_saturation(levels)
+    assert [r.saturated for r in marked] == [False, False, True, False]
+    assert [r.saturated for r in levels] == [False] * 4  # inputs untouched
+
+
+# --- prompts and the command line ---------------------------------------------------------------
+
+
+def test_prompts_are_cut_from_the_corpus_with_drawn_lengths(tmp_path: Path) -> None:
+    prompts = cut_prompts(TINY_MODEL, 24, LengthDist(mean=48, sd=12), LengthDist(mean=16, sd=4),
+                          seed=3, max_model_len=96)  # fmt: skip
+    again = cut_prompts(TINY_MODEL, 24, LengthDist(mean=48, sd=12), LengthDist(mean=16, sd=4),
+                        seed=3, max_model_len=96)  # fmt: skip
+    assert prompts == again  # deterministic per seed
+    assert len({p.prompt for p in prompts}) == 24  # non-overlapping slices
+    assert all(p.prompt_tokens + p.output_tokens <= 96 for p in prompts)
+    assert len({p.output_tokens for p in prompts}) > 1  # drawn, not constant
+    corpus = (REPO / "harness" / "data" / "corpus" / "wiki.test.raw").read_text(encoding="utf-8")
+    assert prompts[0].prompt.strip()[:20] in corpus
+    path = write_dataset(prompts, tmp_path / "d.jsonl")
+    lines = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+    assert lines[0] == {"prompt": prompts[0].prompt, "output_tokens": prompts[0].output_tokens}
+
+
+def test_prompts_wrap_around_a_short_text_and_reject_impossible_lengths() -> None:
+    prompts = cut_prompts(TINY_MODEL, 5, LengthDist(mean=30), LengthDist(mean=4),
+                          text="The quick brown fox jumps over the lazy dog. ")  # fmt: skip
+    assert len(prompts) == 5 and all(p.output_tokens == 4 for p in prompts)
+    with pytest.raises(ValueError, match="max_model_len"):
+        cut_prompts(TINY_MODEL, 2, LengthDist(mean=8), LengthDist(mean=64), max_model_len=32)
+
+
+def test_bench_command_line(tmp_path: Path) -> None:
+    server = VllmServer(ServerConfig(model=TINY_MODEL, served_model_name="tiny"),
+                        log_path=tmp_path / "s.log", port=8123)  # fmt: skip
+    argv = bench_argv(server, LoadLevel(concurrency=4), tmp_path / "d.jsonl", tmp_path, "c4.json",
+                      Slo(ttft_ms_p99=2000, tpot_ms_p99=100), requests=16)  # fmt: skip
+    joined = " ".join(argv)
+    assert argv[argv.index("bench") + 1] == "serve"
+    for part in (
+        "--backend vllm", "--base-url http://127.0.0.1:8123", "--served-model-name tiny",
+        "--dataset-name custom", "--custom-output-len -1", "--num-prompts 16",
+        "--max-concurrency 4", "--ignore-eos", "--save-result", "--save-detailed",
+        f"--result-dir {tmp_path}", "--result-filename c4.json", "--goodput ttft:2000 tpot:100",
+    ):  # fmt: skip
+        assert part in joined, part
+    assert generator_version().startswith("vllm bench serve ")

@@ -1,0 +1,234 @@
+"""The server wrapper without vLLM: argument mapping, and the process-group life cycle driven with
+a stand-in server (a few lines of Python that answer /health and /v1/models, and leave a child
+that ignores SIGTERM), so start, health check, failure with the log's tail, and stop (SIGTERM,
+then SIGKILL) are tested in seconds. The real `vllm serve` is in test_serve_vllm_cpu.py."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from harness.backends.base import BackendOptions
+from harness.backends.vllm import args as vb
+from harness.modes.serving.device.server import (
+    ServerConfig,
+    ServerError,
+    VllmServer,
+    free_port,
+    group_members,
+    port_in_use,
+    tail_lines,
+)
+from harness.spec.scenario import GroupKey, VllmOptions
+
+REPO = Path(__file__).resolve().parents[4]
+TINY_MODEL = str(REPO / "harness" / "data" / "tiny-llama")
+
+# A stand-in for `vllm serve`: serves /health and /v1/models on --port after `delay` seconds,
+# and starts a child (same process group) that ignores SIGTERM, as a stuck engine core would.
+FAKE_SERVER = r"""
+import http.server, json, signal, subprocess, sys, time
+args = sys.argv[1:]
+port = int(args[args.index("--port") + 1])
+name = args[args.index("--served-model-name") + 1]
+mode = {mode!r}
+print("fake server starting", flush=True)
+if mode == "crash":
+    print("ValueError: something the engine refused", flush=True)
+    sys.exit(3)
+child = subprocess.Popen([sys.executable, "-c",
+    "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)"])
+if mode == "never-ready":
+    time.sleep(600)
+if mode == "stubborn":
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+class Handler(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = b"" if self.path == "/health" else json.dumps({{"data": [{{"id": name}}]}}).encode()
+        self.send_response(200 if self.path in ("/health", "/v1/models") else 404)
+        self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *a):
+        pass
+http.server.HTTPServer(("127.0.0.1", port), Handler).serve_forever()
+"""
+
+
+def fake_command(mode: str) -> tuple[str, ...]:
+    return (sys.executable, "-c", FAKE_SERVER.format(mode=mode), "--")
+
+
+def config(**fields: Any) -> ServerConfig:
+    return ServerConfig(**{"model": TINY_MODEL, "served_model_name": "tiny", **fields})
+
+
+# --- arguments ----------------------------------------------------------------------------------
+
+
+def test_serve_args_carry_the_configuration() -> None:
+    args = config(
+        dtype="float32",
+        kv_cache_dtype="fp8_e5m2",
+        quantization="fp8",
+        max_model_len=256,
+        enforce_eager=True,
+        kv_cache_memory_bytes=32 * 2**20,
+        max_num_seqs=8,
+    ).serve_args("127.0.0.1", 8123)
+    joined = " ".join(args)
+    assert args[0] == TINY_MODEL
+    for part in (
+        "--host 127.0.0.1",
+        "--port 8123",
+        "--served-model-name tiny",
+        "--dtype float32",
+        "--kv-cache-dtype fp8_e5m2",
+        "--quantization fp8",
+        "--max-model-len 256",
+        "--enforce-eager",
+        "--kv-cache-memory-bytes 33554432",
+        "--max-num-seqs 8",
+        "--no-enable-prefix-caching",
+        f"--tokenizer {TINY_MODEL}",
+    ):
+        assert part in joined, part
+    assert "--gpu-memory-utilization" not in joined
+
+
+def test_config_from_the_offline_engine_kwargs_runs_the_same_configuration() -> None:
+    group = GroupKey(
+        target="cpu",
+        model="tiny-llama",
+        revision="main",
+        backend="vllm",
+        quantization="fp32",
+        kv_cache_dtype="fp8_e4m3",
+    )
+    options = BackendOptions(
+        device="cpu",
+        model_path=TINY_MODEL,
+        kv_cache_bytes=2**25,
+        max_context=320,
+        vllm=VllmOptions(enforce_eager=True),
+    )
+    kwargs = vb.engine_kwargs(group, options)
+    cfg = ServerConfig.from_engine_kwargs(kwargs, served_model_name="tiny")
+    assert (cfg.dtype, cfg.kv_cache_dtype, cfg.quantization) == ("float32", "fp8_e4m3", None)
+    assert (cfg.max_model_len, cfg.kv_cache_memory_bytes, cfg.enforce_eager) == (320, 2**25, True)
+    assert cfg.gpu_memory_utilization is None and not cfg.enable_prefix_caching
+
+
+def test_config_from_engine_kwargs_refuses_an_argument_it_cannot_map() -> None:
+    with pytest.raises(ValueError, match="speculative_config"):
+        ServerConfig.from_engine_kwargs({"model": "m", "speculative_config": {}})
+
+
+def test_free_port_is_free_and_tail_lines(tmp_path: Path) -> None:
+    assert not port_in_use(free_port())
+    log = tmp_path / "log.txt"
+    log.write_text("".join(f"line {i}\n" for i in range(100)))
+    assert tail_lines(log, 3) == ["line 97", "line 98", "line 99"]
+    assert tail_lines(tmp_path / "absent.txt") == []
+
+
+# --- life cycle, with the stand-in ----------------------------------------------------------------
+
+
+def test_starts_health_checks_and_stops_its_whole_group(tmp_path: Path) -> None:
+    server = VllmServer(
+        config(),
+        log_path=tmp_path / "server.log",
+        command=fake_command("ok"),
+        startup_timeout_s=60,
+        grace_s=2,
+    )
+    with server:
+        assert server.alive() and port_in_use(server.port)
+        assert server.base_url == f"http://127.0.0.1:{server.port}"
+        pgid = server.pgid
+        assert pgid is not None and len(group_members(pgid)) >= 2  # the server and its child
+    # The child ignored SIGTERM: only SIGKILL after the grace period ended it.
+    assert group_members(pgid) == [] and not port_in_use(server.port)
+    assert "fake server starting" in (tmp_path / "server.log").read_text()
+
+
+def test_a_server_that_ignores_sigterm_is_killed_after_the_grace_period(tmp_path: Path) -> None:
+    server = VllmServer(
+        config(),
+        log_path=tmp_path / "s.log",
+        command=fake_command("stubborn"),
+        startup_timeout_s=60,
+        grace_s=1,
+    )
+    server.start()
+    pgid = server.pgid
+    assert pgid is not None
+    started = time.monotonic()
+    server.stop()
+    assert group_members(pgid) == [] and time.monotonic() - started >= 1.0
+    server.stop()  # idempotent
+
+
+def test_a_server_that_exits_at_start_raises_with_its_log_tail(tmp_path: Path) -> None:
+    server = VllmServer(
+        config(),
+        log_path=tmp_path / "s.log",
+        command=fake_command("crash"),
+        startup_timeout_s=60,
+        grace_s=1,
+    )
+    with pytest.raises(ServerError) as info, server:
+        pass
+    assert "exited with code 3" in str(info.value)
+    assert "ValueError: something the engine refused" in info.value.log_tail
+    assert server.pgid is not None and group_members(server.pgid) == []
+
+
+def test_a_server_never_ready_times_out_and_its_group_is_stopped(tmp_path: Path) -> None:
+    server = VllmServer(
+        config(),
+        log_path=tmp_path / "s.log",
+        command=fake_command("never-ready"),
+        startup_timeout_s=3,
+        grace_s=1,
+    )
+    with pytest.raises(ServerError, match="not ready after 3 s"):
+        server.start()
+    assert server.pgid is not None and group_members(server.pgid) == []
+
+
+def test_a_failure_inside_the_block_still_stops_the_group(tmp_path: Path) -> None:
+    server = VllmServer(
+        config(),
+        log_path=tmp_path / "s.log",
+        command=fake_command("ok"),
+        startup_timeout_s=60,
+        grace_s=1,
+    )
+    with pytest.raises(KeyError), server:
+        raise KeyError("a level failed")
+    assert server.pgid is not None and group_members(server.pgid) == []
+
+
+def test_kill_ends_the_group_at_once(tmp_path: Path) -> None:
+    server = VllmServer(
+        config(),
+        log_path=tmp_path / "s.log",
+        command=fake_command("ok"),
+        startup_timeout_s=60,
+        grace_s=1,
+    )
+    with server:
+        server.kill()
+        deadline = time.monotonic() + 10
+        while server.alive() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not server.alive() and server.returncode() == -signal.SIGKILL
+    assert server.pgid is not None and group_members(server.pgid) == []
+    assert os.getpgid(os.getpid()) != server.pgid  # the test itself was never in its group

@@ -1,0 +1,100 @@
+"""Training rows in the store and the worker's training phase: strict reading that knows a
+training row generates nothing, old rows still read, and a point that fails leaves its plan."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from harness.row import Part, ResultRow, Status
+from harness.run import store
+from harness.run.contracts import WorkContext, point_row
+from harness.modes.training.device.run import train_points
+from harness.spec import models
+from harness.spec.scenario import Point, QualitySettings, Reference, VllmOptions
+from harness.modes.training.spec import TrainingPoint
+from tests.factories import row, write_run
+
+
+def training(**kw: object) -> ResultRow:
+    fields: dict[str, object] = {
+        "mode": "training", "output_tokens": 0, "train_method": "lora",
+        "loss_curve": [10.0, 9.5], "eval_curve": [[0.0, 9.9], [2.0, 9.4]],
+        "eval_window_nll": [9.1, 9.7], "train_peak_gap_pct": -3.0,
+    }  # fmt: skip
+    fields.update(kw)
+    return row(**fields)
+
+
+def test_a_training_row_reads_and_its_zero_output_tokens_is_allowed(tmp_path: Path) -> None:
+    run = write_run(tmp_path / "run", [training()])
+    rows, bad = store.read_rows(run)
+    assert len(rows) == 1 and not bad
+    assert rows[0].loss_curve == [10.0, 9.5]
+
+
+def test_zero_output_tokens_on_an_offline_row_or_a_broken_curve_is_refused(tmp_path: Path) -> None:
+    run = write_run(
+        tmp_path / "run",
+        [row(output_tokens=0), training(loss_curve=[10.0, -1.0]), training(eval_window_nll=[])],
+    )
+    rows, bad = store.read_rows(run)
+    reasons = sorted(reason for _, reason in bad)
+    assert len(rows) == 1 and len(bad) == 2, reasons
+    assert any("output_tokens = 0" in r for r in reasons)
+    assert any("loss_curve holds a value" in r for r in reasons)
+
+
+def test_an_old_row_without_training_columns_still_reads(tmp_path: Path) -> None:
+    run = write_run(tmp_path / "run", [row()])
+    path = next((run / "points").glob("*.json"))
+    data = json.loads(path.read_text())
+    for name in [k for k in data if k.startswith(("train", "loss_", "eval_", "grad_"))]:
+        del data[name]
+    for name in ("micro_batch", "grad_accum", "seq_len", "optimizer", "lr", "steps_to_target"):
+        data.pop(name, None)
+    path.write_text(json.dumps(data))
+    rows, bad = store.read_rows(run)
+    assert len(rows) == 1 and not bad and rows[0].train_method is None
+
+
+def test_a_point_that_fails_gives_an_error_row_with_its_plan_and_the_group_goes_on(
+    tmp_path: Path,
+) -> None:
+    ctx = WorkContext(
+        run_dir=str(tmp_path), run="r", reference=Reference(), quality=QualitySettings(),
+        vllm=VllmOptions(), reference_backend="transformers",
+    )  # fmt: skip
+    points = [
+        Point(
+            model="tiny-llama",
+            backend="transformers",
+            quantization="none",
+            kv_cache_dtype="auto",
+            batch=1,
+            context=16,
+            output_tokens=0,
+            target="cpu",
+            repeats=1,
+            training=TrainingPoint(
+                method="lora", micro_batch=1, grad_accum=1, seq_len=16, steps=steps, eval_windows=2
+            ),
+        )
+        for steps in (1, 2)
+    ]
+    tiny = str(models.PACKAGE_DATA / "tiny-llama")
+
+    def make(
+        point: Point, status: Status, error: str | None, parts: list[Part], card: str | None
+    ) -> ResultRow:
+        return point_row(point, *parts, run="r", corpus_hash="c", status=status, error=error)
+
+    group = points[0].group
+    missing = str(tmp_path / "none")
+    broken = list(train_points(group, points, ctx, make, device="cpu", model_path=missing,
+                               tokenizer_path=tiny, random_weights=False))  # fmt: skip
+    assert [r.status for r in broken] == ["error", "error"]
+    assert all(r.predicted_train_mib_backward and r.train_method == "lora" for r in broken)
+    fine = list(train_points(group, points[:1], ctx, make, device="cpu", model_path=tiny,
+                             tokenizer_path=tiny, random_weights=False))  # fmt: skip
+    assert fine[0].status == "ok" and fine[0].train_steps == 1
