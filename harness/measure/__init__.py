@@ -1,4 +1,5 @@
-"""Measurement primitives: memory per phase, timing, quality statistics, roofline ceilings.
+"""Measurement primitives: memory per phase, timing, quality statistics, the equal-quality
+verdict (`verdict`: pass / fail / undecided, margins, paired intervals), roofline ceilings.
 
 Nothing here imports torch (or any engine) at module import time; the CUDA paths import it
 inside the functions that need it, so planning and aggregation run where no engine is installed.

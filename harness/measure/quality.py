@@ -165,13 +165,27 @@ def top1_agreement(ref_argmax: ArrayLike, cand_argmax: ArrayLike) -> float:
 # ---------------------------------------------------------------- multiple choice
 
 
+def acc_norm_chars(choices: Sequence[str]) -> list[int]:
+    """The length that ``acc_norm`` divides by: each choice's characters, without the leading
+    space that is scored in front of it (the continuation is ``" " + choice``).
+
+    This is lm-evaluation-harness's rule (0.4.x, ``ConfigurableTask.process_results``:
+    ``completion_len = np.array([float(len(i)) for i in choices])``, where ``choices`` are the
+    texts of ``doc_to_choice``, before ``target_delimiter`` is put in front of them).
+    """
+    return [len(choice) for choice in choices]
+
+
 def arc_scores(
     choice_loglik: list[list[float]], choice_chars: list[list[int]], gold: list[int]
 ) -> tuple[float, float]:
     """(acc, acc_norm) over questions, as lm-evaluation-harness computes them.
 
-    acc: the choice with the highest total log-likelihood is the gold one.
-    acc_norm: the same with log-likelihood divided by the choice's length in characters.
+    acc: the choice with the highest total log-likelihood (of the continuation ``" " + choice``)
+    is the gold one.
+    acc_norm: the same with that log-likelihood divided by ``acc_norm_chars``: the choice's length
+    in characters, without the leading space (lm-eval's ``len(choice)``; dividing by
+    ``len(" " + choice)`` instead picks a different answer on some items).
     Ties go to the first choice (np.argmax).
     """
     hits = arc_hits(choice_loglik, choice_chars, gold)
