@@ -166,18 +166,19 @@ def _all_arc_items() -> tuple[ArcItem, ...]:
     return tuple(items)
 
 
-def arc_items(n: int) -> list[ArcItem]:
-    """A fixed subset of ``n`` ARC-Easy items spread evenly over the file (all of them if fewer).
+def arc_items(n: int | None) -> list[ArcItem]:
+    """A fixed subset of ``n`` ARC-Easy items spread evenly over the file (all of them if fewer,
+    or when ``n`` is None).
 
     Item ``round(i * total / n)`` for ``i = 0 .. n - 1``, in file order.
     """
-    if n < 1:
+    if n is not None and n < 1:
         raise ValueError(f"arc_items: n must be at least 1, got {n}")
     items = _all_arc_items()
     return [items[k] for k in arc_indices(n)]
 
 
-def arc_indices(n: int) -> list[int]:
+def arc_indices(n: int | None) -> list[int]:
     """The indices in ``ARC_FILE`` (0-based, blank lines skipped) of ``arc_items(n)``: the items'
     identities (question ids ``arc-easy:<index>``)."""
     return evenly_spaced(len(_all_arc_items()), n)

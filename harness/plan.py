@@ -18,18 +18,17 @@ activations + the KV cache it needs fit inside that share.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Iterable
 from typing import Protocol
 
 from pydantic import BaseModel, ConfigDict
 
+from harness import modes
 from harness.measure import roofline
 from harness.spec import catalog
 from harness.spec.capabilities import KV_CACHE_FORMATS, WEIGHT_FORMATS, compute_dtype_bytes
-from harness.spec.catalog import GpuSpec, ModelArch
-from harness import modes
-from harness.spec.scenario import CONFIGURATION_FIELDS, Grid, Point, Scenario, Skip
+from harness.spec.catalog import MLP_LINEARS, GpuSpec, ModelArch
+from harness.spec.scenario import CONFIGURATION_FIELDS, Grid, GroupKey, Point, Scenario, Skip
 from harness.units import GIB, MIB
 
 CUDA_CONTEXT_BYTES = 700 * MIB  # CUDA context + cuBLAS: 680–750 MiB measured on an H200
@@ -59,14 +58,15 @@ class ParamCounts(BaseModel):
 
 
 def param_counts(arch: ModelArch) -> ParamCounts:
-    h, kvh, hd = arch.hidden_size, arch.num_kv_heads, arch.head_dim
-    q_out = arch.num_heads * hd
-    attention = h * q_out + 2 * h * kvh * hd + q_out * h
-    mlp = 3 * h * arch.intermediate_size  # gate, up, down
+    h = arch.hidden_size
+    shapes = arch.linear_shapes()
+    attention = sum(i * o for name, (i, o) in shapes.items() if name not in MLP_LINEARS)
+    mlp = sum(i * o for name, (i, o) in shapes.items() if name in MLP_LINEARS)
     router = h * arch.num_experts if arch.num_experts > 1 else 0
     per_layer = attention + mlp * arch.num_experts + router
     active_per_layer = attention + mlp * arch.experts_per_token + router
-    bias = (q_out + 2 * kvh * hd) if arch.attention_bias else 0
+    q, k, v = (shapes[n][1] for n in ("q_proj", "k_proj", "v_proj"))
+    bias = q + k + v if arch.attention_bias else 0
     norms = 2 * h
     return ParamCounts(
         linear=arch.num_layers * per_layer,
@@ -101,10 +101,10 @@ def unquantized_bytes_per_param(arch: ModelArch, quantization: str) -> float:
 
 
 def _linear_output_rows(arch: ModelArch) -> int:
-    h, kvh, hd = arch.hidden_size, arch.num_kv_heads, arch.head_dim
-    attention_rows = arch.num_heads * hd + 2 * kvh * hd + h
-    mlp_rows = (2 * arch.intermediate_size + h) * arch.num_experts
-    return arch.num_layers * (attention_rows + mlp_rows)
+    """Output rows of every quantized linear (each carries its per-row scales)."""
+    shapes = arch.linear_shapes()
+    rows = sum(o * (arch.num_experts if n in MLP_LINEARS else 1) for n, (_, o) in shapes.items())
+    return arch.num_layers * rows
 
 
 def kv_bytes_per_token(arch: ModelArch, kv_cache_dtype: str, quantization: str) -> float:
@@ -296,7 +296,6 @@ def inference_plan(
     )
 
 
-
 def decode_ceiling_tok_s(card: GpuSpec, weights: float, arch: ModelArch, point: Point) -> float:
     """The bandwidth roofline (measure.roofline) for a point: weight bytes read per step + the KV
     cache at the mean decode context. An untied input embedding is a lookup of B rows, not a
@@ -323,7 +322,6 @@ def estimate_seconds(
     return (warmups + point.repeats) * per_run
 
 
-
 class Budget(BaseModel):
     model_config = ConfigDict(extra="forbid")
     points: int
@@ -332,6 +330,7 @@ class Budget(BaseModel):
     est_seconds: float
     est_load_seconds: float
     est_server_start_seconds: float = 0.0  # one `vllm serve` start per group with serving levels
+    est_quality_seconds: float = 0.0  # each group's quality phase (windows + ARC items scored)
     est_gpu_hours: float
     est_cost_usd: float | None = None
     tariff: str | None = None
@@ -375,21 +374,58 @@ def plan_grid(grid: Grid, gpu: str | None = None, hourly_usd: float | None = Non
             fitting.append(plan)
         else:
             skipped.append((Skip(point=point, reason=f"does not fit: {plan.reason}"), plan))
-    return Plan(points=fitting, skipped=skipped, budget=budget(fitting, skipped, hourly_usd))
+    quality_s = quality_seconds(fitting, scenario)
+    return Plan(
+        points=fitting,
+        skipped=skipped,
+        budget=budget(fitting, skipped, hourly_usd, quality_s),
+    )
+
+
+# Tokens one ARC-Easy item costs to score: each choice is scored after its query as one sequence
+# (the shipped items: 4.0 choices, queries of 124 and answers of 23 characters on average, at
+# ~4 characters a token).
+ARC_TOKENS_PER_ITEM = 4 * (31 + 6)
+ARC_ITEMS_IN_CORPUS = 2376  # harness/data/corpus/arc_easy.jsonl (its README); checked by a test
+
+
+def quality_seconds(fitting: Iterable[PointPlan], scenario: Scenario) -> dict[GroupKey, float]:
+    """Seconds of each group's quality phase (once per group with checkpoint weights and
+    offline points): a forward pass over every scored window and ARC item at the card's bf16
+    FLOP/s, 2 × active params per token, at the target's EFFICIENCY."""
+    settings = scenario.quality
+    out: dict[GroupKey, float] = {}
+    for p in fitting:
+        point = p.point
+        if point.mode != "offline" or point.weights == "random" or point.group in out:
+            continue
+        arch = catalog.model(point.model)
+        windows = settings.max_windows or max(1, 300_000 // settings.window_tokens)
+        arc = ARC_ITEMS_IN_CORPUS if settings.arc_count is None else settings.arc_count
+        tokens = windows * settings.window_tokens + arc * ARC_TOKENS_PER_ITEM
+        counts = param_counts(arch)
+        flops = 2 * (counts.active_linear + counts.embeddings) * tokens
+        card = catalog.gpu(p.gpu)
+        out[point.group] = flops / (card.bf16_tflops * 1e12) / EFFICIENCY[point.target]
+    return out
 
 
 def budget(
     fitting: Iterable[PointPlan],
     skipped: list[tuple[Skip, PointPlan | None]],
     hourly_usd: float | None,
+    quality_s: dict[GroupKey, float] | None = None,
 ) -> Budget:
     fitting = list(fitting)
     first_of_group = {p.point.group: p for p in reversed(fitting)}
     load_s = sum(p.weights_gib * GIB / (LOAD_GB_S * 1e9) for p in first_of_group.values())
     served = {p.point.group for p in fitting if p.point.serving is not None}
     server_s = len(served) * SERVER_START_S
-    seconds = sum(p.est_seconds for p in fitting) + load_s + server_s
+    quality_s = quality_s or {}
+    quality_total = sum(quality_s.values())
+    seconds = sum(p.est_seconds for p in fitting) + load_s + server_s + quality_total
     gpu_seconds = sum(p.est_seconds for p in fitting if p.point.target != "cpu")
+    gpu_seconds += sum(s for g, s in quality_s.items() if g.target != "cpu")
     gpu_seconds += SERVER_START_S * sum(1 for g in served if g.target != "cpu")
     gpu_hours = gpu_seconds / 3600
     return Budget(
@@ -399,6 +435,7 @@ def budget(
         est_seconds=seconds,
         est_load_seconds=load_s,
         est_server_start_seconds=server_s,
+        est_quality_seconds=quality_total,
         est_gpu_hours=gpu_hours,
         est_cost_usd=gpu_hours * hourly_usd if hourly_usd is not None else None,
     )

@@ -154,3 +154,30 @@ def test_plan_json_matches_the_contract_and_is_fast() -> None:
     assert all(s["reason"] for s in data["skipped"])
     assert any("binding term" in s["reason"] for s in data["skipped"])
     assert elapsed < 10  # a hang guard only; the 3 s target is measured by `make perf`
+
+
+def test_the_plan_counts_the_arc_items_the_corpus_ships() -> None:
+    from harness import corpus
+
+    assert len(corpus.arc_items(None)) == plan.ARC_ITEMS_IN_CORPUS
+
+
+def test_the_budget_carries_each_groups_quality_phase_and_all_items_cost_more() -> None:
+    from harness.spec.scenario import Scenario, expand
+
+    base = {
+        "name": "q", "models": [{"id": "tiny-llama"}], "backend": ["transformers"],
+        "quantization": ["none", "bf16"], "kv_cache_dtype": ["auto"], "batch": [1, 4],
+        "context": [128], "output_tokens": 8, "targets": ["cpu"],
+    }  # fmt: skip
+    few = plan.plan_grid(expand(Scenario.model_validate({**base, "quality": {"arc_items": 10}})))
+    every = plan.plan_grid(
+        expand(Scenario.model_validate({**base, "quality": {"arc_items": "all"}}))
+    )
+    groups = 2  # none and bf16: one quality phase each, whatever the batches
+    per_group = few.budget.est_quality_seconds / groups
+    assert per_group > 0
+    assert every.budget.est_quality_seconds > few.budget.est_quality_seconds
+    assert every.budget.est_seconds - few.budget.est_seconds == pytest.approx(
+        every.budget.est_quality_seconds - few.budget.est_quality_seconds
+    )

@@ -111,7 +111,7 @@ class Backend(ABC):
 
 REGISTRY: dict[str, str] = {
     "transformers": "harness.backends.transformers:TransformersBackend",
-    "vllm": "harness.backends.vllm:VllmBackend",
+    "vllm": "harness.backends.vllm.backend:VllmBackend",
 }
 
 

@@ -138,15 +138,14 @@ def print_plan(result: Any) -> None:
         console.print(skips)
     b = result.budget
     cost = f", ≈ ${b.est_cost_usd:.2f} on {b.tariff}" if b.est_cost_usd is not None else ""
+    parts = [
+        f"{b.est_load_seconds:.0f} s loading",
+        f"{b.est_server_start_seconds:.0f} s server starts" if b.est_server_start_seconds else "",
+        f"{b.est_quality_seconds:.0f} s quality scoring" if b.est_quality_seconds else "",
+    ]
     console.print(
         f"budget: {b.points} points in {b.groups} groups, {b.skipped} skipped; "
-        f"≈ {b.est_seconds:.0f} s measured work (+{b.est_load_seconds:.0f} s loading"
-        + (
-            f", {b.est_server_start_seconds:.0f} s server starts"
-            if b.est_server_start_seconds
-            else ""
-        )
-        + "), "
+        f"≈ {b.est_seconds:.0f} s in all (of which {', '.join(p for p in parts if p)}), "
         f"{b.est_gpu_hours:.3f} GPU-h{cost}"
     )
 

@@ -24,7 +24,7 @@ from pydantic import (
     model_validator,
 )
 
-from harness import __version__
+from harness import __version__, modes
 from harness.errors import UserInputError
 from harness.spec import catalog
 from harness.spec.capabilities import (
@@ -35,7 +35,6 @@ from harness.spec.capabilities import (
     Target,
 )
 from harness.spec.compat import rule_for
-from harness import modes
 from harness.spec.yamlinput import excerpt, load_model, parse_model
 
 # Plausible bounds: a value outside them is a typo or an attack, never a benchmark.
@@ -97,11 +96,30 @@ class Reference(Input):
     kv_cache_dtype: KvCacheDtype = "auto"
 
 
+# The metrics the equal-quality gate can decide on (harness.measure.verdict): the paired
+# per-window ΔNLL (perplexity) and the paired per-item ARC-Easy accuracy.
+GateMetric = Literal["ppl", "arc"]
+GATE_METRICS: tuple[GateMetric, ...] = ("ppl", "arc")
+
+
 class QualitySettings(Input):
     window_tokens: int = Field(256, gt=0, le=MAX_WINDOW_TOKENS)
     max_windows: int | None = Field(64, gt=0, le=MAX_WINDOWS)  # None = every window
-    arc_items: int = Field(100, ge=0, le=MAX_ARC_ITEMS)
+    # how many ARC-Easy test items are scored ("all": every item the corpus ships)
+    arc_items: Annotated[int, Field(ge=0, le=MAX_ARC_ITEMS)] | Literal["all"] = 100
     bootstrap_samples: int = Field(1000, gt=0, le=MAX_BOOTSTRAP)
+    # which measured metrics decide equal quality; None: every metric the run measures
+    gate: Annotated[list[GateMetric], Field(min_length=1)] | None = None
+
+    @property
+    def arc_count(self) -> int | None:
+        """The number of ARC items to score; None: all of them."""
+        return None if self.arc_items == "all" else self.arc_items
+
+    def gated(self) -> tuple[GateMetric, ...]:
+        """The metrics the gate reads, in GATE_METRICS order (ARC only where items are scored)."""
+        wanted = self.gate if self.gate is not None else list(GATE_METRICS)
+        return tuple(m for m in GATE_METRICS if m in wanted and (m != "arc" or self.arc_items))
 
 
 class VllmOptions(Input):
@@ -417,10 +435,6 @@ def check_quality_windows(
                 file=source,
                 field="quality.window_tokens",
             )
-
-
-
-
 
 
 def skip_reason(scenario: Scenario, point: Point, arch: catalog.ModelArch) -> str | None:

@@ -20,10 +20,33 @@ from typing import Any
 import numpy as np
 import pytest
 
-from harness.backends import vllm as vb
+from harness import plan
 from harness.backends.base import Backend, BackendOptions, WindowScores, backend_class
+from harness.backends.vllm.args import (
+    KV_CACHE_DTYPE_ARGS,
+    QUANTIZATION_ARGS,
+    checkpoint_quant_method,
+    engine_kwargs,
+    sampling_params_kwargs,
+)
+from harness.backends.vllm.backend import VllmBackend
+from harness.backends.vllm.dialect import EngineDialect
+from harness.backends.vllm.memory import (
+    HarnessWorkerExtension,
+    as_memory_error,
+    build_memory_facts,
+    kv_block_bytes,
+    kv_dtype_bytes,
+)
+from harness.backends.vllm.parse import (
+    continuation_logprob,
+    parse_generation,
+    parse_prompt_logprobs,
+    split_pair,
+)
 from harness.errors import UserInputError
 from harness.measure.quality import paired_dnll, perplexity
+from harness.spec import catalog
 from harness.spec.capabilities import VLLM_ONLINE_FP8
 from harness.spec.scenario import GroupKey, VllmOptions
 
@@ -71,7 +94,7 @@ def test_every_weight_and_kv_name_maps_to_vllm_arguments(
     tmp_path: Path, quant: str, kv: str
 ) -> None:
     path = checkpoint(tmp_path, "gptq" if quant == "gptq-int4" else None)
-    kwargs = vb.engine_kwargs(group(quantization=quant, kv_cache_dtype=kv), options(path))
+    kwargs = engine_kwargs(group(quantization=quant, kv_cache_dtype=kv), options(path))
     assert (kwargs["quantization"], kwargs["dtype"]) == EXPECTED_WEIGHTS[quant]
     assert kwargs["kv_cache_dtype"] == EXPECTED_KV[kv]
 
@@ -80,14 +103,14 @@ def test_the_vllm_names_come_from_the_capability_table() -> None:
     """One home per fact: what vLLM is measured with is what the table says vLLM runs."""
     from harness.spec.capabilities import kv_cache_formats_for, weight_formats_for
 
-    assert list(vb.QUANTIZATION_ARGS) == weight_formats_for("vllm")
-    assert list(vb.KV_CACHE_DTYPE_ARGS) == kv_cache_formats_for("vllm")
+    assert list(QUANTIZATION_ARGS) == weight_formats_for("vllm")
+    assert list(KV_CACHE_DTYPE_ARGS) == kv_cache_formats_for("vllm")
 
 
 def test_engine_arguments_carry_the_scenario_options_and_start_no_ray(tmp_path: Path) -> None:
     path = checkpoint(tmp_path)
     vllm = VllmOptions(gpu_memory_utilization=0.55, enforce_eager=True, max_model_len=3000)
-    kwargs = vb.engine_kwargs(group(), options(path, seed=7, vllm=vllm, max_context=1024))
+    kwargs = engine_kwargs(group(), options(path, seed=7, vllm=vllm, max_context=1024))
     assert kwargs["model"] == kwargs["tokenizer"] == path
     assert kwargs["gpu_memory_utilization"] == 0.55
     assert "kv_cache_memory_bytes" not in kwargs  # a GPU takes its share of the card
@@ -97,27 +120,29 @@ def test_engine_arguments_carry_the_scenario_options_and_start_no_ray(tmp_path: 
     assert kwargs["distributed_executor_backend"] == "uni"  # never "ray"
     assert kwargs["enable_prefix_caching"] is False
     assert kwargs["disable_log_stats"] is False  # the engine's per-request timestamps
-    assert kwargs["worker_extension_cls"] == "harness.backends.vllm.HarnessWorkerExtension"
+    assert kwargs["worker_extension_cls"] == "harness.backends.vllm.memory.HarnessWorkerExtension"
+    module, _, name = kwargs["worker_extension_cls"].rpartition(".")
+    assert getattr(importlib.import_module(module), name) is HarnessWorkerExtension  # by name
     assert "revision" not in kwargs and "load_format" not in kwargs
 
 
 def test_on_the_cpu_the_kv_pool_comes_from_the_options(tmp_path: Path) -> None:
     cpu = options(checkpoint(tmp_path), device="cpu", kv_cache_bytes=KV_POOL)
-    kwargs = vb.engine_kwargs(group(target="cpu"), cpu)
+    kwargs = engine_kwargs(group(target="cpu"), cpu)
     assert kwargs["kv_cache_memory_bytes"] == KV_POOL
     assert "gpu_memory_utilization" not in kwargs
     with pytest.raises(ValueError, match="KV pool"):
-        vb.engine_kwargs(group(target="cpu"), cpu.model_copy(update={"kv_cache_bytes": None}))
+        engine_kwargs(group(target="cpu"), cpu.model_copy(update={"kv_cache_bytes": None}))
 
 
 def test_random_weights_load_the_dummy_format_and_a_hub_id_passes_its_revision() -> None:
-    kwargs = vb.engine_kwargs(group(revision="abc123"), options("org/x", random_weights=True))
+    kwargs = engine_kwargs(group(revision="abc123"), options("org/x", random_weights=True))
     assert kwargs["load_format"] == "dummy"
     assert kwargs["revision"] == "abc123"
 
 
 def test_an_fp8_serialized_checkpoint_keeps_vllms_fp8_method(tmp_path: Path) -> None:
-    kwargs = vb.engine_kwargs(group(quantization="fp8"), options(checkpoint(tmp_path, "fp8")))
+    kwargs = engine_kwargs(group(quantization="fp8"), options(checkpoint(tmp_path, "fp8")))
     assert kwargs["quantization"] == "fp8"
 
 
@@ -134,7 +159,7 @@ def test_what_vllm_cannot_serve_is_refused_naming_the_field(
     tmp_path: Path, fields: dict[str, str], field: str, words: str
 ) -> None:
     with pytest.raises(UserInputError) as err:
-        vb.engine_kwargs(group(**fields), options(checkpoint(tmp_path)))
+        engine_kwargs(group(**fields), options(checkpoint(tmp_path)))
     assert err.value.field == field
     assert words in str(err.value)
 
@@ -147,24 +172,24 @@ def test_a_checkpoint_quantized_otherwise_than_named_is_refused(
     tmp_path: Path, quant: str, declared: str
 ) -> None:
     with pytest.raises(UserInputError) as err:
-        vb.engine_kwargs(group(quantization=quant), options(checkpoint(tmp_path, declared)))
+        engine_kwargs(group(quantization=quant), options(checkpoint(tmp_path, declared)))
     assert err.value.field == "quantization"
     assert f"already quantized ({declared})" in str(err.value)
 
 
 def test_checkpoint_quant_method_reads_only_local_configs(tmp_path: Path) -> None:
-    assert vb.checkpoint_quant_method(checkpoint(tmp_path, "GPTQ")) == "gptq"
-    assert vb.checkpoint_quant_method(checkpoint(tmp_path)) is None
-    assert vb.checkpoint_quant_method("org/hub-id") is None
+    assert checkpoint_quant_method(checkpoint(tmp_path, "GPTQ")) == "gptq"
+    assert checkpoint_quant_method(checkpoint(tmp_path)) is None
+    assert checkpoint_quant_method("org/hub-id") is None
     broken = tmp_path / "broken"
     broken.mkdir()
     (broken / "config.json").write_text("{not json")
-    assert vb.checkpoint_quant_method(str(broken)) is None
+    assert checkpoint_quant_method(str(broken)) is None
 
 
 # --- the engine dialect (0.26 / 0.32 / 0.33) ----------------------------------------------------
 
-OLD = vb.EngineDialect(version="0.26.0", engine_args=frozenset({"model", "quantization"}),
+OLD = EngineDialect(version="0.26.0", engine_args=frozenset({"model", "quantization"}),
                        online_fp8="fp8", scores_given_ids=False)  # fmt: skip
 
 
@@ -177,7 +202,7 @@ def test_a_dialect_names_online_fp8_its_way_and_leaves_out_only_optional_argumen
 
 
 def test_the_installed_engine_is_read_for_its_dialect() -> None:
-    dialect = vb.EngineDialect.detect()
+    dialect = EngineDialect.detect()
     assert dialect.version.startswith("0.")
     assert {"kv_cache_memory_bytes", "disable_log_stats", "load_format"} <= dialect.engine_args
     assert dialect.online_fp8 == "fp8_per_tensor"  # registered in 0.26 and later
@@ -193,7 +218,7 @@ def test_the_installed_engine_is_read_for_its_dialect() -> None:
      ("max_model_len must be positive", False)],
 )  # fmt: skip
 def test_vllms_kv_memory_errors_become_memory_errors(message: str, oom: bool) -> None:
-    translated = vb.as_memory_error(ValueError(message))
+    translated = as_memory_error(ValueError(message))
     assert isinstance(translated, MemoryError) is oom
     assert ("out of memory" in str(translated)) is oom
 
@@ -202,7 +227,7 @@ def test_vllms_kv_memory_errors_become_memory_errors(message: str, oom: bool) ->
 
 
 def test_sampling_is_greedy_with_a_fixed_length_and_no_text() -> None:
-    assert vb.sampling_params_kwargs(32) == {
+    assert sampling_params_kwargs(32) == {
         "n": 1,
         "temperature": 0.0,
         "max_tokens": 32,
@@ -213,10 +238,10 @@ def test_sampling_is_greedy_with_a_fixed_length_and_no_text() -> None:
 
 
 def test_sampling_can_ask_for_prompt_logprobs_and_fixed_ids() -> None:
-    kwargs = vb.sampling_params_kwargs(1, prompt_logprobs=5, prompt_logprob_token_ids=[[1, 2]])
+    kwargs = sampling_params_kwargs(1, prompt_logprobs=5, prompt_logprob_token_ids=[[1, 2]])
     assert kwargs["prompt_logprobs"] == 5
     assert kwargs["prompt_logprob_token_ids"].tolist() == [[1, 2]]
-    assert vb.sampling_params_kwargs(1, prompt_logprobs=0)["prompt_logprobs"] == 0
+    assert sampling_params_kwargs(1, prompt_logprobs=0)["prompt_logprobs"] == 0
 
 
 @pytest.mark.parametrize(
@@ -224,7 +249,7 @@ def test_sampling_can_ask_for_prompt_logprobs_and_fixed_ids() -> None:
 )
 def test_sampling_refuses_what_the_harness_never_means(new_tokens: int, extra: Any) -> None:
     with pytest.raises(ValueError):
-        vb.sampling_params_kwargs(new_tokens, **extra)
+        sampling_params_kwargs(new_tokens, **extra)
 
 
 # --- fakes shaped like vLLM's outputs -----------------------------------------------------------
@@ -261,7 +286,7 @@ def test_parse_prompt_logprobs_gives_nll_argmax_and_topk() -> None:
     table = bigram_table()
     windows = [[1, 4, 2, 9, 3], [0, 0, 7, 11, 5]]
     plps = [vllm_prompt_logprobs(table, w, k=3) for w in windows]
-    scores = vb.parse_prompt_logprobs(plps, windows, None, 3)
+    scores = parse_prompt_logprobs(plps, windows, None, 3)
     for w, ids in enumerate(windows):
         rows = table[ids[:-1]]
         assert scores.nll_sum[w] == pytest.approx(-sum(rows[i, ids[i + 1]] for i in range(4)))
@@ -282,7 +307,7 @@ def test_reference_ids_outside_our_topk_are_nan() -> None:
         for row, actual in zip(order, [4, 2], strict=True)
     ]
     ref = np.stack([order[:, 0], absent], axis=1)[None]  # the argmax, and an id we did not return
-    scores = vb.parse_prompt_logprobs([vllm_prompt_logprobs(table, window[0], 3)], window, ref, 3)
+    scores = parse_prompt_logprobs([vllm_prompt_logprobs(table, window[0], 3)], window, ref, 3)
     assert scores.logprobs_at_ref is not None
     at_ref = scores.logprobs_at_ref[0]
     assert at_ref[:, 0] == pytest.approx(table[[1, 4]].max(axis=1))
@@ -294,7 +319,7 @@ def test_reference_ids_scored_by_the_engine_are_taken_as_given() -> None:
     window = [[1, 4, 2]]
     ref = np.array([[[5, 6], [7, 8]]])
     scored = np.array([[-1.0, -2.0], [-3.0, -4.0]])
-    scores = vb.parse_prompt_logprobs(
+    scores = parse_prompt_logprobs(
         [vllm_prompt_logprobs(table, window[0], 2)], window, ref, 2, token_id_logprobs=[scored]
     )
     assert scores.logprobs_at_ref is not None
@@ -304,7 +329,7 @@ def test_reference_ids_scored_by_the_engine_are_taken_as_given() -> None:
 def test_a_topk_of_one_still_finds_the_argmax_and_the_actual_token() -> None:
     table = bigram_table()
     window = [[3, 3, 3, 3]]
-    scores = vb.parse_prompt_logprobs([vllm_prompt_logprobs(table, window[0], 1)], window, None, 1)
+    scores = parse_prompt_logprobs([vllm_prompt_logprobs(table, window[0], 1)], window, None, 1)
     assert scores.argmax[0].tolist() == [int(table[3].argmax())] * 3
     assert scores.nll_sum[0] == pytest.approx(-3 * table[3, 3])
 
@@ -324,7 +349,7 @@ def test_malformed_prompt_logprobs_are_errors_not_numbers(
     plps: Any, windows: Any, ref: Any, message: str
 ) -> None:
     with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
-        vb.parse_prompt_logprobs(plps, windows, ref, 2)
+        parse_prompt_logprobs(plps, windows, ref, 2)
 
 
 def completion(token_ids: list[int]) -> SimpleNamespace:
@@ -340,7 +365,7 @@ def test_generation_counts_and_times_come_from_the_outputs_and_the_engine() -> N
         SimpleNamespace(**vars(completion([5] * 17)), metrics=stats(100.02, 100.18)),
         SimpleNamespace(**vars(completion([1] * 9)), metrics=stats(100.03, 100.11)),
     ]
-    gen = vb.parse_generation(outputs, started=100.0)
+    gen = parse_generation(outputs, started=100.0)
     assert gen.new_tokens == [17, 9]
     assert gen.step_ms == [pytest.approx(30.0)]  # the batch's last first token
     assert gen.e2e_ms == pytest.approx(180.0)  # the batch's last token
@@ -356,7 +381,7 @@ def test_generation_counts_and_times_come_from_the_outputs_and_the_engine() -> N
 def test_missing_or_disordered_engine_timestamps_are_errors(metrics: Any, message: str) -> None:
     outputs = [SimpleNamespace(**vars(completion([5] * 4)), metrics=metrics)]
     with pytest.raises(ValueError, match=message):
-        vb.parse_generation(outputs, started=100.0)
+        parse_generation(outputs, started=100.0)
 
 
 def words(text: str, add_special_tokens: bool = True) -> list[int]:
@@ -379,7 +404,7 @@ def no_bos(text: str) -> list[int]:
 
 
 def test_a_pair_is_context_ids_then_continuation_ids_as_in_the_transformers_backend() -> None:
-    ids, n_context = vb.split_pair(no_bos, "The", " cat sat")
+    ids, n_context = split_pair(no_bos, "The", " cat sat")
     assert ids == [7, 3, 4]
     assert n_context == 1
 
@@ -389,16 +414,16 @@ def test_a_pair_without_context_or_continuation_tokens_is_refused(
     context: str, continuation: str
 ) -> None:
     with pytest.raises(ValueError, match="need a token each"):
-        vb.split_pair(no_bos, context, continuation)
+        split_pair(no_bos, context, continuation)
 
 
 def test_continuation_logprob_sums_the_continuation_only() -> None:
     table = bigram_table()
     ids = [0, 7, 3, 4]
     plp = vllm_prompt_logprobs(table, ids, 0)
-    assert vb.continuation_logprob(plp, ids, 2) == pytest.approx(table[7, 3] + table[3, 4])
+    assert continuation_logprob(plp, ids, 2) == pytest.approx(table[7, 3] + table[3, 4])
     with pytest.raises(ValueError):
-        vb.continuation_logprob(plp, ids, 0)
+        continuation_logprob(plp, ids, 0)
 
 
 # --- memory -------------------------------------------------------------------------------------
@@ -407,20 +432,30 @@ def test_continuation_logprob_sums_the_continuation_only() -> None:
 def test_kv_block_bytes_follow_the_kv_formula() -> None:
     # Llama-3.1-8B, 16-token blocks, bf16: 2 × 32 × 8 × 128 × 16 × 2 = 2 MiB
     assert (
-        vb.kv_block_bytes(
-            num_layers=32, num_kv_heads=8, head_size=128, block_size=16, dtype_bytes=2
-        )
+        kv_block_bytes(num_layers=32, num_kv_heads=8, head_size=128, block_size=16, dtype_bytes=2)
         == 2 * 2**20
     )
-    assert vb.kv_dtype_bytes("auto", 2) == 2
-    assert vb.kv_dtype_bytes("fp8_e5m2", 2) == 1
-    assert vb.kv_dtype_bytes("float16", 4) == 2
+    assert kv_dtype_bytes("auto", 2) == 2
+    assert kv_dtype_bytes("fp8_e5m2", 2) == 1
+    assert kv_dtype_bytes("float16", 4) == 2
     with pytest.raises(ValueError):
-        vb.kv_dtype_bytes("int8_per_token_head", 2)
+        kv_dtype_bytes("int8_per_token_head", 2)
+
+
+def test_a_kv_block_holds_the_planners_kv_bytes_per_token_times_its_tokens() -> None:
+    arch = catalog.model("meta-llama/Llama-3.1-8B-Instruct")
+    block = kv_block_bytes(
+        num_layers=arch.num_layers,
+        num_kv_heads=arch.num_kv_heads,
+        head_size=arch.head_dim,
+        block_size=16,
+        dtype_bytes=1,  # an fp8 KV cache
+    )
+    assert block == 16 * plan.kv_bytes_per_token(arch, "fp8", "bf16")
 
 
 def test_memory_facts_keep_preallocation_apart_from_weights_and_kv() -> None:
-    facts = vb.build_memory_facts(
+    facts = build_memory_facts(
         num_gpu_blocks=1000,
         block_bytes=2**20,
         gpu_memory_utilization=0.5,
@@ -431,7 +466,7 @@ def test_memory_facts_keep_preallocation_apart_from_weights_and_kv() -> None:
     assert facts.preallocated_bytes == 40 * 2**30
     assert facts.weights_bytes == 16 * 2**30
     assert facts.extra["worker_kv_allocated_bytes"] == 1000 * 2**20
-    empty = vb.build_memory_facts(
+    empty = build_memory_facts(
         num_gpu_blocks=None, block_bytes=None, gpu_memory_utilization=0.9, device_total_bytes=None
     )
     assert (empty.weights_bytes, empty.kv_cache_bytes, empty.preallocated_bytes) == (None,) * 3
@@ -445,7 +480,7 @@ def test_the_worker_extension_reports_plain_ints_and_counts_shared_storage_once(
         available_kv_cache_memory_bytes=9000,
         init_snapshot=SimpleNamespace(total_memory=10**9),
     )
-    report = vb.HarnessWorkerExtension.harness_memory_report(worker)  # type: ignore[arg-type]
+    report = HarnessWorkerExtension.harness_memory_report(worker)  # type: ignore[arg-type]
     assert report == {"weights_bytes": 123, "kv_available_bytes": 9000, "total_bytes": 10**9,
                       "kv_allocated_bytes": 4 * 1024 * 2}  # fmt: skip
     assert all(type(v) is int for v in report.values())
@@ -587,15 +622,19 @@ def test_closing_the_engine_returns_its_kv_pool() -> None:
 
 
 def test_the_registry_resolves_vllm_without_importing_vllm() -> None:
-    assert backend_class("vllm") is vb.VllmBackend
-    code = "import sys, harness.backends.vllm; assert 'vllm' not in sys.modules"
+    assert backend_class("vllm") is VllmBackend
+    code = (
+        "import sys, harness.backends.vllm.backend, harness.backends.vllm.args, "
+        "harness.backends.vllm.dialect, harness.backends.vllm.memory, harness.backends.vllm.parse; "
+        "assert 'vllm' not in sys.modules"
+    )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO)
 
 
 def test_a_bad_group_fails_before_any_engine_is_imported(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "vllm", None)  # any import of vllm would now fail
     with pytest.raises(UserInputError):
-        vb.VllmBackend(group(quantization="bnb-nf4"), options("x"))
+        VllmBackend(group(quantization="bnb-nf4"), options("x"))
 
 
 # --- scripts/gpu_check.py -----------------------------------------------------------------------

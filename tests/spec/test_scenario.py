@@ -122,7 +122,7 @@ MALFORMED: dict[str, tuple[str, str]] = {
     ),
     "quality unknown field": (
         BASE + "quality: {max_window: 10}\n",
-        "bad.yaml:9: quality.max_window: unknown field (did you mean 'max_windows'?); expected one of: window_tokens, max_windows, arc_items, bootstrap_samples",
+        "bad.yaml:9: quality.max_window: unknown field (did you mean 'max_windows'?); expected one of: window_tokens, max_windows, arc_items, bootstrap_samples, gate",
     ),
     "vllm utilisation above one": (
         BASE + "vllm: {gpu_memory_utilization: 1.5}\n",

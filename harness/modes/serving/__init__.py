@@ -1,14 +1,16 @@
-"""Serving under load (issue 13): a real `vllm serve` per configuration, driven by vLLM's own
-load generator (`vllm bench serve`), its per-request data turned into typed per-level records
-with SLO attainment and goodput.
+"""Serving mode: a real `vllm serve` per configuration, driven by vLLM's own load generator
+(`vllm bench serve`), its per-request data turned into typed per-level records with SLO
+attainment and goodput. Roles of the files: see `harness.modes.base`.
 
-- `server`   the server process: start on a free port in its own process group, health check,
+- `spec`, `points`, `plan`, `price`, `report`: the serving block, its points, their plan, the
+  level at the SLO priced per package, the report's serving charts.
+- `device/server`   the server process: start on a free port in its own process group, health check,
              stop the whole group (SIGTERM, then SIGKILL), its log's last lines on failure.
-- `loadgen`  prompts cut from the shipped corpus, one `vllm bench serve` run per load level,
+- `device/loadgen`  prompts cut from the shipped corpus, one `vllm bench serve` run per load level,
              its JSON parsed into a `LevelResult`.
 - `slo`      the SLO model and the pure figures: per-request attainment, goodput, saturation
              across levels, the level chosen at the SLO.
-- `vllm_cli` `python -m harness.modes.serving.device.vllm_cli ...` = the `vllm` command (see its docstring).
+- `device/vllm_cli`  `python -m harness.modes.serving.device.vllm_cli ...` = the `vllm` command.
 
 Nothing here imports vLLM, torch or an engine at module level: the engine runs in child
 processes only.

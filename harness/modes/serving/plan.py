@@ -31,16 +31,18 @@ def plan_serving_point(
         update={"mode_contract": {"mode": "serving", "serving": level.model_dump()}}
     )
 
+
 def serving_seconds(point: Point, card: GpuSpec, arch: ModelArch, ceiling: float) -> float:
     """One load level: closed loop, ⌈requests ÷ concurrency⌉ rounds of one batch of `batch`
     requests (as `estimate_seconds` times one run); open loop, the arrivals' span (requests ÷
     rate) plus one request's run; plus the generator's start."""
     level = point.serving
     assert level is not None
-    one_run = planner.estimate_seconds(point.model_copy(update={"repeats": 1}), card, arch, 0, ceiling, 0)
+    one_run = planner.estimate_seconds(
+        point.model_copy(update={"repeats": 1}), card, arch, 0, ceiling, 0
+    )
     if level.concurrency is not None:
         span = math.ceil(level.requests / level.concurrency) * one_run
     else:
         span = level.requests / (level.request_rate or 1.0) + one_run
     return span + planner.GENERATOR_START_S
-

@@ -34,7 +34,8 @@ MAX_SERVING_DURATION_S = 3600.0
 MAX_LEVELS = 32
 MAX_LENGTH = 1 << 20  # tokens
 MAX_SLO_MS = 3_600_000.0  # an hour
-SPARE_TOKENS = 8  # what a prompt's decode/encode round trip may add (harness.modes.serving.device.loadgen)
+# what a prompt's decode/encode round trip may add (harness.modes.serving.device.loadgen)
+SPARE_TOKENS = 8
 
 Concurrency = Annotated[int, Field(gt=0, le=MAX_CONCURRENCY)]
 Rate = Annotated[float, Field(gt=0.0, le=MAX_REQUEST_RATE)]
@@ -142,7 +143,7 @@ class ServingLevel(BaseModel):
         return f"c{self.concurrency}" if self.concurrency is not None else f"r{self.request_rate:g}"
 
     def drawn_lengths(self) -> list[tuple[int, int]]:
-        """(prompt, output) tokens per request, as `harness.modes.serving.device.loadgen.cut_prompts` draws
+        """(prompt, output) tokens per request, as `device.loadgen.cut_prompts` draws
         them from the same seed (before a prompt is shortened to fit max_model_len)."""
         rng = random.Random(self.seed)
 

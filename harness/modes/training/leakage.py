@@ -12,7 +12,7 @@ Texts seen (source → role):
                             (scripts/train_tiny_model.py)
   gptq calibration          the 64 wiki.valid.raw paragraphs GPTQ calibrates on
                             (harness.backends.transformers, corpus.calibration_texts)
-  fine-tuning train block   the train block of a training scenario's data (harness.modes.training.data)
+  fine-tuning train block   the train block of a training scenario's data (`data`)
 Texts scored: the inference eval corpus (wiki.test.raw) and each training scenario's eval block.
 """
 

@@ -27,8 +27,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict
 
-from harness.spec.catalog import ModelArch
 from harness.modes.training.spec import TrainingPoint
+from harness.spec.catalog import MLP_LINEARS, ModelArch
 
 LORA_DTYPE_BYTES = 4  # peft keeps adapters in fp32 (autocast_adapter_dtype)
 BNB_MIN_8BIT_SIZE = 4096  # bitsandbytes keeps 32-bit states for smaller tensors
@@ -36,30 +36,15 @@ BNB_BLOCK = 256  # values per absmax block of a blockwise 8-bit state
 BNB_QMAP_BYTES = 2 * 256 * 4  # two 256-entry fp32 maps per 8-bit tensor
 
 
-def linear_shapes(arch: ModelArch) -> dict[str, tuple[int, int]]:
-    """(in_features, out_features) of each linear of one decoder layer (Llama-style names)."""
-    h, hd, i = arch.hidden_size, arch.head_dim, arch.intermediate_size
-    q, kv = arch.num_heads * hd, arch.num_kv_heads * hd
-    return {
-        "q_proj": (h, q),
-        "k_proj": (h, kv),
-        "v_proj": (h, kv),
-        "o_proj": (q, h),
-        "gate_proj": (h, i),
-        "up_proj": (h, i),
-        "down_proj": (i, h),
-    }
-
-
 def lora_tensors(arch: ModelArch, r: int, targets: tuple[str, ...]) -> list[int]:
     """Element counts of the LoRA tensors: per layer and target, A (r × in) and B (out × r). MLP
     targets on a mixture-of-experts model count once per expert."""
-    shapes = linear_shapes(arch)
+    shapes = arch.linear_shapes()
     out: list[int] = []
     for _ in range(arch.num_layers):
         for name in targets:
             fan_in, fan_out = shapes[name]
-            copies = arch.num_experts if name in ("gate_proj", "up_proj", "down_proj") else 1
+            copies = arch.num_experts if name in MLP_LINEARS else 1
             out += [r * fan_in, fan_out * r] * copies
     return out
 
@@ -67,11 +52,11 @@ def lora_tensors(arch: ModelArch, r: int, targets: tuple[str, ...]) -> list[int]
 def full_tensors(arch: ModelArch) -> list[int]:
     """Element counts of every parameter tensor of the model (all of them train)."""
     h = arch.hidden_size
-    shapes = linear_shapes(arch)
+    shapes = arch.linear_shapes()
     out = [arch.vocab_size * h]
     for _ in range(arch.num_layers):
         for name, (fan_in, fan_out) in shapes.items():
-            copies = arch.num_experts if name in ("gate_proj", "up_proj", "down_proj") else 1
+            copies = arch.num_experts if name in MLP_LINEARS else 1
             out += [fan_in * fan_out] * copies
         if arch.attention_bias:
             out += [shapes["q_proj"][1], shapes["k_proj"][1], shapes["v_proj"][1]]

@@ -77,4 +77,3 @@ def plan_training_point(
             "trainable_params": mem.trainable_params,
         },
     )
-

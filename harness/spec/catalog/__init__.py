@@ -36,6 +36,10 @@ class GpuSpec(BaseModel):
     source: str
 
 
+# The linears of a decoder layer's MLP: one copy per expert on a mixture of experts.
+MLP_LINEARS = ("gate_proj", "up_proj", "down_proj")
+
+
 class ModelArch(BaseModel):
     """The facts of a config.json that memory and roofline need."""
 
@@ -62,6 +66,41 @@ class ModelArch(BaseModel):
     @property
     def dtype_bytes(self) -> int:
         return DTYPE_BYTES.get(self.dtype, 2)
+
+    def linear_shapes(self) -> dict[str, tuple[int, int]]:
+        """(in_features, out_features) of each linear of one decoder layer (Llama-style names);
+        the MLP's three count once per expert on a mixture of experts (see `MLP_LINEARS`)."""
+        h, hd, i = self.hidden_size, self.head_dim, self.intermediate_size
+        q, kv = self.num_heads * hd, self.num_kv_heads * hd
+        return {
+            "q_proj": (h, q),
+            "k_proj": (h, kv),
+            "v_proj": (h, kv),
+            "o_proj": (q, h),
+            "gate_proj": (h, i),
+            "up_proj": (h, i),
+            "down_proj": (i, h),
+        }
+
+    def kv_bytes_per_token(self, bytes_per_element: float) -> float:
+        """Bytes of K and V for one token across all layers (before any sliding-window cap)."""
+        return kv_bytes_per_token(
+            num_layers=self.num_layers,
+            num_kv_heads=self.num_kv_heads,
+            head_dim=self.head_dim,
+            bytes_per_element=bytes_per_element,
+        )
+
+
+def kv_bytes_per_token(
+    *, num_layers: int, num_kv_heads: int, head_dim: int, bytes_per_element: float
+) -> float:
+    """Bytes of K and V for one token across all layers: 2 × layers × kv_heads × head_dim × bytes.
+
+    The one home of this fact: the planner reads it from a ModelArch, the vLLM backend from the
+    engine's own model config (its KV block = this × tokens per block).
+    """
+    return 2 * num_layers * num_kv_heads * head_dim * bytes_per_element
 
 
 # Architecture facts a config.json must give, each a positive whole number.

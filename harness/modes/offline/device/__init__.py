@@ -1,0 +1,1 @@
+"""Offline mode, device side: `run` (a group's offline points on one load of the engine)."""
