@@ -1,35 +1,27 @@
 """Speed of `harness plan` on a real-model grid, the whole command as a person runs it.
 
 Prints `plan: <points> points (+<skipped> skipped) in <s> s (median of N runs, whole command)`;
-the target (issue 2) is under 3 s without a GPU.
+the target (issue 2) is under 3 s without a GPU. How: harness.bench.perf_plan.
 """
 
 from __future__ import annotations
 
-import json
-import statistics
-import subprocess
+import argparse
 import sys
-import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-GRID = ROOT / "scenarios" / "examples" / "llama-8b-h100.yaml"
-RUNS = 3
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from harness.bench.perf_plan import GPU, GRID, RUNS, time_plan
 
 
 def main() -> None:
-    argv = [sys.executable, "-m", "harness.cli", "plan", str(GRID), "--gpu", "H100-SXM-80GB"]
-    seconds: list[float] = []
-    for _ in range(RUNS):
-        started = time.perf_counter()
-        done = subprocess.run([*argv, "--json"], cwd=ROOT, capture_output=True, check=True)
-        seconds.append(time.perf_counter() - started)
-    plan = json.loads(done.stdout)
-    print(
-        f"plan: {len(plan['points'])} points (+{len(plan['skipped'])} skipped) in "
-        f"{statistics.median(seconds):.2f} s (median of {RUNS} runs, whole command)"
-    )
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--grid", type=Path, default=GRID, help="the scenario to plan")
+    parser.add_argument("--gpu", default=GPU)
+    parser.add_argument("--runs", type=int, default=RUNS)
+    args = parser.parse_args()
+    print(time_plan(args.grid, args.gpu, args.runs))
 
 
 if __name__ == "__main__":

@@ -1,140 +1,18 @@
 """Ray overhead and scaling on one machine: the same sweep on 1 and on 2 simulated worker nodes.
 
-A `ray.cluster_utils.Cluster` (real Ray, one raylet per node): a head with num_cpus=1 and no
-accelerator resource (nothing can be placed there), plus 1 or 2 worker nodes advertising
-``{"accel:cpu": 1}`` with labels ``{"vendor": "cpu"}`` and num_cpus=1 each, exactly what
-`harness node start` advertises on a CPU machine. The sweep is run in this process with
-``harness.cli.main.run_sweep(scenario, cluster.address, out_dir, True, None)``: the tiny model,
-quantization {none, bnb-int8, bnb-nf4, bnb-fp4} × batch {1} × context {128}; 32 new tokens;
-repeats 3; quality max_windows 32, arc_items 20. Four groups of one point: the reference group
-(none) runs first, alone; the three others then share the worker nodes.
-
-Reported, per cluster size:
-- sweep wall time: ``time.perf_counter()`` around ``run_sweep`` (Ray connect, actors, streaming,
-  writing rows; the cluster's own start-up is printed separately);
-- Ray overhead per point = (wall − Σ measured_s − Σ load_s per group) / points, in ms: what is
-  neither measurement (timing + quality; the worker puts a group's quality time into its points'
-  ``measured_s``) nor model loading — actor start-up, imports in the actor, placement, transfers;
-- measured share = Σ measured_s / wall.
-With 2 nodes the groups overlap, so these sums are no longer a partition of the wall time: the
-overhead and share of the final line are the 1-node figures (the 2-node ones are printed above
-it). Each actor sizes torch's thread pool from its CPU affinity (2 here), so two actors at once
-on this 2-core machine compete for the same cores: the 2-node speed-up is bounded by that.
-
-Last line: ``scaling: 1 node <s> s, 2 nodes <s> s, ratio <x>; ray overhead <ms> ms/point;
-measured share <p> %`` (ratio = 2 nodes ÷ 1 node). Usage: python scripts/scaling.py [--reps N]
+What it measures and its last line: harness.bench.scaling. Usage:
+python scripts/scaling.py [--reps N] [--max-load L] [--max-wait S]
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import statistics
 import sys
-import tempfile
-import time
 from pathlib import Path
-from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "scripts"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from side_by_side import ENV, load1, log, machine_busy_s, wait_for_quiet  # noqa: E402
-
-for _key, _value in ENV.items():
-    os.environ.setdefault(_key, _value)
-
-SCENARIO = """\
-# written by scripts/scaling.py
-name: scaling
-models: [tiny-llama]
-backend: [transformers]
-quantization: [none, bnb-int8, bnb-nf4, bnb-fp4]
-kv_cache_dtype: [auto]
-batch: [1]
-context: [128]
-output_tokens: 32
-targets: [cpu]
-repeats: 3
-reference: {quantization: none, kv_cache_dtype: auto}
-quality: {window_tokens: 256, max_windows: 32, arc_items: 20}
-"""
-
-
-def sweep_on(workers: int, scenario: Path, out: Path, args: argparse.Namespace) -> dict[str, Any]:
-    import ray
-    from ray.cluster_utils import Cluster
-
-    from harness.cli.main import run_sweep
-
-    started = time.perf_counter()
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
-    for _ in range(workers):
-        cluster.add_node(num_cpus=1, resources={"accel:cpu": 1}, labels={"vendor": "cpu"})
-    cluster.wait_for_nodes()
-    cluster_s = time.perf_counter() - started
-    try:
-        wait_for_quiet(args.max_load, args.max_wait)
-        la0, busy0 = load1(), machine_busy_s()
-        started = time.perf_counter()
-        run_sweep(scenario, cluster.address, out, True, None)
-        wall = time.perf_counter() - started
-        la1, busy = load1(), machine_busy_s() - busy0
-    finally:
-        ray.shutdown()
-        cluster.shutdown()
-    rows = [json.loads(p.read_text()) for p in sorted((out / "points").glob("*.json"))]
-    ok = [r for r in rows if r["status"] == "ok"]
-    for r in rows:
-        if r["status"] != "ok":
-            log(f"  ! {r['group']}: {r['status']} {r['error']}")
-    groups: dict[str, dict[str, Any]] = {}
-    for r in ok:
-        groups.setdefault(r["group"], r)
-    measured = sum(r["measured_s"] or 0.0 for r in ok)
-    load = sum(g["load_s"] or 0.0 for g in groups.values())
-    quality = sum(g["quality_s"] or 0.0 for g in groups.values())
-    nodes = {r["provenance"]["node_id"] for r in ok}
-    return {
-        "workers": workers,
-        "cluster_s": cluster_s,
-        "wall_s": wall,
-        "points": len(rows),
-        "points_ok": len(ok),
-        "measured_s": measured,
-        "quality_s": quality,
-        "load_s": load,
-        "overhead_ms": 1e3 * (wall - measured - load) / max(len(rows), 1),
-        "share": measured / wall,
-        "nodes_used": len(nodes),
-        "load_before": la0,
-        "load_after": la1,
-        "machine_busy": busy / (wall * (os.cpu_count() or 1)),
-        "per_group": {
-            g["quantization"]: (g["load_s"], g["quality_s"], g["measured_s"], g["decode_tok_s"])
-            for g in groups.values()
-        },
-    }
-
-
-def describe(r: dict[str, Any]) -> str:
-    lines = [
-        f"  {r['workers']} worker node(s): sweep wall {r['wall_s']:.1f} s (cluster start "
-        f"{r['cluster_s']:.1f} s, not counted); points ok {r['points_ok']}/{r['points']} on "
-        f"{r['nodes_used']} node(s); Σ measured_s {r['measured_s']:.1f} s (quality "
-        f"{r['quality_s']:.1f} s of it), Σ load_s {r['load_s']:.1f} s; overhead "
-        f"{r['overhead_ms']:.0f} ms/point; measured share {100 * r['share']:.1f} %; "
-        f"1-min load avg {r['load_before']:.2f} → {r['load_after']:.2f}; machine busy "
-        f"{100 * r['machine_busy']:.0f} % of all cores (this sweep and anything else)"
-    ]
-    for quant, (load, quality, measured, decode) in r["per_group"].items():
-        lines.append(
-            f"      {quant:<9} load {load:5.2f} s  quality {quality:5.2f} s  "
-            f"measured {measured:5.2f} s  decode {decode or float('nan'):6.1f} tok/s"
-        )
-    return "\n".join(lines)
+from harness.bench.scaling import run
 
 
 def main() -> None:
@@ -143,41 +21,7 @@ def main() -> None:
     parser.add_argument("--max-load", type=float, default=2.5, help="wait while 1-min load > L")
     parser.add_argument("--max-wait", type=float, default=120.0, help="wait at most this, s")
     args = parser.parse_args()
-
-    work = Path(tempfile.mkdtemp(prefix="scaling-"))
-    scenario = work / "scaling.yaml"
-    scenario.write_text(SCENARIO)
-    log(f"work folder: {work}; cores: {os.cpu_count()}; 1-min load avg {load1():.2f}")
-    log(
-        "note: each Ray actor sets torch's thread count from its CPU affinity "
-        f"({len(os.sched_getaffinity(0))} cores here); with 2 worker nodes two actors run at once "
-        "and compete for the same cores, so the 2-node run cannot be 2× faster on this machine."
-    )
-    results: list[dict[str, Any]] = []
-    for rep in range(1, args.reps + 1):
-        for workers in (1, 2):
-            log(f"sweep with {workers} worker node(s), rep {rep} …")
-            r = sweep_on(workers, scenario, work / f"run-{workers}-{rep}", args)
-            results.append(r)
-            log(describe(r))
-
-    def mean(workers: int, field: str) -> float:
-        return statistics.fmean(r[field] for r in results if r["workers"] == workers)
-
-    one, two = mean(1, "wall_s"), mean(2, "wall_s")
-    log(
-        f"2 nodes: overhead {mean(2, 'overhead_ms'):.0f} ms/point and measured share "
-        f"{100 * mean(2, 'share'):.1f} % (sums over overlapping groups; not a partition of wall)"
-    )
-    log(
-        "definitions: ray overhead = (wall − Σ measured_s − Σ load_s per group) / points; "
-        "measured share = Σ measured_s / wall; both from the 1-node sweep; ratio = 2 nodes / 1 node"
-    )
-    log(
-        f"scaling: 1 node {one:.1f} s, 2 nodes {two:.1f} s, ratio {two / one:.2f}; "
-        f"ray overhead {mean(1, 'overhead_ms'):.0f} ms/point; "
-        f"measured share {100 * mean(1, 'share'):.1f} %"
-    )
+    run(args.reps, args.max_load, args.max_wait)
 
 
 if __name__ == "__main__":

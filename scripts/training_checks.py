@@ -7,19 +7,26 @@
   state: the largest loss difference over the resumed steps (nats/token).
 
     .venv/bin/python scripts/training_checks.py
+
+The checks themselves are the training mode's (harness.modes.training.device.checks); this entry
+point only prints their figures. It stays outside harness.bench: a tool there would reach into a
+mode's modules, which only the mode's own files and the registry may do.
 """
 
 from __future__ import annotations
 
-from harness.spec import models
-from harness.modes.training.spec import TrainingPoint
+import argparse
+
 from harness.modes.training import data
 from harness.modes.training.device import checks, trainer
+from harness.modes.training.spec import TrainingPoint
+from harness.spec import models
 
 TINY = str(models.PACKAGE_DATA / "tiny-llama")
 
 
 def main() -> None:
+    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
     split = data.load_split(TINY, "tinyshakespeare", "tinyshakespeare", 0.1)
     full = TrainingPoint(method="full", micro_batch=4, grad_accum=1, seq_len=32, steps=1)
     model = trainer.load_model(TINY, full, "cpu", seed=0)

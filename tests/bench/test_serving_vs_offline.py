@@ -1,31 +1,17 @@
-"""scripts/serving_vs_offline.py pairs serving level c=B with the offline point at batch B of the
-same configuration, and only those (rows written as a run would write them)."""
+"""harness.bench.serving_vs_offline pairs serving level c=B with the offline point at batch B of
+the same configuration, and only those (rows written as a run would write them)."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
+from harness.bench import serving_vs_offline as svo
 from harness.row import ResultRow
 from tests.factories import row, write_run
 
-REPO = Path(__file__).resolve().parents[2]
 GROUP = "tiny-llama|vllm|fp32|kv=auto|cpu"
-
-
-def script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "serving_vs_offline", REPO / "scripts" / "serving_vs_offline.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 def offline(batch: int, decode: float) -> ResultRow:
@@ -55,17 +41,27 @@ def test_each_concurrency_is_paired_with_the_offline_batch_of_the_same_size(
             serving(8, 1.0),
         ],
     )
-    table = script().pairs(run)
+    table = svo.pairs(run)
     assert [t["B"] for t in table] == [1, 4]  # c=8 has no offline batch 8
     assert table[0]["ratio_to_decode"] == pytest.approx(0.8)
     assert table[1]["ratio_to_decode"] == pytest.approx(0.5)
     assert table[1]["offline_e2e_output_tok_s"] == pytest.approx(256.0)
     assert table[1]["ratio_to_e2e"] == pytest.approx(200.0 / 256.0)
-    text = script().markdown(table)
+    text = svo.markdown(table)
     assert "| 4 | 400.0 | 256.0 | 200.0 | 0.50 | 0.78 |" in text
 
 
 def test_a_failed_serving_level_has_no_ratio(tmp_path: Path) -> None:
     run = write_run(tmp_path / "run", [offline(1, 100.0), serving(1, 80.0, status="error")])
-    (pair,) = script().pairs(run)
+    (pair,) = svo.pairs(run)
     assert pair["serving_output_tok_s"] is None and pair["ratio_to_decode"] is None
+
+
+def test_a_ratio_outside_the_tolerance_is_marked_no(tmp_path: Path) -> None:
+    run = write_run(tmp_path / "run", [offline(1, 100.0), serving(1, 110.0)])
+    last = svo.markdown(svo.pairs(run)).splitlines()[-1]
+    assert last.startswith("| 1 | 100.0 | 64.0 | 110.0 | 1.10 |") and last.endswith("| no |")
+
+
+def test_the_offline_engine_gets_the_cores_the_server_engine_gets() -> None:
+    assert svo.engine_threads() >= 1
