@@ -179,6 +179,8 @@ class PointPlan(BaseModel):
     mode_memory: BaseModel | None = None
     # what the mode adds to `harness plan --json` for this point (its payload, its terms)
     mode_contract: dict[str, object] = {}
+    # what the mode adds to the point's line in `harness plan` ("" for offline points)
+    mode_note: str = ""
 
     def contract(self) -> dict[str, object]:
         point = {f: getattr(self.point, f) for f in CONFIGURATION_FIELDS if f != "revision"}

@@ -135,6 +135,18 @@ class Quality(Part):
     dnll_vs_ref: float | None = None  # mean per-window (config − reference) NLL, nats/token
     dnll_ci_low: float | None = None
     dnll_ci_high: float | None = None
+    # the paired statistics the equal-quality verdict reads (harness.measure.verdict): the
+    # one-sided 95 % bounds of ΔNLL (the two-sided 90 % bootstrap interval) and its per-window
+    # standard deviation (nats/token); for ARC the degradation reference − candidate accuracy
+    # on the same items, its 90 % Newcombe interval, its per-item sd and the paired items
+    dnll_ci90_low: float | None = None
+    dnll_ci90_high: float | None = None
+    dnll_sd: float | None = None
+    arc_diff: float | None = None
+    arc_diff_ci90_low: float | None = None
+    arc_diff_ci90_high: float | None = None
+    arc_diff_sd: float | None = None
+    arc_paired_items: int | None = None
     kl_vs_ref: float | None = None  # nats/token
     top1_agree: float | None = None  # fraction of positions
     arc_acc: float | None = None
@@ -181,8 +193,8 @@ class Serving(Part):
 
 
 class Training(Part):
-    """A fine-tuning run of one configuration (mode: training; harness.modes.training). The point's batch
-    is the micro-batch and its context the sequence length; kv_cache_dtype "auto" and
+    """A fine-tuning run of one configuration (mode: training; harness.modes.training). The
+    point's batch is the micro-batch and its context the sequence length; kv_cache_dtype "auto" and
     output_tokens 0 (nothing is generated). Memory per phase of one steady-state step (the
     last) next to the plan's; losses in nats per predicted token."""
 

@@ -23,7 +23,8 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from harness.results.aggregate import aggregate, normalise  # noqa: E402
+from harness.results.aggregate import aggregate  # noqa: E402
+from harness.results.frame import normalise  # noqa: E402
 from harness.spec.tariffs import load_tariffs  # noqa: E402
 
 MODELS = ("tiny-llama", "meta-llama/Llama-3.1-8B-Instruct", "Qwen/Qwen2.5-7B-Instruct")

@@ -29,6 +29,7 @@ from rich.table import Table
 
 from harness.console import console, err_console
 from harness.errors import UserInputError
+from harness.spec.labels import PLAN_LABEL, configuration_label
 
 app = typer.Typer(
     add_completion=False, no_args_is_help=True, help=__doc__, pretty_exceptions_show_locals=False
@@ -99,19 +100,9 @@ def print_plan(result: Any) -> None:
         )
     for p in result.points:
         pt = p.point
-        point = (
-            f"{pt.model} · {pt.backend} · {pt.quantization} · kv={pt.kv_cache_dtype} · "
-            f"b={pt.batch} ctx={pt.context} · {pt.target}"
-        )
-        if pt.serving is not None:
-            point += f" · serving {pt.serving.label} × {pt.serving.requests} requests"
-        if pt.training is not None and p.training is not None:  # forward/backward/optimizer
-            point += (
-                f" · {pt.training.label} × {pt.training.steps} steps · fwd/bwd/opt "
-                f"{p.training.forward / 2**30:.2f}/{p.training.backward / 2**30:.2f}/"
-                f"{p.training.optimizer_step / 2**30:.2f} · "
-                f"trainable {p.training.trainable_params:,}"
-            )
+        point = configuration_label(pt.model_dump(), PLAN_LABEL, sep=" · ")
+        if p.mode_note:  # a serving level, a training step's phases
+            point += f" · {p.mode_note}"
 
         table.add_row(
             point, p.gpu, f"{p.weights_gib:.2f}", f"{p.kv_cache_gib:.2f}",

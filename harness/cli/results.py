@@ -15,6 +15,7 @@ from rich.table import Table
 
 from harness.console import console
 from harness.errors import UserInputError
+from harness.spec.labels import configuration_label
 
 QUALITY_CLASS_HELP = "quality class: 99 (within 1 % of the reference) or 99.9 (within 0.1 %)"
 
@@ -32,7 +33,7 @@ def _check_run(run: Path) -> Path:
 
 
 def _check_class(quality_class: str) -> str:
-    from harness.results.aggregate import check_quality_class
+    from harness.results.pricing import check_quality_class
 
     return check_quality_class(quality_class, field="--quality-class")
 
@@ -127,7 +128,8 @@ def aggregate_cmd(
     allow_mixed: AllowMixedOpt = False,
 ) -> None:
     """Equal-quality gate, cost per tariff package, cheapest configurations: printed."""
-    from harness.results.aggregate import aggregate_run, check_utilisation
+    from harness.results.aggregate import aggregate_run
+    from harness.results.pricing import check_utilisation
 
     _check_class(quality_class)
     check_utilisation(utilisation)
@@ -163,7 +165,8 @@ def report_cmd(
 ) -> None:
     """Write results/<run>/published/ (CSV, Parquet, JSON, README, report.html) and print the
     headline table."""
-    from harness.results.aggregate import aggregate_run, check_utilisation
+    from harness.results.aggregate import aggregate_run
+    from harness.results.pricing import check_utilisation
     from harness.results.publish import report
 
     _check_class(quality_class)
@@ -246,7 +249,8 @@ def compare_cmd(
 
     result = compare(_check_run(run_a), _check_run(run_b), threshold_pct)
     rows: dict[tuple[Any, ...], dict[str, str]] = {}
-    for r in result.table.to_dict(orient="records"):
+    for record in result.table.to_dict(orient="records"):
+        r = {str(k): v for k, v in record.items()}
         config = (*(r[f] for f in MATCH_FIELDS), r["gpu_a"], r["gpu_b"])
         device_a, device_b = r["gpu_a"] or r["target"], r["gpu_b"] or r["target"]
         device = device_a if device_a == device_b else f"{device_a}→{device_b}"
@@ -254,8 +258,7 @@ def compare_cmd(
             config,
             {
                 "model": str(r["model"]),
-                "config": f"{r['backend']} {r['quantization']} kv={r['kv_cache_dtype']} "
-                f"b={r['batch']} ctx={r['context']} {device}",
+                "config": f"{configuration_label(r)} {device}",
             },
         )
         label = METRIC_LABELS[str(r["metric"])]

@@ -78,6 +78,26 @@ ALPHA = 0.05
 Z = NormalDist().inv_cdf(1 - ALPHA)
 """z_0.95 = 1.6448536…: the standard normal quantile of one one-sided 95 % bound."""
 
+METHOD: dict[str, str] = {
+    "rule": "Equal quality is a paired non-inferiority test per metric, per class C: a "
+    "configuration passes a metric when the one-sided 95 % upper bound of its degradation "
+    "(the two-sided 90 % interval's upper end) is at most the class margin, fails it when the "
+    "lower bound is above the margin, and is undecided otherwise. A configuration passes a "
+    "class when every gated metric it measured passes, fails when any fails, and is undecided "
+    "otherwise; only pass is priced as equal quality.",
+    "margins": "Perplexity: ΔNLL ≤ −ln C nats/token (class 99: 0.01005, class 99.9: 0.0010005), "
+    "ΔNLL the candidate's mean per-token NLL minus the reference's on the same windows. "
+    "Accuracy: reference − candidate accuracy on the same items ≤ (1 − C) × the reference's "
+    "accuracy.",
+    "intervals": "ΔNLL: the paired percentile bootstrap over windows (the same windows resampled "
+    "for both), its 5th and 95th percentiles. Accuracy: Newcombe's hybrid score interval for "
+    "paired proportions (method 10, Stat Med 1998;17:2635) at z = 1.645.",
+    "sample size": "The units (windows, items) that would decide an undecided metric at the "
+    "observed mean d and per-unit standard deviation s of the paired difference: "
+    "n = ⌈(1.645 × s ÷ |m − d|)²⌉; none when d = m.",
+}
+"""The method as the report states it: each sentence once, read by the page."""
+
 BOOTSTRAP_SAMPLES = 1000
 """Resamples of the ΔNLL bootstrap (``quality.paired_dnll``'s default)."""
 
@@ -90,15 +110,30 @@ Metric = Literal["ppl", "arc"]
 def decide(low: float, high: float, margin: float) -> Verdict:
     """pass if high ≤ margin; fail if low > margin; undecided otherwise (also when any of the
     three is NaN: an interval that cannot be computed decides nothing)."""
-    if math.isnan(low) or math.isnan(high) or math.isnan(margin):
-        return "undecided"
     if low > high:
         raise ValueError(f"the interval's low bound {low} is above its high bound {high}")
-    if high <= margin:
-        return "pass"
-    if low > margin:
-        return "fail"
-    return "undecided"
+    code = decide_codes(np.array([low]), np.array([high]), np.array([margin]))[0]
+    return VERDICTS[int(code)]
+
+
+def decide_codes(low: ArrayLike, high: ArrayLike, margin: ArrayLike) -> NDArray[np.int64]:
+    """``decide`` over arrays (the gate's million rows): the index in VERDICTS of each row's
+    verdict (0 pass, 1 fail, 2 undecided; NaN anywhere → undecided)."""
+    lo, hi, m = (np.asarray(x, dtype=np.float64) for x in (low, high, margin))
+    known = ~(np.isnan(lo) | np.isnan(hi) | np.isnan(m))
+    with np.errstate(invalid="ignore"):
+        passes, fails = known & (hi <= m), known & (lo > m)
+    return np.select([passes, fails], [0, 1], default=2).astype(np.int64)
+
+
+def needed_units(estimate: ArrayLike, sd: ArrayLike, margin: ArrayLike) -> NDArray[np.float64]:
+    """``needed_n`` over arrays: NaN where no finite n decides (d = m, or a NaN)."""
+    d, sds, m = (np.asarray(x, dtype=np.float64) for x in (estimate, sd, margin))
+    gap = np.abs(m - d)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        n = np.ceil((Z * sds / gap) ** 2)
+    n = np.where(gap > 0, np.maximum(n, 1.0), np.nan)
+    return np.asarray(n, dtype=np.float64)
 
 
 def combine(verdicts: Iterable[Verdict]) -> Verdict:
@@ -285,14 +320,13 @@ def needed_n(estimate: float, sd: float, margin: float, *, z: float = Z) -> int 
     """Units (windows, items) at which the one-sided 95 % bound would clear the margin, at the
     observed mean and spread: ceil((z·s / |m − d|)²), at least 1; None when d = m or when
     d or s is not known (NaN)."""
-    if any(math.isnan(x) for x in (estimate, sd, margin)):
-        return None
-    gap = abs(margin - estimate)
-    if gap == 0:
-        return None
     if sd < 0:
         raise ValueError(f"a standard deviation is >= 0, got {sd}")
-    return max(1, math.ceil((z * sd / gap) ** 2))
+    if z != Z:  # another confidence level than the gate's
+        gap = abs(margin - estimate)
+        return None if math.isnan(gap) or gap == 0 else max(1, math.ceil((z * sd / gap) ** 2))
+    n = needed_units(np.array([estimate]), np.array([sd]), np.array([margin]))[0]
+    return None if math.isnan(n) else int(n)
 
 
 # ---------------------------------------------------------------- one metric, one configuration

@@ -26,6 +26,7 @@ REGISTRY: dict[str, Mode] = {
             "a fixed batch through the engine, in process: speed, memory, quality",
             points="offline_points",
             plan="plan_offline_point",
+            run="iter_offline",
         ),
         mode(
             "serving",
@@ -34,6 +35,8 @@ REGISTRY: dict[str, Mode] = {
             skip_reason="serving_skip_reason",
             plan="plan_serving_point",
             run="serve_points",
+            price="price",
+            report="REPORT",
         ),
         mode(
             "training",
@@ -41,7 +44,10 @@ REGISTRY: dict[str, Mode] = {
             points="training_points",
             skip_reason="training_skip_reason",
             plan="plan_training_point",
+            manifest="manifest_entries",
             run="train_points",
+            price="price",
+            report="REPORT",
         ),
     )
 }

@@ -8,6 +8,7 @@ A mode is a package `harness/modes/<name>/` whose files each play one role, name
 - `device/`     its device-side runner (`device/run.py`) and what only the device runs
 - `price.py`    its rows' tables and prices (results side)
 - `report.py`   its report sections (results side)
+- `manifest.py` what it adds to a run's manifest before anything runs (pure)
 - any other file: pure helpers of the mode (the spec, measure and base rooms only)
 
 The core never imports a mode module: it asks `harness.modes` for a part, and the part is
@@ -18,12 +19,13 @@ imported then, by its `"module:attr"` reference, as `backends.base.REGISTRY` doe
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeAlias, TypeVar
 
 # The parts a mode declares; each is a "module:attr" reference, or None where the mode has none.
-Part = Literal["points", "skip_reason", "plan", "run", "price", "report"]
-PARTS: tuple[Part, ...] = ("points", "skip_reason", "plan", "run", "price", "report")
+Part = Literal["points", "skip_reason", "plan", "run", "price", "report", "manifest"]
+PARTS: tuple[Part, ...] = ("points", "skip_reason", "plan", "run", "price", "report", "manifest")
 # The file (module) that holds each part, inside the mode's package: the role of that file.
 PART_MODULE: dict[Part, str] = {
     "points": "points",
@@ -32,6 +34,7 @@ PART_MODULE: dict[Part, str] = {
     "run": "device.run",
     "price": "price",
     "report": "report",
+    "manifest": "manifest",
 }
 
 
@@ -66,3 +69,65 @@ def mode(name: str, summary: str, **attrs: str | None) -> Mode:
         attr = attrs.get(part)
         parts[part] = None if attr is None else f"harness.modes.{name}.{PART_MODULE[part]}:{attr}"
     return Mode(name=name, summary=summary, parts=parts)
+
+
+# --- the results side's contract: a mode's `price` and `report` parts ---------------------------
+# Typing only (pandas and the core's `Aggregate` belong to the results side; this module stays
+# cheap to import for the spec side): the core's `Aggregate` is the type parameter `R` below.
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    import pandas as pd
+
+R_contra = TypeVar("R_contra", contravariant=True)
+
+Column: TypeAlias = tuple[str, str, Callable[[Any], str] | None]
+"""One column of an HTML table: (field, header, formatter; None = text)."""
+MdTable: TypeAlias = Callable[[Sequence[dict[str, str]]], str]
+"""The core's Markdown table (``publish.markdown.md_table``): rows of header → cell text."""
+HtmlTable: TypeAlias = Callable[["pd.DataFrame", Sequence[Column], str], str]
+"""The core's sortable HTML table (``publish.html.html_table``): (frame, columns, table id)."""
+
+
+class Priced(Protocol):
+    """What a mode's `price` part returns for its rows."""
+
+    @property
+    def tables(self) -> Mapping[str, pd.DataFrame]:
+        """Its tables by name; each name is the field of the core's `Aggregate` it fills."""
+        ...
+
+    @property
+    def counts(self) -> Mapping[str, Any]:
+        """Its entries of the aggregation's counts (rows read, by status, ...)."""
+        ...
+
+    def with_cost(self, cost: pd.DataFrame, points: pd.DataFrame) -> pd.DataFrame:
+        """cost.csv (offline rows × packages, ``point_index`` into the offline ``points``) with
+        this mode's columns or rows added."""
+        ...
+
+
+class PricePart(Protocol):
+    """A mode's `price` part: ``price(rows, points, packages, utilisation)``.
+
+    ``rows``: the normalised, flagged rows of this mode (``mode == name``); ``points``: the
+    offline rows, gated (quality class, ``pass_<class>``) and with their energy columns;
+    ``packages``: one row per tariff package (``harness.results.pricing.packages_frame``);
+    ``utilisation``: the share of a package's hours the node works, in (0, 1]. Prices use
+    ``harness.results.pricing``'s formulas."""
+
+    def __call__(
+        self, rows: pd.DataFrame, points: pd.DataFrame, packages: pd.DataFrame, utilisation: float
+    ) -> Priced: ...
+
+
+class ReportPart(Protocol[R_contra]):
+    """A mode's `report` part: its sections of README.md and of report.html, from the core's
+    aggregation (``R_contra``: ``harness.results.aggregate.Aggregate``), laid out with the core's
+    table functions; [] when the run has nothing of this mode."""
+
+    def markdown(self, result: R_contra, quality_class: str, table: MdTable) -> list[str]: ...
+
+    def html(self, result: R_contra, quality_class: str, table: HtmlTable) -> list[str]: ...

@@ -47,7 +47,7 @@ import pandas as pd
 from numpy.typing import NDArray
 
 from harness.errors import UserInputError
-from harness.results.aggregate import load_run
+from harness.results.frame import load_run
 from harness.run.store import load_window_nll
 from harness.spec.scenario import CONFIGURATION_FIELDS
 
@@ -95,7 +95,8 @@ class Comparison:
     def verdicts(self) -> dict[str, dict[str, int]]:
         """metric → verdict → count."""
         out: dict[str, dict[str, int]] = {}
-        for (metric, verdict), n in self.table.groupby(["metric", "verdict"]).size().items():
+        counts = self.table.groupby(["metric", "verdict"]).size()
+        for (metric, verdict), n in zip(counts.index.to_list(), counts.to_list(), strict=True):
             out.setdefault(str(metric), {})[str(verdict)] = int(n)
         return out
 

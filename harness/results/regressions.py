@@ -6,8 +6,9 @@ it does not. Source: what the worker keeps for every group beside its window sco
 highest-likelihood choice is the gold one (``arc_acc``'s criterion).
 
 For each configuration (a group of checkpoint weights that is not its model's reference) and its
-reference (``is_reference`` rows of the same model and revision; the one on the same target
-preferred, as the quality gate does):
+reference (the quality gate's reference rule, ``harness.results.gate.references``: the same run,
+model and revision, the same target preferred; of the reference rows the gate takes its median
+from, the first that kept its scores' group):
 
 - **ARC flips** on the items both scored (matched by item id ``arc-easy:<index in the file>``):
   ``right_to_wrong`` (b: the reference answered right, the configuration wrong) and
@@ -40,6 +41,7 @@ import pandas as pd
 from numpy.typing import NDArray
 
 from harness import corpus
+from harness.results.gate import references
 from harness.run.store import load_window_arc, load_window_nll
 
 Array = NDArray[Any]
@@ -192,38 +194,40 @@ def window_excerpts(
 # --------------------------------------------------------------------------- per run
 
 
-def _groups(points: pd.DataFrame) -> pd.DataFrame:
-    """One row per scored group of checkpoint weights (its first row's columns)."""
+def pairs(points: pd.DataFrame) -> list[tuple[int, int]]:
+    """(configuration, reference) row positions in ``points``: the first row of each scored group
+    of checkpoint weights that is not a reference, and the first of the rows the quality gate
+    takes that row's reference from (``gate.references`` on ppl) that has a group. A
+    configuration without such a reference is left out."""
     needed = {"group", "model", "is_reference", "ppl"}
     if points.empty or not needed <= set(points.columns):
-        return pd.DataFrame()
+        return []
     weights = points["weights"] if "weights" in points else pd.Series("checkpoint", points.index)
-    scored = points[(weights != "random") & points["ppl"].notna() & points["group"].notna()]
-    return scored.drop_duplicates("group").reset_index(drop=True)
-
-
-def _reference_for(row: pd.Series, references: pd.DataFrame) -> pd.Series | None:
-    same = references[references["model"] == row["model"]]
-    if "revision" in references:
-        same = same[same["revision"] == row.get("revision")]
-    if same.empty:
-        return None
-    on_target = same[same["target"] == row["target"]]
-    return (on_target if not on_target.empty else same).iloc[0]
+    scored = (weights != "random") & points["ppl"].notna() & points["group"].notna()
+    first = ~points["group"].duplicated() & scored
+    configs = np.flatnonzero(first.to_numpy(dtype=bool) & ~points["is_reference"].to_numpy(bool))
+    if configs.size == 0:
+        return []
+    refs = references(points, "ppl")
+    has_group = points["group"].notna().to_numpy(dtype=bool)
+    out: list[tuple[int, int]] = []
+    for position in configs:
+        candidates = refs.rows_for(int(position))
+        candidates = candidates[has_group[candidates]]
+        if candidates.size:
+            out.append((int(position), int(candidates[0])))
+    return out
 
 
 def analyse(run_dir: Path, points: pd.DataFrame, top_windows: int = TOP_WINDOWS) -> Regressions:
     """Every configuration of the run against its reference (see the module docstring)."""
-    groups = _groups(points)
-    if groups.empty:
+    found = pairs(points)
+    if not found:
         return Regressions.empty()
-    references = groups[groups["is_reference"].astype(bool)]
     summary: list[dict[str, Any]] = []
     items: list[dict[str, Any]] = []
-    for _, row in groups[~groups["is_reference"].astype(bool)].iterrows():
-        ref = _reference_for(row, references)
-        if ref is None:
-            continue
+    for position, reference in found:
+        row, ref = points.iloc[position], points.iloc[reference]
         config = {c: row.get(c) for c in CONFIG_COLUMNS if c != "reference_group"}
         config["reference_group"] = ref["group"]
         entry, rows = _compare(Path(run_dir), row, ref, config, top_windows)

@@ -51,14 +51,9 @@ import pandas as pd
 from harness import __version__
 from harness.atomic import atomic_write_bytes, atomic_write_json, atomic_write_text, public_mode
 from harness.errors import UserInputError
-from harness.results.aggregate import (
-    Aggregate,
-    aggregate,
-    aggregate_run,
-    check_quality_class,
-    check_utilisation,
-    load_run,
-)
+from harness.results.aggregate import Aggregate, aggregate, aggregate_run
+from harness.results.frame import load_run
+from harness.results.pricing import check_quality_class, check_utilisation
 from harness.results.publish.files import csv_text, parquet_bytes, swap_in, write_published
 from harness.results.publish.site_html import index_html
 from harness.results.publish.summary import json_safe

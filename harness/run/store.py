@@ -58,6 +58,7 @@ MAX_J = 1e12  # joules (a 1 MW cluster for 11.6 days)
 MAX_W = 1e6  # watts of one device
 # Measured figures that may be negative (differences); every other number must be ≥ 0.
 SIGNED = {"weights_gap_pct", "peak_gap_pct", "dnll_vs_ref", "dnll_ci_low", "dnll_ci_high",
+          "dnll_ci90_low", "dnll_ci90_high", "arc_diff", "arc_diff_ci90_low", "arc_diff_ci90_high",
           "train_peak_gap_pct", "train_alloc_gap_pct"}  # fmt: skip
 # Figures with a tighter range than [0, +∞).
 RANGES: dict[str, tuple[float, float]] = {
@@ -67,6 +68,9 @@ RANGES: dict[str, tuple[float, float]] = {
     "top1_agree": (0.0, 1.0),
     "arc_acc": (0.0, 1.0),
     "arc_acc_norm": (0.0, 1.0),
+    "arc_diff": (-1.0, 1.0),
+    "arc_diff_ci90_low": (-1.0, 1.0),
+    "arc_diff_ci90_high": (-1.0, 1.0),
     "slo_attainment": (0.0, 1.0),
     "slo_attainment_target": (0.0, 1.0),
     "concurrency": (1, math.inf),
@@ -182,7 +186,15 @@ def reference_artifact(ctx: WorkContext, group: GroupKey) -> Path:
     return Path(ctx.run_dir) / "quality" / f"reference-{digest}.npz"
 
 
+def _arc_arrays(scores: WindowScores) -> dict[str, Any]:
+    """The per-item ARC answers beside the window scores, when the group scored any."""
+    if scores.arc_index is None or scores.arc_correct is None:
+        return {}
+    return {"arc_index": scores.arc_index, "arc_correct": scores.arc_correct}
+
+
 def save_scores(path: Path, scores: WindowScores) -> None:
+    """A reference's full scores, its ARC answers included (the paired per-item test)."""
     buffer = io.BytesIO()
     np.savez(
         buffer,
@@ -191,6 +203,7 @@ def save_scores(path: Path, scores: WindowScores) -> None:
         argmax=scores.argmax,
         topk_ids=scores.topk_ids,
         topk_logprobs=scores.topk_logprobs,
+        **_arc_arrays(scores),
     )
     atomic_write_bytes(path, buffer.getvalue())
 
@@ -199,10 +212,7 @@ def keep_scores(ctx: WorkContext, group: GroupKey, scores: WindowScores) -> None
     """Every group's per-window NLL (paired tests across runs); a reference's full scores too
     (the other groups of its model are compared with them)."""
     buffer = io.BytesIO()
-    arc: dict[str, Any] = {}
-    if scores.arc_index is not None and scores.arc_correct is not None:
-        arc = {"arc_index": scores.arc_index, "arc_correct": scores.arc_correct}
-    np.savez(buffer, nll_sum=scores.nll_sum, tokens=scores.tokens, **arc)
+    np.savez(buffer, nll_sum=scores.nll_sum, tokens=scores.tokens, **_arc_arrays(scores))
     atomic_write_bytes(window_scores_path(Path(ctx.run_dir), group.label), buffer.getvalue())
     if is_reference(group, ctx):
         save_scores(reference_artifact(ctx, group), scores)
@@ -212,12 +222,15 @@ def load_scores(path: Path) -> WindowScores | None:
     if not path.is_file():
         return None
     with np.load(path) as data:
+        arc = "arc_index" in data.files and "arc_correct" in data.files
         return WindowScores(
             nll_sum=data["nll_sum"],
             tokens=data["tokens"],
             argmax=data["argmax"],
             topk_ids=data["topk_ids"],
             topk_logprobs=data["topk_logprobs"],
+            arc_index=data["arc_index"] if arc else None,
+            arc_correct=data["arc_correct"] if arc else None,
         )
 
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from harness import __version__, corpus
+from harness import __version__, corpus, modes
 from harness import plan as planner
 from harness.errors import UserInputError
 from harness.row import ResultRow
@@ -24,7 +24,6 @@ from harness.run.contracts import WorkContext, is_reference, point_row
 from harness.spec import models
 from harness.spec import scenario as scen
 from harness.spec.scenario import GroupKey, Point, Scenario
-from harness.modes.training import leakage
 
 
 class Work(BaseModel):
@@ -149,7 +148,7 @@ def start_manifest(
         "points": sweep.total_points,
         "added_reference_groups": sweep.added_reference_groups,
         "skipped": [{"point": p.model_dump(), "reason": r} for p, r in sweep.skipped],
-        "leakage": leakage_table(sweep.scenario),
+        **mode_entries(sweep.scenario),
     }
     manifest.setdefault("runs", []).append(entry)
     manifest["name"] = run_dir.name
@@ -157,13 +156,13 @@ def start_manifest(
     return manifest
 
 
-def leakage_table(scenario: Scenario) -> list[dict[str, Any]]:
-    """13-gram overlap of every text a model or quantizer saw with every eval text of the run
-    (harness.modes.training.leakage; cached per set of input hashes)."""
-    train = scenario.training
-    data = [(train.data.train, train.data.eval_fraction)] if train is not None else []
-    seen, evals = leakage.shipped_texts(data)
-    return leakage.cached_overlaps(seen, evals)
+def mode_entries(scenario: Scenario) -> dict[str, Any]:
+    """What each mode adds to the run's manifest entry (its `manifest` part), in registry order."""
+    entries: dict[str, Any] = {}
+    for mode in modes.REGISTRY.values():
+        if mode.ref("manifest") is not None:
+            entries.update(mode.load("manifest")(scenario))
+    return entries
 
 
 def finish_manifest(run_dir: Path, **fields: Any) -> None:

@@ -3,7 +3,8 @@
     python3 scripts/gpu/serving_imports.py [MODULE...]
 
 Default modules (DEFAULT below): the two the harness's serving step runs through
-`python -m harness.modes.serving.device.vllm_cli` (`vllm.entrypoints.cli.main` -> `serve` / `bench serve`),
+`python -m harness.modes.serving.device.vllm_cli` (`vllm.entrypoints.cli.main` -> `serve` /
+`bench serve`),
 `vllm.entrypoints.openai.api_server` and `vllm.benchmarks.serve`, plus the CLI modules and what
 `vllm serve` imports only once it starts (the API routers of build_app(), uvicorn's HTTP protocol
 and event loop, the multipart form parser).
@@ -36,7 +37,7 @@ import traceback
 import types
 
 DEFAULT = (
-    # what `python -m harness.modes.serving.device.vllm_cli serve|bench serve` imports before any work
+    # what `python -m harness.modes.serving.device.vllm_cli serve|bench serve` imports first
     "vllm.entrypoints.cli.main",
     "vllm.entrypoints.cli.serve",
     "vllm.entrypoints.cli.benchmark.main",

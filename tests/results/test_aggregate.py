@@ -1,4 +1,4 @@
-"""Aggregation: the equal-quality gate, cost per package, cheapest, Pareto, effects, flags."""
+"""Aggregation: cost per package, cheapest, Pareto, effects, flags, counts (the gate: test_gate)."""
 
 from __future__ import annotations
 
@@ -13,14 +13,9 @@ import pandas as pd
 import pytest
 
 from harness.errors import UserInputError
-from harness.results.aggregate import (
-    Aggregate,
-    Array,
-    aggregate,
-    aggregate_run,
-    frame_from_rows,
-    pareto_mask,
-)
+from harness.results.aggregate import Aggregate, aggregate, aggregate_run
+from harness.results.frame import Array, frame_from_rows
+from harness.results.pareto import pareto_mask
 from harness.row import ResultRow
 from harness.spec.tariffs import Package, TariffTable
 from tests import factories as F
@@ -123,65 +118,6 @@ def test_without_tariffs_nothing_is_priced_but_everything_else_is_computed() -> 
     assert result.cost.empty and result.cheapest.empty and result.gpu_ratios.empty
     assert not result.main_effects.empty and not result.pareto_throughput_latency.empty
     assert result.counts["priced_rows"] == 0
-
-
-# --- the equal-quality gate -------------------------------------------------------------------
-
-
-def test_quality_classes_follow_ppl_against_the_reference() -> None:
-    rows = [
-        F.reference(**F.quality(100.0)),
-        F.row(quantization="bnb-int8", **F.quality(100.05)),  # ≤ 100/0.999 = 100.1001
-        F.row(quantization="bnb-nf4", **F.quality(100.5)),  # ≤ 100/0.99 = 101.0101
-        F.row(quantization="bnb-fp4", **F.quality(101.5)),  # beyond both
-        F.row(quantization="quanto-int4", **F.quality(100 / 0.99)),  # exactly on the line
-        F.row(quantization="quanto-int2", ppl=None),
-    ]
-    points = _agg(rows).points.set_index("quantization")
-    assert points.loc["none", "quality_class"] == "99.9"
-    assert points.loc["bnb-int8", "quality_class"] == "99.9"
-    assert points.loc["bnb-nf4", "quality_class"] == "99"
-    assert points.loc["bnb-fp4", "quality_class"] == "below"
-    assert points.loc["quanto-int4", "quality_class"] == "99"
-    assert points.loc["quanto-int2", "quality_class"] == "unknown"
-    assert points.loc["bnb-nf4", "quality_pct"] == pytest.approx(100 / 100.5 * 100)
-    # the paired ΔNLL CI travels with the class, also as a perplexity change in %
-    assert points.loc["bnb-nf4", "dppl_pct"] == pytest.approx(0.5)
-    assert (
-        points.loc["bnb-nf4", "dppl_pct_ci_low"] < 0.5 < points.loc["bnb-nf4", "dppl_pct_ci_high"]
-    )
-
-
-def test_accuracy_gates_too_when_both_sides_measured_it() -> None:
-    rows = [
-        F.reference(arc_acc=0.60, **F.quality(100.0)),
-        F.row(quantization="bnb-int8", arc_acc=0.59, **F.quality(100.05)),  # ≥ 0.594? no
-        F.row(quantization="bnb-nf4", arc_acc=0.5995, **F.quality(100.05)),  # ≥ 0.5994: 99.9
-        F.row(quantization="bnb-fp4", arc_acc=None, **F.quality(100.05)),  # not measured: ppl only
-    ]
-    points = _agg(rows).points.set_index("quantization")
-    assert points.loc["bnb-int8", "quality_class"] == "below"
-    assert points.loc["bnb-nf4", "quality_class"] == "99.9"
-    assert points.loc["bnb-fp4", "quality_class"] == "99.9"
-
-
-def test_the_reference_is_per_model_and_run_and_prefers_the_same_target() -> None:
-    rows = [
-        F.reference(target="cpu", gpu="cpu", **F.quality(100.0)),
-        F.reference(target="cuda", **F.quality(110.0, 110.0)),
-        F.row(target="cuda", quantization="bnb-nf4", **F.quality(110.5, 110.0)),  # 99 vs cuda ref
-        F.row(target="rocm", gpu="MI300X", quantization="bnb-nf4", **F.quality(100.05)),
-        F.row(model="no-ref", **F.quality(50.0)),
-        F.row(run="run-b", quantization="bnb-nf4", **F.quality(100.05)),  # other run: no ref
-    ]
-    points = _agg(rows).points
-    by = points.set_index(["run", "model", "target", "quantization"])["ppl_ref"]
-    assert by[("run-a", "tiny-llama", "cuda", "bnb-nf4")] == 110.0
-    assert by[("run-a", "tiny-llama", "rocm", "bnb-nf4")] == pytest.approx(105.0)  # median, any
-    assert np.isnan(by[("run-a", "no-ref", "cuda", "none")])
-    assert np.isnan(by[("run-b", "tiny-llama", "cuda", "bnb-nf4")])
-    result = _agg(rows)
-    assert result.counts["models_without_reference"] == ["no-ref"]
 
 
 # --- cheapest and ratios ----------------------------------------------------------------------

@@ -9,7 +9,8 @@ import pandas as pd
 import pytest
 
 from harness.results import energy as en
-from harness.results.aggregate import aggregate, frame_from_rows
+from harness.results.aggregate import aggregate
+from harness.results.frame import frame_from_rows
 from harness.results.publish import report
 from harness.spec.tariffs import TariffTable
 from tests import factories as F

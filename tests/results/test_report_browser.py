@@ -6,9 +6,6 @@ Tables have rows, the SVG charts have marks, clicking a header sorts, and a mode
 
 from __future__ import annotations
 
-import contextlib
-import shutil
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,49 +15,13 @@ import pytest
 from harness.results.publish import report
 from harness.spec.tariffs import load_tariffs
 from tests import factories as F
+from tests.results.browser import headless_chromium, skip_without_chromium
 
 pytestmark = pytest.mark.browser
 
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMEDRIVER = Path("/usr/bin/chromedriver")
-FLAGS = (
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-)
 ROOT = Path(__file__).resolve().parents[2]
 
-if not (CHROMIUM.is_file() and CHROMEDRIVER.is_file()):
-    pytest.skip(
-        "Debian chromium and chromedriver are not installed (/usr/bin/chromium, "
-        "/usr/bin/chromedriver): apt-get install -y chromium chromium-driver",
-        allow_module_level=True,
-    )
-
-
-@contextlib.contextmanager
-def headless_chromium() -> Iterator[Any]:
-    """Debian's chromium under its chromedriver, headless, with a throw-away profile."""
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    profile = tempfile.mkdtemp(prefix="chromium-profile-")
-    options = webdriver.ChromeOptions()
-    options.binary_location = str(CHROMIUM)
-    for flag in (*FLAGS, f"--user-data-dir={profile}", "--window-size=1280,2000"):
-        options.add_argument(flag)
-    driver = webdriver.Chrome(service=Service(str(CHROMEDRIVER)), options=options)
-    driver.set_page_load_timeout(60)
-    try:
-        yield driver
-    finally:
-        driver.quit()
-        shutil.rmtree(profile, ignore_errors=True)
+skip_without_chromium()
 
 
 @pytest.fixture(scope="module")

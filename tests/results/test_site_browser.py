@@ -13,9 +13,10 @@ import pytest
 from harness.results.site import build_site
 from harness.row import Provenance
 from tests import factories as F
-from tests.results.test_report_browser import headless_chromium
+from tests.results.browser import headless_chromium, skip_without_chromium
 
 pytestmark = pytest.mark.browser
+skip_without_chromium()
 
 XSS_HOST = "<script>alert(2)</script>.example"
 

@@ -116,12 +116,28 @@ def test_an_int8_kv_cache_is_compared_with_the_reference(tmp_path: Path) -> None
     assert row.top1_agree is not None and 0.9 < row.top1_agree <= 1.0
 
 
+def test_rows_carry_the_paired_statistics_the_verdict_reads(tmp_path: Path) -> None:
+    (ref,) = run(tmp_path, [point()])
+    assert ref.dnll_ci90_low == ref.dnll_ci90_high == 0.0 and ref.dnll_sd == 0.0
+    assert ref.arc_diff == 0.0 and ref.arc_paired_items == QUALITY.arc_items
+    (row,) = run(tmp_path, [point(kv_cache_dtype="int8")])
+    low, high = row.dnll_ci90_low, row.dnll_ci90_high
+    assert low is not None and high is not None and row.dnll_sd is not None
+    # the 90 % interval (both one-sided 95 % bounds) lies inside the 95 % one, around the mean
+    assert row.dnll_ci_low <= low <= row.dnll_vs_ref <= high <= row.dnll_ci_high  # type: ignore[operator]
+    # the reference's ARC answers travelled with its scores: the same items, paired
+    assert row.arc_paired_items == QUALITY.arc_items
+    assert (
+        row.arc_diff is not None and row.arc_diff_ci90_low <= row.arc_diff <= row.arc_diff_ci90_high
+    )  # type: ignore[operator]
+
+
 def test_a_failure_after_the_load_still_closes_the_backend(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """An error no point catches (here: planning the prediction) ends the group, and the engine's
     memory is released all the same: the next group of an in-process `measure` starts clean."""
-    from harness.run import worker
+    from harness.modes.offline.device import run as offline
 
     closed: list[bool] = []
     real_close = TransformersBackend.close
@@ -134,7 +150,7 @@ def test_a_failure_after_the_load_still_closes_the_backend(
         raise RuntimeError("plan exploded")
 
     monkeypatch.setattr(TransformersBackend, "close", close)
-    monkeypatch.setattr(worker, "prediction", broken)
+    monkeypatch.setattr(offline, "prediction", broken)
     with pytest.raises(RuntimeError, match="plan exploded"):
         run(tmp_path, [point()])
     assert closed == [True]
@@ -159,7 +175,7 @@ def test_a_rocm_point_is_planned_and_predicted_on_the_same_default_card(
     """No --gpu and a device the catalog does not know: `harness plan` and the worker's
     prediction both assume the target's default card (ROCm: MI300X), never a CUDA card."""
     from harness import plan
-    from harness.run import worker
+    from harness.modes.offline.device import run as offline
 
     rocm = point(target="rocm")
     planned = plan.plan_grid(
@@ -172,8 +188,8 @@ def test_a_rocm_point_is_planned_and_predicted_on_the_same_default_card(
         seen.append(card.name)
         return real(p, card, **kwargs)
 
-    monkeypatch.setattr(worker.planner, "plan_point", plan_point)
-    worker.prediction(rocm, None, None, context(tmp_path))
+    monkeypatch.setattr(plan, "plan_point", plan_point)
+    offline.prediction(rocm, None, None, context(tmp_path))
     assert planned.gpu == seen[0] == plan.default_card("rocm").name == "MI300X"
 
 

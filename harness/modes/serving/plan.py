@@ -28,7 +28,10 @@ def plan_serving_point(
         seconds=lambda _weights, ceiling: serving_seconds(point, card, arch, ceiling),
     )
     return plan.model_copy(
-        update={"mode_contract": {"mode": "serving", "serving": level.model_dump()}}
+        update={
+            "mode_contract": {"mode": "serving", "serving": level.model_dump()},
+            "mode_note": f"serving {level.label} × {level.requests} requests",
+        }
     )
 
 

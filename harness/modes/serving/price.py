@@ -6,25 +6,41 @@ Formulas, stated once:
   ``pass_99_9``, ``ppl``, ``dppl_pct``) from the offline rows of the same run and group (same
   model, revision, weights, backend, quantization, KV dtype and target): the server runs the
   configuration those rows measured. The equal-quality gate is the offline one, unchanged.
-- At the SLO, per configuration (run, group): the level with the highest ``output_tok_s`` among
-  ``ok`` levels whose ``slo_attainment`` ≥ its ``slo_attainment_target`` (the scenario's
-  ``attainment``); none when no level qualifies (harness.modes.serving.slo.choose_at_slo, same rule).
-- ``usd_per_mtok_output_at_slo`` = the package's cost per hour of the row's share of a node
-  (aggregate.package_usd_per_hour) ÷ (output_tok_s at the SLO × 3600) × 10⁶, beside the offline
-  ``usd_per_mtok_output`` in cost.csv (one figure per configuration and package).
+- At the SLO, per configuration (run, group): the level ``harness.modes.serving.slo.choose_at_slo``
+  chooses against the configuration's ``slo_attainment_target`` (the scenario's ``attainment``):
+  the rule is stated there, once; none when no level qualifies.
+- ``usd_per_mtok_output_at_slo`` = the package's cost per hour of one card of a node
+  (harness.results.pricing.package_usd_per_hour) ÷ (output_tok_s at the SLO × 3600) × 10⁶
+  (harness.results.pricing.usd_per_mtok), beside the offline ``usd_per_mtok_output`` in cost.csv
+  (one figure per configuration and package).
 - ``j_per_mtok_output_at_slo`` = the chosen level's ``j_per_token_serving`` × 10⁶: the device's
   joules per million output tokens over that level's load window (NaN where not measured).
 - ``cheapest_at_slo``: per (model, quality class, GPU, package) the configuration with the lowest
-  ``usd_per_mtok_output_at_slo`` among those that pass the class.
+  ``usd_per_mtok_output_at_slo`` among those that pass the class
+  (harness.results.pricing.cheapest_by_class).
+
+This module is the mode's `price` part (``price``; the contract: harness.modes.base.PricePart).
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
 from numpy.typing import NDArray
 
-QUALITY_COLUMNS = ("quality_class", "pass_99", "pass_99_9", "ppl", "ppl_ref", "dppl_pct")
+from harness.modes.serving import slo
+from harness.results.pricing import (
+    PASS_COLUMNS,
+    cheapest_by_class,
+    package_hour,
+    pass_column,
+    usd_per_mtok,
+)
+
+QUALITY_COLUMNS = ("quality_class", *PASS_COLUMNS, "ppl", "ppl_ref", "dppl_pct")
 CONFIG_COLUMNS = (
     "run",
     "group",
@@ -70,25 +86,6 @@ CHEAPEST_AT_SLO_COLUMNS = [
 ]
 
 
-def is_serving(frame: pd.DataFrame) -> NDArray[np.bool_]:
-    """Rows with mode serving (frames without a mode column: none)."""
-    if "mode" not in frame.columns:
-        return np.zeros(len(frame), dtype=bool)
-    serving: NDArray[np.bool_] = (frame["mode"] == "serving").to_numpy(dtype=bool)
-    return serving
-
-
-def split_modes(frame: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(every other row, serving rows): the offline tables never see a serving row."""
-    serving = is_serving(frame)
-    if not serving.any():  # the usual run: no copy of a large frame
-        return frame, frame.iloc[0:0].copy()
-    return (
-        frame.loc[~serving].reset_index(drop=True).copy(),
-        frame.loc[serving].reset_index(drop=True).copy(),
-    )
-
-
 def level_label(concurrency: object, rate: object) -> str:
     if isinstance(concurrency, (int, float)) and not pd.isna(concurrency):
         return f"concurrency {int(concurrency)}"
@@ -115,7 +112,7 @@ def inherit_quality(serving: pd.DataFrame, offline: pd.DataFrame) -> pd.DataFram
         if c not in merged.columns:
             merged[c] = np.nan
     merged["quality_class"] = merged["quality_class"].astype("object").fillna("unknown")
-    for c in ("pass_99", "pass_99_9"):
+    for c in PASS_COLUMNS:
         merged[c] = merged[c].astype("object").fillna(False).astype(bool)
     merged["level"] = [
         level_label(c, r)
@@ -124,50 +121,78 @@ def inherit_quality(serving: pd.DataFrame, offline: pd.DataFrame) -> pd.DataFram
     return merged
 
 
+@dataclass(frozen=True)
+class Level:
+    """One serving row as the choice at the SLO reads a level (slo.LevelFigures; NaN → None)."""
+
+    status: str
+    output_tok_s: float | None
+    slo_attainment: float | None
+    position: int  # the row's position in its configuration's rows
+
+
+def _number(value: Any) -> float | None:
+    out = pd.to_numeric(value, errors="coerce")
+    return None if pd.isna(out) else float(out)
+
+
+def levels(rows: pd.DataFrame) -> list[Level]:
+    """A configuration's serving rows as levels, in row order."""
+    figures = zip(rows["status"], rows["output_tok_s"], rows["slo_attainment"], strict=True)
+    return [
+        Level(str(status), _number(tok_s), _number(attained), i)
+        for i, (status, tok_s, attained) in enumerate(figures)
+    ]
+
+
 def at_slo(serving: pd.DataFrame) -> pd.DataFrame:
     """One row per configuration (run, group) with serving rows: its level at the SLO."""
     if serving.empty:
         return pd.DataFrame(columns=AT_SLO_COLUMNS)
-    ok = (serving["status"] == "ok").to_numpy(dtype=bool)
-    attained = serving["slo_attainment"].to_numpy(dtype=np.float64)
-    target = serving["slo_attainment_target"].to_numpy(dtype=np.float64)
-    tok_s = serving["output_tok_s"].to_numpy(dtype=np.float64)
-    with np.errstate(invalid="ignore"):
-        meets = ok & (attained >= target) & (tok_s > 0)
-    frame = serving.assign(_meets=meets, _tok=np.where(meets, tok_s, -np.inf))
-    records = []
-    for _, rows in frame.groupby(["run", "group"], sort=False, dropna=False):
-        first = rows.iloc[0]
-        record = {c: first.get(c) for c in (*CONFIG_COLUMNS, *QUALITY_COLUMNS)}
-        record["levels_measured"] = int((rows["status"] == "ok").sum())
-        record["levels_meeting_slo"] = int(rows["_meets"].sum())
-        if rows["_meets"].any():
-            best = rows.loc[rows["_tok"].idxmax()]
-            record.update(
-                level_at_slo=best["level"],
-                output_tok_s_at_slo=float(best["output_tok_s"]),
-                goodput_rps_at_slo=float(best["goodput_rps"]),
-                slo_attainment_at_slo=float(best["slo_attainment"]),
-                j_per_mtok_output_at_slo=per_mtok(best.get("j_per_token_serving")),
-                key_at_slo=best["key"],
-            )
-        else:
-            record.update(
-                level_at_slo=None,
-                output_tok_s_at_slo=np.nan,
-                goodput_rps_at_slo=np.nan,
-                slo_attainment_at_slo=np.nan,
-                j_per_mtok_output_at_slo=np.nan,
-                key_at_slo=None,
-            )
-        records.append(record)
+    records = [
+        _at_slo_record(rows)
+        for _, rows in serving.groupby(["run", "group"], sort=False, dropna=False)
+    ]
     return pd.DataFrame.from_records(records, columns=AT_SLO_COLUMNS)
+
+
+def _at_slo_record(rows: pd.DataFrame) -> dict[str, Any]:
+    """One configuration's AT_SLO_COLUMNS; the target attainment is the scenario's, one per
+    configuration (its first row's)."""
+    first = rows.iloc[0]
+    record: dict[str, Any] = {c: first.get(c) for c in (*CONFIG_COLUMNS, *QUALITY_COLUMNS)}
+    target = _number(first.get("slo_attainment_target"))
+    target = np.nan if target is None else target
+    measured = levels(rows)
+    record["levels_measured"] = int((rows["status"] == "ok").sum())
+    record["levels_meeting_slo"] = sum(slo.qualifies(level, target) for level in measured)
+    chosen = slo.choose_at_slo(measured, target)
+    if chosen is None:
+        record.update(
+            level_at_slo=None,
+            output_tok_s_at_slo=np.nan,
+            goodput_rps_at_slo=np.nan,
+            slo_attainment_at_slo=np.nan,
+            j_per_mtok_output_at_slo=np.nan,
+            key_at_slo=None,
+        )
+        return record
+    best = rows.iloc[chosen.position]
+    record.update(
+        level_at_slo=best["level"],
+        output_tok_s_at_slo=float(best["output_tok_s"]),
+        goodput_rps_at_slo=float(best["goodput_rps"]),
+        slo_attainment_at_slo=float(best["slo_attainment"]),
+        j_per_mtok_output_at_slo=per_mtok(best.get("j_per_token_serving")),
+        key_at_slo=best["key"],
+    )
+    return record
 
 
 def per_mtok(per_token: object) -> float:
     """A per-token figure × 10⁶; NaN when it is missing."""
-    value = pd.to_numeric(per_token, errors="coerce")
-    return float(value) * 1e6 if pd.notna(value) else np.nan
+    value = _number(per_token)
+    return np.nan if value is None else value * 1e6
 
 
 def chosen_keys(table: pd.DataFrame) -> set[str]:
@@ -175,13 +200,26 @@ def chosen_keys(table: pd.DataFrame) -> set[str]:
 
 
 def at_slo_packages(at: pd.DataFrame, packages: pd.DataFrame) -> pd.DataFrame:
-    """Every configuration with a level at the SLO × each package of its GPU (the caller,
-    aggregate.priced_at_slo, prices them with the offline formula)."""
-    rows = at[np.isfinite(at["output_tok_s_at_slo"].to_numpy(dtype=np.float64))]
-    rows = rows[rows["gpu"].notna()]
+    """Every configuration with a level at the SLO × each package of its GPU (``price_at_slo``
+    prices them)."""
+    finite: NDArray[np.bool_] = np.isfinite(at["output_tok_s_at_slo"].to_numpy(dtype=np.float64))
+    rows = at.loc[finite & at["gpu"].notna().to_numpy(dtype=bool)]
     if rows.empty or packages.empty:
         return pd.DataFrame(columns=[*at.columns, *packages.columns])
     return rows.merge(packages, on="gpu", how="inner", sort=False).reset_index(drop=True)
+
+
+def price_at_slo(table: pd.DataFrame, utilisation: float) -> pd.DataFrame:
+    """Configurations at their SLO level × packages (``at_slo_packages``), priced with the
+    pricing formulas on ``output_tok_s_at_slo`` (one replica per card: gpus_used 1)."""
+    out = table.copy()
+    if out.empty:
+        out["usd_per_mtok_output_at_slo"] = pd.Series(dtype="float64")
+        return out
+    usd_per_hour = package_hour(out, utilisation, gpus_used=1.0)
+    tok_s = out["output_tok_s_at_slo"].to_numpy(dtype=np.float64)
+    out["usd_per_mtok_output_at_slo"] = usd_per_mtok(usd_per_hour, tok_s)
+    return out
 
 
 def with_cost_at_slo(
@@ -212,22 +250,54 @@ def with_cost_at_slo(
     return out[[*columns[:at], *added, *columns[at:]]]
 
 
-def cheapest_at_slo(priced: pd.DataFrame, quality_classes: dict[str, float]) -> pd.DataFrame:
+def cheapest_at_slo(priced: pd.DataFrame) -> pd.DataFrame:
     """Per (model, class, GPU, package): the configuration cheapest at the SLO that passes."""
     if priced.empty:
         return pd.DataFrame(columns=CHEAPEST_AT_SLO_COLUMNS)
-    parts = []
-    for name in quality_classes:
-        passing = priced[priced[f"pass_{name.replace('.', '_')}"].astype(bool)]
-        if passing.empty:
-            continue
-        pick = passing.groupby(["model", "gpu", "package_index"], sort=False)[
-            "usd_per_mtok_output_at_slo"
-        ].idxmin()
-        chosen = passing.loc[pick.to_numpy()]
-        parts.append(chosen.assign(achieved_class=chosen["quality_class"], quality_class=name))
-    if not parts:
+    out = cheapest_by_class(
+        lambda name: priced[priced[pass_column(name)].astype(bool)],
+        ("model", "gpu", "package_index"),
+        "usd_per_mtok_output_at_slo",
+    )
+    if out.empty:
         return pd.DataFrame(columns=CHEAPEST_AT_SLO_COLUMNS)
-    out = pd.concat(parts, ignore_index=True)
     out = out.sort_values(["model", "quality_class", "gpu", "package_days"])
     return out.reset_index(drop=True)[CHEAPEST_AT_SLO_COLUMNS]
+
+
+# --- the mode's price part (harness.modes.base.PricePart) -------------------------------------
+
+
+@dataclass(frozen=True)
+class ServingPriced:
+    """The serving tables, named as the ``Aggregate`` fields they fill: ``serving`` (the rows
+    with their configuration's quality and level label), ``at_slo``, ``priced_at_slo``,
+    ``cheapest_at_slo``."""
+
+    tables: dict[str, pd.DataFrame]
+    counts: dict[str, Any]
+
+    def with_cost(self, cost: pd.DataFrame, points: pd.DataFrame) -> pd.DataFrame:
+        return with_cost_at_slo(cost, points, self.tables["priced_at_slo"])
+
+
+def price(
+    rows: pd.DataFrame, points: pd.DataFrame, packages: pd.DataFrame, utilisation: float
+) -> ServingPriced:
+    """The serving rows' tables (see the module docstring); ``points``: the gated offline rows."""
+    served = inherit_quality(rows, points)
+    at = at_slo(served)
+    priced = price_at_slo(at_slo_packages(at, packages), utilisation)
+    by_status = served["status"].value_counts()
+    return ServingPriced(
+        tables={
+            "serving": served,
+            "at_slo": at,
+            "priced_at_slo": priced,
+            "cheapest_at_slo": cheapest_at_slo(priced),
+        },
+        counts={
+            "serving_rows": len(served),
+            "serving_by_status": {str(k): int(v) for k, v in by_status.items()},
+        },
+    )

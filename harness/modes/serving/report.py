@@ -1,6 +1,8 @@
-"""The serving part of a publication: a latency–throughput chart per configuration (every load
-level, the TPOT target as a line, the level chosen at the SLO marked) and the rows of the
-"cheapest at SLO" and "level at SLO" tables (html.py and markdown.py lay them out)."""
+"""The serving part of a publication (the mode's `report` part, ``REPORT``: the contract is
+harness.modes.base.ReportPart): the cheapest configuration at the latency SLO per package, each
+configuration's level at the SLO, every load level, and a latency–throughput chart per
+configuration (every load level, the TPOT target as a line, the level chosen at the SLO marked).
+Empty when the run has no serving rows."""
 
 from __future__ import annotations
 
@@ -9,7 +11,16 @@ from typing import Any
 
 import pandas as pd
 
+from harness.modes.base import Column, HtmlTable, MdTable
 from harness.results.aggregate import Aggregate
+from harness.results.publish.format import (
+    escape,
+    fmt_float,
+    fmt_int,
+    fmt_usd,
+    fmt_value,
+    md_escape,
+)
 from harness.results.publish.svg import svg_scatter
 
 MAX_CHARTS = 12
@@ -71,3 +82,145 @@ def latency_throughput_charts(result: Aggregate, max_charts: int = MAX_CHARTS) -
 def level_table(result: Aggregate) -> pd.DataFrame:
     """Per configuration: its level at the SLO (empty when there are no serving rows)."""
     return result.at_slo
+
+
+# --- README.md --------------------------------------------------------------------------------
+
+SERVING_HEADERS = {
+    "model": "model",
+    "quality_class": "class",
+    "package_days": "days",
+    "gpu": "GPU",
+    "provider": "provider",
+    "backend": "backend",
+    "quantization": "quant",
+    "kv_cache_dtype": "KV",
+    "level_at_slo": "level at SLO",
+    "output_tok_s_at_slo": "output tok/s at SLO",
+    "usd_per_mtok_output_at_slo": "$/Mtok out at SLO",
+    "j_per_mtok_output_at_slo": "J/Mtok out at SLO",
+}
+AT_SLO_HEADERS = {
+    "model": "model",
+    "backend": "backend",
+    "quantization": "quant",
+    "kv_cache_dtype": "KV",
+    "device": "device",
+    "quality_class": "class",
+    "level_at_slo": "level at SLO",
+    "output_tok_s_at_slo": "output tok/s",
+    "goodput_rps_at_slo": "goodput req/s",
+    "j_per_mtok_output_at_slo": "J/Mtok out",
+    "levels_meeting_slo": "levels meeting SLO",
+    "levels_measured": "levels ok",
+}
+
+
+def _cells(frame: pd.DataFrame, headers: dict[str, str]) -> list[dict[str, str]]:
+    return [
+        {label: fmt_value(rec.get(name)) for name, label in headers.items()}
+        for rec in frame.astype("object").to_dict(orient="records")
+    ]
+
+
+def markdown_section(result: Aggregate, quality_class: str, md_table: MdTable) -> list[str]:
+    """Serving under load: cheapest at the SLO per package, and each configuration's level."""
+    if result.serving.empty:
+        return []
+    cheapest = result.cheapest_at_slo
+    cheapest = cheapest[cheapest["quality_class"] == quality_class]
+    return [
+        f"\n## Serving: cheapest at the latency SLO (class {md_escape(quality_class)})\n",
+        md_table(_cells(cheapest, SERVING_HEADERS)),
+        "\n### Level at the SLO per configuration\n",
+        md_table(_cells(result.at_slo, AT_SLO_HEADERS)),
+    ]
+
+
+# --- report.html ------------------------------------------------------------------------------
+
+CHEAPEST_AT_SLO_COLUMNS: list[Column] = [
+    ("model", "model", None),
+    ("quality_class", "class", None),
+    ("package_days", "days", fmt_int),
+    ("gpu", "GPU", None),
+    ("provider", "provider", None),
+    ("backend", "backend", None),
+    ("quantization", "quant", None),
+    ("kv_cache_dtype", "KV", None),
+    ("level_at_slo", "level at SLO", None),
+    ("output_tok_s_at_slo", "output tok/s at SLO", fmt_float),
+    ("usd_per_mtok_output_at_slo", "$/Mtok out at SLO", fmt_usd),
+    ("j_per_mtok_output_at_slo", "J/Mtok out at SLO", fmt_float),
+    ("dppl_pct", "Δppl %", fmt_float),
+]
+AT_SLO_COLUMNS: list[Column] = [
+    ("model", "model", None),
+    ("backend", "backend", None),
+    ("quantization", "quant", None),
+    ("kv_cache_dtype", "KV", None),
+    ("device", "device", None),
+    ("quality_class", "class", None),
+    ("level_at_slo", "level at SLO", None),
+    ("output_tok_s_at_slo", "output tok/s", fmt_float),
+    ("goodput_rps_at_slo", "goodput req/s", fmt_float),
+    ("slo_attainment_at_slo", "attainment", fmt_float),
+    ("j_per_mtok_output_at_slo", "J/Mtok out", fmt_float),
+    ("levels_meeting_slo", "levels meeting SLO", fmt_int),
+    ("levels_measured", "levels ok", fmt_int),
+]
+SERVING_COLUMNS: list[Column] = [
+    ("model", "model", None),
+    ("backend", "backend", None),
+    ("quantization", "quant", None),
+    ("kv_cache_dtype", "KV", None),
+    ("level", "level", None),
+    ("status", "status", None),
+    ("requests_ok", "ok", fmt_int),
+    ("requests_failed", "failed", fmt_int),
+    ("output_tok_s", "output tok/s", fmt_float),
+    ("j_per_token_serving", "J/token out", fmt_float),
+    ("request_throughput", "req/s", fmt_float),
+    ("goodput_rps", "goodput req/s", fmt_float),
+    ("ttft_ms_p99", "TTFT p99 ms", fmt_float),
+    ("tpot_ms_p99", "TPOT p99 ms", fmt_float),
+    ("slo_attainment", "attainment", fmt_float),
+    ("saturated", "saturated", None),
+    ("error", "error", None),
+]
+
+
+def html_section(result: Aggregate, quality_class: str, html_table: HtmlTable) -> list[str]:
+    """Serving under load (mode: serving rows); empty when the run has none."""
+    if result.serving.empty:
+        return []
+    cheapest = result.cheapest_at_slo
+    cheapest = cheapest[cheapest["quality_class"] == quality_class]
+    return [
+        "<h2>Serving under load: throughput at the latency SLO</h2>",
+        '<p class="note">Each configuration behind a real <code>vllm serve</code>, driven by '
+        "<code>vllm bench serve</code> per load level. A request meets the SLO when its TTFT and "
+        "TPOT are within the targets; a level qualifies when its share of such requests reaches "
+        "the scenario's attainment; the configuration's figure is its highest output tok/s among "
+        "qualifying levels. Quality is the configuration's offline verdict.</p>",
+        f"<h3>Cheapest at the SLO per GPU and package (class {escape(quality_class)})</h3>",
+        html_table(cheapest, CHEAPEST_AT_SLO_COLUMNS, "cheapest-at-slo"),
+        "<h3>Level at the SLO per configuration</h3>",
+        html_table(result.at_slo, AT_SLO_COLUMNS, "at-slo"),
+        *latency_throughput_charts(result),
+        "<h3>Every load level</h3>",
+        html_table(result.serving, SERVING_COLUMNS, "serving"),
+    ]
+
+
+class Report:
+    """The serving mode's report sections (harness.modes.base.ReportPart)."""
+
+    def markdown(self, result: Aggregate, quality_class: str, table: MdTable) -> list[str]:
+        return markdown_section(result, quality_class, table)
+
+    def html(self, result: Aggregate, quality_class: str, table: HtmlTable) -> list[str]:
+        return html_section(result, quality_class, table)
+
+
+REPORT = Report()

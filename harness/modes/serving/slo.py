@@ -14,15 +14,16 @@ Semantics (the DistServe / `vllm bench serve --goodput` definition, per request)
   rising (less than `min_gain` above the best lower level) while latency grew (median end-to-end
   latency more than `min_latency_growth` above the previous level's) - the shape GuideLLM's
   over-saturation check flags.
-- **the level at the SLO**: the highest `output_tok_s` among successful levels whose
-  `slo_attainment` ≥ the target attainment (None when no level qualifies).
+- **the level at the SLO**: the highest `output_tok_s` among successful levels with a positive
+  `output_tok_s` whose `slo_attainment` ≥ the target attainment (None when no level qualifies;
+  `qualifies`, `choose_at_slo`).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Literal, Protocol, TypeVar
+from typing import Protocol, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -113,10 +114,10 @@ def saturated_flags(
 
 
 class LevelFigures(Protocol):
-    """What the choice at the SLO reads from a level."""
+    """What the choice at the SLO reads from a level (a device-side record, or a result row)."""
 
     @property
-    def status(self) -> Literal["ok", "error"]: ...
+    def status(self) -> str: ...
     @property
     def output_tok_s(self) -> float | None: ...
     @property
@@ -126,14 +127,22 @@ class LevelFigures(Protocol):
 L = TypeVar("L", bound=LevelFigures)
 
 
+def qualifies(level: LevelFigures, target_attainment: float) -> bool:
+    """Whether a level counts at the SLO: ok, a positive output_tok_s, and an attainment ≥ the
+    target (a missing or NaN figure never qualifies)."""
+    tok_s, attained = level.output_tok_s, level.slo_attainment
+    return (
+        level.status == "ok"
+        and tok_s is not None
+        and tok_s > 0
+        and attained is not None
+        and attained >= target_attainment
+    )
+
+
 def choose_at_slo(levels: Sequence[L], target_attainment: float) -> L | None:
-    """The level with the highest output_tok_s among ok levels whose attainment ≥ the target."""
-    qualifying = [
-        level
-        for level in levels
-        if level.status == "ok"
-        and level.output_tok_s is not None
-        and level.slo_attainment is not None
-        and level.slo_attainment >= target_attainment
-    ]
+    """The level at the SLO: the highest output_tok_s among the levels that ``qualify`` (the
+    first of equal ones, in the given order); None when none does. The one statement of the
+    rule: the results side (harness.modes.serving.price) chooses with it too."""
+    qualifying = [level for level in levels if qualifies(level, target_attainment)]
     return max(qualifying, key=lambda level: level.output_tok_s or 0.0, default=None)

@@ -65,6 +65,11 @@ def plan_training_point(
         est_seconds=seconds,
         roofline_decode_tok_s=0.0,
         mode_memory=mem,
+        mode_note=(
+            f"{train.label} × {train.steps} steps · fwd/bwd/opt {mem.forward / GIB:.2f}/"
+            f"{mem.backward / GIB:.2f}/{mem.optimizer_step / GIB:.2f} · "
+            f"trainable {mem.trainable_params:,}"
+        ),
         mode_contract={
             "mode": "training",
             "training": train.model_dump(),

@@ -1,7 +1,7 @@
 """Training rows (mode: training): the equal-quality gate against the full fine-tune, and the
 price per tariff package. Pure pandas/numpy on the rows' columns (harness.row.Training).
 
-Formulas (a package's hour as for inference, harness.results.aggregate):
+Formulas (a package's hour and $ per 1M tokens as for inference: harness.results.pricing):
   usd_per_hour          = package_price ÷ (days × 24) ÷ utilisation × gpus_used ÷ gpus_in_package
   usd_per_mtok_train    = usd_per_hour ÷ (train_tok_s × 3600) × 10⁶
                           (train_tok_s = micro_batch × grad_accum × seq_len ÷ median step time)
@@ -17,60 +17,38 @@ Formulas (a package's hour as for inference, harness.results.aggregate):
                           seq_len, checkpointing, optimizer, steps and lr
   train_pass_<class>    = dloss_vs_full_ci_high ≤ −ln(class) (e.g. class 99: the held-out perplexity
                           at most 1 % above the full fine-tune's, with 95 % confidence)
+
+This module is the mode's `price` part (``price``; the contract: harness.modes.base.PricePart).
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from harness.measure import quality
+from harness.results.pricing import QUALITY_CLASSES, package_hour, pass_column, usd_per_mtok
 
-CLASSES: dict[str, float] = {"99": 0.99, "99.9": 0.999}
-HOURS_PER_DAY = 24.0
 BOOTSTRAP_SAMPLES = 1000
 # A full fine-tune and its counterparts share these.
 PAIR_ON = (
     "model", "revision", "target", "backend", "micro_batch", "grad_accum", "seq_len",
     "gradient_checkpointing", "optimizer", "train_steps", "lr",
 )  # fmt: skip
-GATE_COLUMNS = (
-    "dloss_vs_full",
-    "dloss_vs_full_ci_low",
-    "dloss_vs_full_ci_high",
-    *(f"train_pass_{c.replace('.', '_')}" for c in CLASSES),
-)
+PASS_COLUMNS = tuple(f"train_{pass_column(c)}" for c in QUALITY_CLASSES)  # train_pass_<class>
+GATE_COLUMNS = ("dloss_vs_full", "dloss_vs_full_ci_low", "dloss_vs_full_ci_high", *PASS_COLUMNS)
 # cost.csv's columns for training rows (beside the offline ones; NaN on offline rows)
 COST_COLUMNS = (
     "mode", "train_method", "micro_batch", "grad_accum", "seq_len", "gradient_checkpointing",
     "optimizer", "trainable_params", "step_s", "train_tok_s", "usd_per_mtok_train",
     "j_per_mtok_train", "eval_loss", "eval_loss_ci_low", "eval_loss_ci_high", "dloss_vs_full",
-    "dloss_vs_full_ci_low", "dloss_vs_full_ci_high", "train_pass_99", "train_pass_99_9",
+    "dloss_vs_full_ci_low", "dloss_vs_full_ci_high", *PASS_COLUMNS,
     "target_eval_loss", "steps_to_target", "usd_to_target",
 )  # fmt: skip
-
-
-def manifest_leakage(manifest: dict[str, Any]) -> list[dict[str, Any]]:
-    """The leakage table of the run's latest manifest entry (harness.modes.training.leakage); [] when the
-    run predates it."""
-    runs = manifest.get("runs") or []
-    table = runs[-1].get("leakage") if runs and isinstance(runs[-1], dict) else None
-    return [dict(row) for row in table if isinstance(row, dict)] if isinstance(table, list) else []
-
-
-def is_training(frame: pd.DataFrame) -> Any:
-    if "mode" not in frame.columns:
-        return np.zeros(len(frame), dtype=bool)
-    return (frame["mode"] == "training").to_numpy(dtype=bool)
-
-
-def split_modes(frame: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(every other row, training rows): the inference tables never see a training row."""
-    trained = is_training(frame)
-    return frame.loc[~trained].reset_index(drop=True), frame.loc[trained].reset_index(drop=True)
 
 
 def _window_nll(value: Any) -> list[float] | None:
@@ -106,8 +84,8 @@ def gate(trained: pd.DataFrame) -> pd.DataFrame:
         out.at[i, "dloss_vs_full"] = diff
         out.at[i, "dloss_vs_full_ci_low"] = low
         out.at[i, "dloss_vs_full_ci_high"] = high
-        for name, share in CLASSES.items():
-            out.at[i, f"train_pass_{name.replace('.', '_')}"] = bool(high <= -math.log(share))
+        for name, share in QUALITY_CLASSES.items():
+            out.at[i, f"train_{pass_column(name)}"] = bool(high <= -math.log(share))
     return out
 
 
@@ -123,17 +101,12 @@ def priced(trained: pd.DataFrame, packages: pd.DataFrame, utilisation: float) ->
     table = ok.merge(packages, on="gpu", how="inner", sort=False)
     if table.empty:
         return pd.DataFrame({c: pd.Series(dtype="object") for c in columns})
-    share = table["gpus_used"].to_numpy(dtype=np.float64) / table["gpus_in_package"].to_numpy(
-        dtype=np.float64
-    )
-    days = table["package_days"].to_numpy(dtype=np.float64)
-    price = table["package_price_usd"].to_numpy(dtype=np.float64)
-    usd_per_hour = price / (days * HOURS_PER_DAY) / utilisation * share
+    usd_per_hour = package_hour(table, utilisation, table["gpus_used"].to_numpy(dtype=np.float64))
     tok_s = table["train_tok_s"].to_numpy(dtype=np.float64)
     step_s = table["step_s"].to_numpy(dtype=np.float64)
     steps = pd.to_numeric(table["steps_to_target"], errors="coerce").to_numpy(dtype=np.float64)
+    table["usd_per_mtok_train"] = usd_per_mtok(usd_per_hour, tok_s)
     with np.errstate(invalid="ignore", divide="ignore"):
-        table["usd_per_mtok_train"] = usd_per_hour / (tok_s * 3600) * 1e6
         table["usd_to_target"] = steps * step_s * usd_per_hour / 3600
     per_token = table.get("j_per_token_train", pd.Series(np.nan, index=table.index))
     table["j_per_mtok_train"] = pd.to_numeric(per_token, errors="coerce") * 1e6
@@ -219,3 +192,30 @@ def cheapest_to_target(training_cost: pd.DataFrame) -> pd.DataFrame:
     keys = [k for k in keys if k in reached.columns]
     best = reached.sort_values("usd_to_target").groupby(keys, dropna=False).head(1)
     return best.sort_values(keys).reset_index(drop=True)
+
+
+# --- the mode's price part (harness.modes.base.PricePart) -------------------------------------
+
+
+@dataclass(frozen=True)
+class TrainingPriced:
+    """The training tables, named as the ``Aggregate`` fields they fill: ``training`` (the rows
+    with their gate against the full fine-tune) and ``training_cost`` (each priced per package)."""
+
+    tables: dict[str, pd.DataFrame]
+    counts: dict[str, Any]
+
+    def with_cost(self, cost: pd.DataFrame, points: pd.DataFrame) -> pd.DataFrame:
+        return with_training(cost, self.tables["training_cost"])
+
+
+def price(
+    rows: pd.DataFrame, points: pd.DataFrame, packages: pd.DataFrame, utilisation: float
+) -> TrainingPriced:
+    """The training rows gated and priced (see the module docstring); ``points`` is not read:
+    a training row's quality is its own gate against the full fine-tune."""
+    trained = gate(rows)
+    return TrainingPriced(
+        tables={"training": trained, "training_cost": priced(trained, packages, utilisation)},
+        counts={"training_rows": len(trained)},
+    )

@@ -1,15 +1,17 @@
 """The report's training section (mode: training rows): $ per 1M training tokens per package, the
 cost to the target held-out loss per method, the gate against the full fine-tune, and every
-training row's memory per phase next to the plan. Empty when the run has no training rows."""
+training row's memory per phase next to the plan. Empty when the run has no training rows.
+The mode's `report` part is ``REPORT`` (the contract: harness.modes.base.ReportPart)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from html import escape
 from typing import Any
 
 import pandas as pd
 
+from harness.modes.base import Column, HtmlTable, MdTable
 from harness.modes.training import price as trn
 from harness.results.aggregate import Aggregate
 
@@ -163,10 +165,6 @@ def markdown_section(result: Aggregate) -> list[str]:
     ]
 
 
-Column = tuple[str, str, Callable[[Any], str] | None]
-HtmlTable = Callable[[pd.DataFrame, Sequence[Column], str], str]
-
-
 def html_section(result: Aggregate, html_table: HtmlTable) -> list[str]:
     if result.training.empty:
         return leakage_html(result, html_table)
@@ -198,3 +196,17 @@ def html_section(result: Aggregate, html_table: HtmlTable) -> list[str]:
         ),
         *leakage_html(result, html_table),
     ]
+
+
+class Report:
+    """The training mode's report sections (harness.modes.base.ReportPart). Its tables are its
+    own Markdown ones (``md_table``: "(no rows)" when empty), not the core's."""
+
+    def markdown(self, result: Aggregate, quality_class: str, table: MdTable) -> list[str]:
+        return markdown_section(result)
+
+    def html(self, result: Aggregate, quality_class: str, table: HtmlTable) -> list[str]:
+        return html_section(result, table)
+
+
+REPORT = Report()

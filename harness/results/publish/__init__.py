@@ -3,7 +3,7 @@
 ``report(run_dir, tariffs)`` writes ``run_dir/published/``:
 
 - ``points.csv`` / ``points.parquet``: every row (ok or not) with the gate and flag columns;
-- ``cost.csv``: one row per priced row × tariff package (formulas in ``harness.results.aggregate``);
+- ``cost.csv``: one row per priced row × tariff package (formulas in ``harness.results.pricing``);
 - ``summary.json``: counts, unreadable files, the headline, cheapest configurations, ratios;
 - ``README.md``: the headline table, the method, the formulas, the data licences;
 - ``report.html``: the same with sortable tables and inline SVG charts. No network: no external

@@ -7,20 +7,17 @@ so this module imports neither page module. Formulas: ``harness.results.energy``
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import pandas as pd
 
+from harness.modes.base import Column, HtmlTable, MdTable
 from harness.results import energy as en
 from harness.results import regressions as reg
 from harness.results.aggregate import Aggregate
 from harness.results.publish.format import escape, fmt_float, fmt_int, fmt_usd
 from harness.spec.tariffs import TariffTable
-
-Column = tuple[str, str, Callable[[Any], str] | None]  # (field, header, formatter or None=text)
-HtmlTable = Callable[[pd.DataFrame, Sequence[Column], str], str]
-MdTable = Callable[[Sequence[dict[str, str]]], str]
 
 ENERGY_COLUMNS: list[Column] = [
     ("model", "model", None),

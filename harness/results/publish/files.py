@@ -12,7 +12,8 @@ from pathlib import Path
 import pandas as pd
 
 from harness.atomic import atomic_write_bytes, atomic_write_json, atomic_write_text, public_mode
-from harness.results.aggregate import Aggregate, aggregate_run, check_quality_class
+from harness.results.aggregate import Aggregate, aggregate_run
+from harness.results.pricing import check_quality_class
 from harness.results.publish.analysis import regressions_frame
 from harness.results.publish.html import report_html
 from harness.results.publish.markdown import readme

@@ -29,6 +29,22 @@ def escape(value: Any) -> str:
     return html.escape(str(value), quote=True)
 
 
+def md_escape(value: Any) -> str:
+    """Anything as the text of one Markdown table cell: backslashes and pipes escaped, one line,
+    and HTML-escaped (a renderer would run a tag)."""
+    text = str(value).replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
+    return html.escape(text, quote=False)
+
+
+def fmt_value(value: Any) -> str:
+    """A table cell as text: "" for no value, floats to 4 significant digits, the rest as is."""
+    if value is None or (isinstance(value, float) and value != value):
+        return ""
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
+
+
 def fmt_usd(value: Any) -> str:
     v = number(value)
     if v is None:

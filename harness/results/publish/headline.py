@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from harness.results.aggregate import Aggregate, check_quality_class
+from harness.results.aggregate import Aggregate
+from harness.results.pricing import check_quality_class
 from harness.results.publish.format import fmt_count, fmt_float, fmt_pct_ci, fmt_usd
 
 COMPACT = (

@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
 import pandas as pd
 
-from harness import __version__
-from harness.results.aggregate import QUALITY_CLASSES, Aggregate
+from harness import __version__, modes
+from harness.modes.base import Column, ReportPart
+from harness.results.aggregate import Aggregate
 from harness.results.engines import AGREEMENT_TOLERANCE, agreement_lines, engine_agreement
+from harness.results.pricing import QUALITY_CLASSES
 from harness.results.publish.analysis import energy_html, regressions_html
 from harness.results.publish.format import (
     escape,
@@ -23,9 +25,7 @@ from harness.results.publish.format import (
     number_or_nan,
 )
 from harness.results.publish.method import FORMULAS, LICENCES
-from harness.modes.serving.report import latency_throughput_charts
 from harness.results.publish.svg import svg_bars, svg_intervals, svg_scatter
-from harness.modes.training.report import html_section as training_html
 from harness.spec.tariffs import TariffTable
 
 CSS = """
@@ -71,8 +71,6 @@ document.querySelectorAll('table.sortable').forEach(function (table) {
   });
 });
 """
-
-Column = tuple[str, str, Callable[[Any], str] | None]  # (field, header, formatter or None=text)
 
 
 def html_table(
@@ -191,6 +189,19 @@ EFFECT_COLUMNS: list[Column] = [
 
 
 def charts(result: Aggregate, quality_class: str, max_models: int = 4) -> list[str]:
+    """The report's charts, in order: $/Mtok per GPU and package (per model), the two Pareto
+    fronts, predicted vs measured memory, and each model's perplexity change with its CI."""
+    return [
+        *cost_bars(result, quality_class, max_models),
+        *cost_quality_front(result, max_models),
+        *throughput_latency_front(result),
+        *memory_chart(result),
+        *quality_intervals(result, max_models),
+    ]
+
+
+def cost_bars(result: Aggregate, quality_class: str, max_models: int) -> list[str]:
+    """Per model (the first ``max_models``): $/Mtok out of the cheapest per GPU and package."""
     out: list[str] = []
     cheapest = result.cheapest[result.cheapest["quality_class"] == quality_class]
     for model in list(dict.fromkeys(cheapest["model"]))[:max_models]:
@@ -206,6 +217,12 @@ def charts(result: Aggregate, quality_class: str, max_models: int = 4) -> list[s
                 f"{model}: $/Mtok out, class {quality_class}", "$ per Mtok", groups, gpus, values
             )
         )
+    return out
+
+
+def cost_quality_front(result: Aggregate, max_models: int) -> list[str]:
+    """The cost–perplexity front of the longest package, one series per model."""
+    out: list[str] = []
     front = result.pareto_cost_quality
     if not front.empty:
         longest = front["package_days"].max()
@@ -232,6 +249,12 @@ def charts(result: Aggregate, quality_class: str, max_models: int = 4) -> list[s
                 series,
             )
         )
+    return out
+
+
+def throughput_latency_front(result: Aggregate) -> list[str]:
+    """The decode throughput–TPOT front, one series per (model, device), at most 8."""
+    out: list[str] = []
     tl = result.pareto_throughput_latency
     if not tl.empty:
         series = []
@@ -251,6 +274,12 @@ def charts(result: Aggregate, quality_class: str, max_models: int = 4) -> list[s
                 "Pareto: decode throughput vs TPOT", "TPOT p50 (ms)", "decode tok/s", series
             )
         )
+    return out
+
+
+def memory_chart(result: Aggregate) -> list[str]:
+    """Predicted against measured peak memory (decode), one series per device, at most 8."""
+    out: list[str] = []
     mem = result.points.loc[
         result.points["predicted_peak_mib"].notna() & result.points["peak_mib_decode"].notna()
     ]
@@ -277,6 +306,13 @@ def charts(result: Aggregate, quality_class: str, max_models: int = 4) -> list[s
                 diagonal=True,
             )
         )
+    return out
+
+
+def quality_intervals(result: Aggregate, max_models: int) -> list[str]:
+    """Per model: each configuration's perplexity change vs the reference with its paired CI,
+    against the class limits."""
+    out: list[str] = []
     points = result.points
     quality = points.loc[points["dppl_pct"].notna() & (points["status"] == "ok")]
     group_cols = ["model", "backend", "quantization", "kv_cache_dtype", "device"]
@@ -296,7 +332,7 @@ def charts(result: Aggregate, quality_class: str, max_models: int = 4) -> list[s
         ]
         out.append(
             svg_intervals(
-                f"{model}: perplexity change vs reference, paired 95 % CI",
+                f"{model!s}: perplexity change vs reference, paired 95 % CI",
                 "Δ perplexity (%)",
                 items,
                 limits,
@@ -317,81 +353,19 @@ def speed_only_section(result: Aggregate) -> list[str]:
     ]
 
 
-CHEAPEST_AT_SLO_COLUMNS: list[Column] = [
-    ("model", "model", None),
-    ("quality_class", "class", None),
-    ("package_days", "days", fmt_int),
-    ("gpu", "GPU", None),
-    ("provider", "provider", None),
-    ("backend", "backend", None),
-    ("quantization", "quant", None),
-    ("kv_cache_dtype", "KV", None),
-    ("level_at_slo", "level at SLO", None),
-    ("output_tok_s_at_slo", "output tok/s at SLO", fmt_float),
-    ("usd_per_mtok_output_at_slo", "$/Mtok out at SLO", fmt_usd),
-    ("j_per_mtok_output_at_slo", "J/Mtok out at SLO", fmt_float),
-    ("dppl_pct", "Δppl %", fmt_float),
-]
-AT_SLO_COLUMNS: list[Column] = [
-    ("model", "model", None),
-    ("backend", "backend", None),
-    ("quantization", "quant", None),
-    ("kv_cache_dtype", "KV", None),
-    ("device", "device", None),
-    ("quality_class", "class", None),
-    ("level_at_slo", "level at SLO", None),
-    ("output_tok_s_at_slo", "output tok/s", fmt_float),
-    ("goodput_rps_at_slo", "goodput req/s", fmt_float),
-    ("slo_attainment_at_slo", "attainment", fmt_float),
-    ("j_per_mtok_output_at_slo", "J/Mtok out", fmt_float),
-    ("levels_meeting_slo", "levels meeting SLO", fmt_int),
-    ("levels_measured", "levels ok", fmt_int),
-]
-SERVING_COLUMNS: list[Column] = [
-    ("model", "model", None),
-    ("backend", "backend", None),
-    ("quantization", "quant", None),
-    ("kv_cache_dtype", "KV", None),
-    ("level", "level", None),
-    ("status", "status", None),
-    ("requests_ok", "ok", fmt_int),
-    ("requests_failed", "failed", fmt_int),
-    ("output_tok_s", "output tok/s", fmt_float),
-    ("j_per_token_serving", "J/token out", fmt_float),
-    ("request_throughput", "req/s", fmt_float),
-    ("goodput_rps", "goodput req/s", fmt_float),
-    ("ttft_ms_p99", "TTFT p99 ms", fmt_float),
-    ("tpot_ms_p99", "TPOT p99 ms", fmt_float),
-    ("slo_attainment", "attainment", fmt_float),
-    ("saturated", "saturated", None),
-    ("error", "error", None),
-]
-
-
-def serving_section(result: Aggregate, quality_class: str) -> list[str]:
-    """Serving under load (mode: serving rows); empty when the run has none."""
-    if result.serving.empty:
-        return []
-    cheapest = result.cheapest_at_slo
-    cheapest = cheapest[cheapest["quality_class"] == quality_class]
-    return [
-        "<h2>Serving under load: throughput at the latency SLO</h2>",
-        '<p class="note">Each configuration behind a real <code>vllm serve</code>, driven by '
-        "<code>vllm bench serve</code> per load level. A request meets the SLO when its TTFT and "
-        "TPOT are within the targets; a level qualifies when its share of such requests reaches "
-        "the scenario's attainment; the configuration's figure is its highest output tok/s among "
-        "qualifying levels. Quality is the configuration's offline verdict.</p>",
-        f"<h3>Cheapest at the SLO per GPU and package (class {escape(quality_class)})</h3>",
-        html_table(cheapest, CHEAPEST_AT_SLO_COLUMNS, "cheapest-at-slo"),
-        "<h3>Level at the SLO per configuration</h3>",
-        html_table(result.at_slo, AT_SLO_COLUMNS, "at-slo"),
-        *latency_throughput_charts(result),
-        "<h3>Every load level</h3>",
-        html_table(result.serving, SERVING_COLUMNS, "serving"),
-    ]
+def mode_sections(result: Aggregate, quality_class: str) -> list[str]:
+    """Each mode's own sections, in the registry's order (its `report` part, where it has one)."""
+    parts: list[str] = []
+    for mode in modes.REGISTRY.values():
+        if mode.ref("report") is not None:
+            report: ReportPart[Aggregate] = mode.load("report")
+            parts += report.html(result, quality_class, html_table)
+    return parts
 
 
 def report_html(result: Aggregate, tariffs: TariffTable | None, quality_class: str) -> str:
+    """report.html: its sections in reading order, as one list read top to bottom (long because
+    it is the page's text, not logic; each table and chart is built by a function of its own)."""
     c = result.counts
     cheapest = result.cheapest[result.cheapest["quality_class"] == quality_class]
     sections = [
@@ -409,8 +383,7 @@ def report_html(result: Aggregate, tariffs: TariffTable | None, quality_class: s
         *speed_only_section(result),
         *energy_html(result, tariffs, quality_class, html_table),
         *regressions_html(result, html_table),
-        *serving_section(result, quality_class),
-        *training_html(result, html_table),
+        *mode_sections(result, quality_class),
         "<h2>Every point</h2>",
         html_table(result.points, POINT_COLUMNS, "points"),
         f"<h2>Engines agree (same model and dtype, within {AGREEMENT_TOLERANCE:.1%})</h2><ul>",

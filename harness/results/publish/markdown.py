@@ -2,24 +2,17 @@
 
 from __future__ import annotations
 
-import html
 from collections.abc import Sequence
-from typing import Any
 
-from harness import __version__
+from harness import __version__, modes
+from harness.modes.base import ReportPart
 from harness.results.aggregate import Aggregate
 from harness.results.engines import AGREEMENT_TOLERANCE, agreement_lines, engine_agreement
 from harness.results.publish.analysis import energy_markdown, regressions_markdown
-from harness.results.publish.format import fmt_usd
+from harness.results.publish.format import fmt_usd, fmt_value, md_escape
 from harness.results.publish.headline import headline_table
 from harness.results.publish.method import FORMULAS, LICENCES
-from harness.modes.training.report import markdown_section as training_markdown
 from harness.spec.tariffs import TariffTable
-
-
-def md_escape(value: Any) -> str:
-    text = str(value).replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
-    return html.escape(text, quote=False)
 
 
 def md_table(rows: Sequence[dict[str, str]]) -> str:
@@ -61,69 +54,19 @@ def speed_only_section(result: Aggregate) -> list[str]:
     ]
 
 
-SERVING_HEADERS = {
-    "model": "model",
-    "quality_class": "class",
-    "package_days": "days",
-    "gpu": "GPU",
-    "provider": "provider",
-    "backend": "backend",
-    "quantization": "quant",
-    "kv_cache_dtype": "KV",
-    "level_at_slo": "level at SLO",
-    "output_tok_s_at_slo": "output tok/s at SLO",
-    "usd_per_mtok_output_at_slo": "$/Mtok out at SLO",
-    "j_per_mtok_output_at_slo": "J/Mtok out at SLO",
-}
-AT_SLO_HEADERS = {
-    "model": "model",
-    "backend": "backend",
-    "quantization": "quant",
-    "kv_cache_dtype": "KV",
-    "device": "device",
-    "quality_class": "class",
-    "level_at_slo": "level at SLO",
-    "output_tok_s_at_slo": "output tok/s",
-    "goodput_rps_at_slo": "goodput req/s",
-    "j_per_mtok_output_at_slo": "J/Mtok out",
-    "levels_meeting_slo": "levels meeting SLO",
-    "levels_measured": "levels ok",
-}
-
-
-def serving_section(result: Aggregate, quality_class: str) -> list[str]:
-    """Serving under load: cheapest at the SLO per package, and each configuration's level."""
-    if result.serving.empty:
-        return []
-    cheapest = result.cheapest_at_slo
-    cheapest = cheapest[cheapest["quality_class"] == quality_class]
-    return [
-        f"\n## Serving: cheapest at the latency SLO (class {md_escape(quality_class)})\n",
-        md_table(
-            [
-                {label: fmt_value(rec.get(name)) for name, label in SERVING_HEADERS.items()}
-                for rec in cheapest.astype("object").to_dict(orient="records")
-            ]
-        ),
-        "\n### Level at the SLO per configuration\n",
-        md_table(
-            [
-                {label: fmt_value(rec.get(name)) for name, label in AT_SLO_HEADERS.items()}
-                for rec in result.at_slo.astype("object").to_dict(orient="records")
-            ]
-        ),
-    ]
-
-
-def fmt_value(value: Any) -> str:
-    if value is None or (isinstance(value, float) and value != value):
-        return ""
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    return str(value)
+def mode_sections(result: Aggregate, quality_class: str) -> list[str]:
+    """Each mode's own sections, in the registry's order (its `report` part, where it has one)."""
+    parts: list[str] = []
+    for mode in modes.REGISTRY.values():
+        if mode.ref("report") is not None:
+            report: ReportPart[Aggregate] = mode.load("report")
+            parts += report.markdown(result, quality_class, md_table)
+    return parts
 
 
 def readme(result: Aggregate, tariffs: TariffTable | None, quality_class: str) -> str:
+    """README.md: its sections in reading order, as one list read top to bottom (long because
+    it is the page's text, not logic; each table is built by a function of its own)."""
     c = result.counts
     parts = [
         "# Cheapest tokens at equal quality\n",
@@ -154,8 +97,7 @@ def readme(result: Aggregate, tariffs: TariffTable | None, quality_class: str) -
     parts += speed_only_section(result)
     parts += energy_markdown(result, tariffs, quality_class, md_table)
     parts += regressions_markdown(result, md_table)
-    parts += serving_section(result, quality_class)
-    parts += training_markdown(result)
+    parts += mode_sections(result, quality_class)
     parts += [
         f"\n## Engines agree (same model and dtype, within {AGREEMENT_TOLERANCE:.1%})\n",
         *[f"- {md_escape(line)}" for line in agreement_lines(engine_agreement(result.points))],

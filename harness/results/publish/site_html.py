@@ -15,8 +15,9 @@ from urllib.parse import quote
 import pandas as pd
 
 from harness import __version__
+from harness.modes.base import Column
 from harness.results.publish.format import escape, fmt_usd
-from harness.results.publish.html import CHEAPEST_COLUMNS, CSS, JS, Column, html_table
+from harness.results.publish.html import CHEAPEST_COLUMNS, CSS, JS, html_table
 from harness.spec.tariffs import TariffTable
 
 SITE_CSS = """
@@ -103,7 +104,7 @@ def index_html(
     files: Sequence[str],
 ) -> str:
     """The site's index: (mixed banner), runs, cheapest per (model, class, GPU, package) across
-    every run, the combined files, counts."""
+    every run, the combined files, counts (one list in reading order: the page's text)."""
     title = "harness site" + (" (MIXED runs)" if mixed else "")
     by_status = ", ".join(f"{k} {v}" for k, v in counts.get("by_status", {}).items())
     sections = [

@@ -12,7 +12,9 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from harness.results.aggregate import aggregate, frame_from_rows, package_usd_per_hour
+from harness.results.aggregate import aggregate
+from harness.results.frame import frame_from_rows
+from harness.results.pricing import package_usd_per_hour
 from harness.results.publish.files import report
 from harness.row import ResultRow
 from tests.factories import quality, reference, row, tariffs, write_run
@@ -170,3 +172,20 @@ def test_a_run_without_serving_rows_publishes_as_before(tmp_path: Path) -> None:
     assert result.serving.empty and result.at_slo.empty and result.cheapest_at_slo.empty
     out = report(run, tariffs())
     assert "Serving under load" not in (out / "report.html").read_text()
+
+
+def test_the_results_side_chooses_the_level_with_the_slo_modules_rule() -> None:
+    """One rule (harness.modes.serving.slo.choose_at_slo): the aggregate's level at the SLO is the
+    level that rule chooses from the same rows, and a level with no output never qualifies."""
+    from harness.modes.serving import price as srv
+    from harness.modes.serving import slo
+
+    rows = [*runs(), level(0.0, 1.0, concurrency=2)]  # meets the attainment, produces nothing
+    result = aggregate(frame_from_rows(rows), tariffs())
+    (config,) = result.at_slo.to_dict(orient="records")
+    levels = srv.levels(result.serving)
+    chosen = slo.choose_at_slo(levels, 0.99)
+    assert chosen is not None
+    assert config["key_at_slo"] == result.serving["key"].iloc[chosen.position]
+    assert config["level_at_slo"] == "concurrency 8"
+    assert config["levels_meeting_slo"] == sum(slo.qualifies(lv, 0.99) for lv in levels) == 2

@@ -10,10 +10,10 @@ import pytest
 from harness import corpus
 from harness import plan as planner
 from harness.errors import UserInputError
-from harness.run import sweep
 from harness.modes.serving.device.loadgen import LengthDist, cut_prompts
-from harness.spec import models, scenario
 from harness.modes.serving.spec import ServingLevel
+from harness.run import sweep
+from harness.spec import models, scenario
 
 TINY_MODEL = str(models.PACKAGE_DATA / "tiny-llama")
 BASE = """name: s

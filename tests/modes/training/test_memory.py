@@ -4,10 +4,10 @@
 from __future__ import annotations
 
 from harness import plan
+from harness.modes.training import memory
+from harness.modes.training.spec import TrainingPoint
 from harness.spec import catalog
 from harness.spec.scenario import Point
-from harness.modes.training.spec import TrainingPoint
-from harness.modes.training import memory
 from harness.units import GIB
 
 

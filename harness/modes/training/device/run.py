@@ -2,9 +2,10 @@
 steps on the train block, the held-out loss on the eval block, one row per point (mode: training).
 
 Memory per phase is measured on the last step (a steady state: gradients, optimizer states and
-activations all exist), next to the plan's figures for the same phases (harness.modes.training.memory).
-Energy, where the device's counter is readable, over extra steps after the measured ones
-(back to back for at least ENERGY_MIN_S: one step is shorter than the counter resolves).
+activations all exist), next to the plan's figures for the same phases
+(harness.modes.training.memory). Energy, where the device's counter is readable, over extra
+steps after the measured ones (back to back for at least ENERGY_MIN_S: one step is shorter than
+the counter resolves).
 A point that fails (an OOM, say) gives an `oom`/`error` row with its plan, and the group goes on.
 """
 
@@ -13,6 +14,7 @@ from __future__ import annotations
 import functools
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -20,26 +22,26 @@ import numpy as np
 from harness import plan as planner
 from harness.measure import energy
 from harness.measure.memory import PhaseMemory, measure_phase
-from harness.row import (
-    Energy,
-    HarnessTime,
-    Memory,
-    Part,
-    Prediction,
-    ResultRow,
-    Status,
-    Training,
+from harness.modes.training import data
+from harness.modes.training.device import trainer
+from harness.modes.training.memory import TrainingMemory
+from harness.row import Energy, HarnessTime, Memory, Part, Prediction, ResultRow, Status, Training
+from harness.run.device import (
+    Job,
+    Runner,
+    comparable_peak_mib,
+    failure_status,
+    free_memory,
+    gap_pct,
+    plan_card,
+    point_plan,
+    predicted,
 )
-from harness.run.contracts import WorkContext
 from harness.spec import catalog
 from harness.spec.scenario import GroupKey, Point
-from harness.modes.training import data
-from harness.modes.training.memory import TrainingMemory
-from harness.modes.training.device import trainer
 from harness.units import to_mib
 
-# (point, status, error, parts, card name) → the row
-MakeRow = Callable[[Point, Status, str | None, list[Part], str | None], ResultRow]
+Batches = Callable[[int], list[list[list[int]]]]  # a step's micro-batches of token windows
 
 
 @functools.cache
@@ -53,14 +55,6 @@ def cached_split(
     )
 
 
-def comparable_mib(phase: PhaseMemory, device: str) -> float | None:
-    """The figure the plan predicts: on a GPU the device memory this process uses when NVML sees
-    it, else the allocator's peak; on the CPU the process's RSS peak."""
-    if device.startswith("cuda") and not phase.global_fallback:
-        return phase.device_used_mib or phase.peak_allocated_mib
-    return phase.peak_allocated_mib
-
-
 def steps_to_target(evals: list[tuple[int, float]], target: float | None) -> int | None:
     """The first evaluated step count whose held-out loss is at or below the target."""
     if target is None:
@@ -68,60 +62,24 @@ def steps_to_target(evals: list[tuple[int, float]], target: float | None) -> int
     return next((step for step, loss in evals if loss <= target), None)
 
 
-def train_points(
-    group: GroupKey,
-    points: list[Point],
-    ctx: WorkContext,
-    make_row: MakeRow,
-    *,
-    device: str,
-    model_path: str,
-    tokenizer_path: str,
-    random_weights: bool,
-    meter: energy.EnergyMeter[Any] | None = None,
-) -> Iterator[ResultRow]:
-    meter = meter or energy.EnergyMeter.unavailable("no meter given")
-    card = planner.default_card(group.target, ctx.gpu) if device == "cpu" else None
-    if card is None:
-        from harness.run import provenance
-
-        card = catalog.gpu_for_device_name(provenance.device_name(device)) or planner.default_card(
-            group.target, ctx.gpu
-        )
+def train_points(group: GroupKey, points: list[Point], job: Job) -> Iterator[ResultRow]:
+    """The group's training points (the `Runner` contract), one fresh model each, planned on
+    the card that ran them (else the target's default card); a point that fails (an OOM, say)
+    gives an `oom`/`error` row with its plan, and the next point starts with its memory freed."""
+    card = plan_card(job.card(group.target), group.target, job.ctx)
     for point in points:
-        plan = planner.plan_point(point, card)
+        plan = point_plan(point, card, job.ctx)
         try:
-            parts = train_point(
-                point, plan, device, model_path, tokenizer_path, random_weights, meter
-            )
+            parts = train_point(point, plan, job)
             status: Status = "ok"
             error = None
         except Exception as exc:  # one failing point must not end the group
-            status = "oom" if _is_oom(exc) else "error"
+            status = failure_status(exc)
             error = f"{type(exc).__name__}: {exc}"[:2000]
-            parts = [prediction_part(plan), planned_training(point, plan)]
+            parts = [predicted(plan), planned_training(point, plan)]
         finally:
-            import gc
-
-            gc.collect()
-            if device.startswith("cuda"):
-                import torch
-
-                torch.cuda.empty_cache()
-        yield make_row(point, status, error, parts, card.name)
-
-
-def _is_oom(exc: BaseException) -> bool:
-    return isinstance(exc, MemoryError) or "out of memory" in str(exc).lower()
-
-
-def prediction_part(plan: planner.PointPlan) -> Prediction:
-    return Prediction(
-        predicted_weights_mib=to_mib(plan.weights_gib * 2**30),
-        predicted_kv_cache_mib=0.0,
-        predicted_activations_mib=to_mib(plan.activations_gib * 2**30),
-        predicted_peak_mib=to_mib(plan.total_gib * 2**30),
-    )
+            free_memory(job.device)
+        yield job.row(point, status, error, parts, card=card.name)
 
 
 def planned_training(point: Point, plan: planner.PointPlan) -> Training:
@@ -149,82 +107,125 @@ def planned_training(point: Point, plan: planner.PointPlan) -> Training:
     )
 
 
-def train_point(
-    point: Point,
-    plan: planner.PointPlan,
-    device: str,
-    model_path: str,
-    tokenizer_path: str,
-    random_weights: bool,
-    meter: energy.EnergyMeter[Any],
-) -> list[Part]:
+@dataclass
+class Trained:
+    """What a point's optimizer steps leave for its row."""
+
+    model: Any
+    run: trainer.Trainer
+    batches: Batches
+    split: data.Split
+    eval_windows: int
+    records: list[trainer.StepRecord]
+    evals: list[tuple[int, trainer.EvalResult]]  # (steps done, held-out result)
+    load: PhaseMemory
+    load_s: float
+    train_s: float
+
+    @property
+    def measured_step(self) -> int:
+        """The step whose memory per phase is measured: the last (a steady state)."""
+        return self.run.train.steps - 1
+
+
+def train_steps(point: Point, job: Job) -> Trained:
+    """A fresh model of the point's method (its load measured), then `steps` optimizer steps on
+    the train block with the held-out loss evaluated on the eval block; memory per phase is
+    measured on the last step."""
     train = point.training
     assert train is not None
     vocab = catalog.model(point.model, point.revision).vocab_size
     split = cached_split(
-        tokenizer_path, train.train_data, train.eval_data, train.eval_fraction, vocab
+        job.tokenizer_dir, train.train_data, train.eval_data, train.eval_fraction, vocab
     )
     windows = split.eval_windows(train.seq_len, train.eval_windows)
     started = time.perf_counter()
-    with measure_phase(device) as load_phase:
+    with measure_phase(job.device) as load_phase:
         model = trainer.load_model(
-            model_path, train, device, seed=point.seed, random_weights=random_weights
+            job.model_path, train, job.device, seed=point.seed, random_weights=job.random_weights
         )
     load_s = time.perf_counter() - started
-    run = trainer.Trainer(model, train, device)
+    run = trainer.Trainer(model, train, job.device)
     records: list[trainer.StepRecord] = []
     evals: list[tuple[int, trainer.EvalResult]] = []
-    measured_step = train.steps - 1
     began = time.perf_counter()
 
     def batches(step: int) -> list[list[list[int]]]:
         return split.micro_batches(step, train.micro_batch, train.grad_accum, train.seq_len)
 
-    for record, evaluated in trainer.run(run, batches, windows, measure_step=measured_step):
+    for record, evaluated in trainer.run(run, batches, windows, measure_step=train.steps - 1):
         if record is not None:
             records.append(record)
         if evaluated is not None:
             evals.append((run.step, evaluated))
     train_s = time.perf_counter() - began
-    joules = step_energy(meter, functools.partial(next_step, run, batches), train.tokens_per_step)
-    total = sum(p.numel() for p in model.parameters())
-    phases = records[measured_step].phases or {}
+    return Trained(model, run, batches, split, len(windows), records, evals, load_phase.result,
+                   load_s, train_s)  # fmt: skip
+
+
+def train_point(point: Point, plan: planner.PointPlan, job: Job) -> list[Part]:
+    """One training point's row parts: its steps (`train_steps`), then extra steps for energy
+    (`step_energy`, where the counter is readable), its memory against the plan, its curves."""
+    train = point.training
+    assert train is not None
+    trained = train_steps(point, job)
+    step = functools.partial(next_step, trained.run, trained.batches)
+    joules = step_energy(job.meter, step, train.tokens_per_step)
     out = planned_training(point, plan)
-    out.train_steps = len(records)
-    out.trainable_params = sum(p.numel() for p in run.params)
-    out.total_params = int(total)
+    prediction = predicted(plan)
+    memory_columns(out, prediction, trained, plan, job.device)
+    curve_columns(out, trained, train.target_eval_loss)
+    load = trained.load
+    memory = Memory(
+        peak_mib_load=comparable_peak_mib(load, job.device),
+        memory_source=load.source,
+        memory_global_fallback=load.global_fallback,
+    )
+    timing = HarnessTime(load_s=trained.load_s, measured_s=trained.train_s)
+    return [memory, prediction, out, joules, timing]
+
+
+def memory_columns(
+    out: Training, prediction: Prediction, trained: Trained, plan: planner.PointPlan, device: str
+) -> None:
+    """The measured step's peaks per phase (forward, backward, optimizer) against the plan: the
+    comparable figure (`comparable_peak_mib`) against the plan's total and, on a GPU, the
+    allocator's peaks (tensors only) against the plan's tensors."""
+    phases = trained.records[trained.measured_step].phases or {}
     fwd, bwd, opt = (phases.get(k) for k in ("forward", "backward", "optimizer"))
-    out.train_peak_mib_forward = comparable_mib(fwd, device) if fwd else None
-    out.train_peak_mib_backward = comparable_mib(bwd, device) if bwd else None
-    out.train_peak_mib_optimizer = comparable_mib(opt, device) if opt else None
-    measured = [
-        v
-        for v in (
-            out.train_peak_mib_forward,
-            out.train_peak_mib_backward,
-            out.train_peak_mib_optimizer,
-        )
-        if v is not None
-    ]
-    predicted = prediction_part(plan)
+    out.train_peak_mib_forward = comparable_peak_mib(fwd, device) if fwd else None
+    out.train_peak_mib_backward = comparable_peak_mib(bwd, device) if bwd else None
+    out.train_peak_mib_optimizer = comparable_peak_mib(opt, device) if opt else None
+    measured = [v for v in (out.train_peak_mib_forward, out.train_peak_mib_backward,
+                            out.train_peak_mib_optimizer) if v is not None]  # fmt: skip
     planned = plan.mode_memory
     if device != "cpu" and isinstance(planned, TrainingMemory):  # the allocator's peaks: tensors
-
         out.train_alloc_mib_forward = fwd.peak_allocated_mib if fwd else None
         out.train_alloc_mib_backward = bwd.peak_allocated_mib if bwd else None
         out.train_alloc_mib_optimizer = opt.peak_allocated_mib if opt else None
-        tensors = to_mib(planned.peak - planner.runtime_context_bytes(point.target))
+        tensors = to_mib(planned.peak - planner.runtime_context_bytes(plan.point.target))
         out.predicted_train_tensors_mib = tensors
         alloc = [v for v in (out.train_alloc_mib_forward, out.train_alloc_mib_backward,
                              out.train_alloc_mib_optimizer) if v is not None]  # fmt: skip
         if alloc and tensors > 0:
-            out.train_alloc_gap_pct = 100.0 * (max(alloc) - tensors) / tensors
-    if measured and predicted.predicted_peak_mib:
-        gap = 100.0 * (max(measured) - predicted.predicted_peak_mib) / predicted.predicted_peak_mib
-        out.train_peak_gap_pct = predicted.peak_gap_pct = gap
-    out.step_s = trainer.median_step_s(records, {measured_step})
-    out.train_tok_s = train.tokens_per_step / out.step_s if out.step_s > 0 else None
-    out.train_s = train_s
+            out.train_alloc_gap_pct = gap_pct(max(alloc), tensors)
+    if measured and prediction.predicted_peak_mib:
+        gap = gap_pct(max(measured), prediction.predicted_peak_mib)
+        out.train_peak_gap_pct = prediction.peak_gap_pct = gap
+
+
+def curve_columns(out: Training, trained: Trained, target_eval_loss: float | None) -> None:
+    """Speed, the loss and gradient-norm curves, the held-out loss (start, end, its CI, per
+    window) and the steps to the target loss."""
+    records, evals = trained.records, trained.evals
+    run = trained.run
+    out.train_steps = len(records)
+    out.trainable_params = sum(p.numel() for p in run.params)
+    out.total_params = int(sum(p.numel() for p in trained.model.parameters()))
+    out.step_s = trainer.median_step_s(records, {trained.measured_step})
+    tokens_per_step = run.train.tokens_per_step
+    out.train_tok_s = tokens_per_step / out.step_s if out.step_s > 0 else None
+    out.train_s = trained.train_s
     losses = [r.loss for r in records]
     out.loss_first, out.loss_last, out.loss_curve = losses[0], losses[-1], losses
     norms = [r.grad_norm for r in records]
@@ -236,19 +237,13 @@ def train_point(
     out.eval_loss = final.loss
     out.eval_loss_ci_low, out.eval_loss_ci_high = final.ci()
     out.eval_window_nll = [s / n for s, n in zip(final.nll_sum, final.tokens, strict=True)]
-    out.eval_windows = len(windows)
-    out.steps_to_target = steps_to_target(curve, train.target_eval_loss)
-    out.train_tokens, out.eval_tokens = len(split.train), len(split.eval)
-    memory = Memory(
-        peak_mib_load=comparable_mib(load_phase.result, device),
-        memory_source=load_phase.result.source,
-        memory_global_fallback=load_phase.result.global_fallback,
-    )
-    del run, model
-    return [memory, predicted, out, joules, HarnessTime(load_s=load_s, measured_s=train_s)]
+    out.eval_windows = trained.eval_windows
+    out.steps_to_target = steps_to_target(curve, target_eval_loss)
+    out.train_tokens, out.eval_tokens = len(trained.split.train), len(trained.split.eval)
 
 
-def next_step(run: trainer.Trainer, batches: Callable[[int], Any]) -> trainer.StepRecord:
+def next_step(run: trainer.Trainer, batches: Batches) -> trainer.StepRecord:
+    """One more optimizer step on the next step's micro-batches (energy's extra steps)."""
     return run.run_step(batches(run.step))
 
 
@@ -272,3 +267,6 @@ def step_energy(
         out.j_per_token_train = per_step / tokens_per_step
         out.avg_power_w_train = per_step / span.seconds_per_call
     return out
+
+
+_CONTRACT: Runner = train_points  # mypy checks the runner against harness.run.device.Runner

@@ -11,8 +11,13 @@ import pytest
 
 from harness.measure import energy
 from harness.measure.energy import EnergyMeter, nvml_joules
+from harness.modes.serving.device.loadgen import (
+    LevelResult,
+    LoadLevel,
+    level_result,
+    parse_bench_json,
+)
 from harness.modes.serving.device.run import level_energy
-from harness.modes.serving.device.loadgen import LevelResult, LoadLevel, level_result, parse_bench_json
 from harness.modes.serving.slo import Slo
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "bench-c1.json"

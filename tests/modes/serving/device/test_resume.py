@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from harness.modes.serving.device.loadgen import LevelResult, mark_saturation
+from harness.modes.serving.device.run import earlier_levels
 from harness.row import ResultRow
 from harness.run.contracts import WorkContext
-from harness.modes.serving.device.run import earlier_levels
-from harness.modes.serving.device.loadgen import LevelResult, mark_saturation
 from harness.spec.scenario import GroupKey, QualitySettings, Reference, VllmOptions
 from tests.factories import row, write_run
 

@@ -31,12 +31,12 @@ from typing import Any
 
 import pytest
 
-from harness.results.aggregate import aggregate_run
-from harness.row import ResultRow
-from harness.run import store, sweep
 from harness.modes.serving.device.loadgen import parse_bench_json
 from harness.modes.serving.device.server import group_members, port_in_use
 from harness.modes.serving.slo import Slo, attainment
+from harness.results.aggregate import aggregate_run
+from harness.row import ResultRow
+from harness.run import store, sweep
 
 pytestmark = [
     pytest.mark.slow,

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from harness.spec import models
-from harness.modes.training.spec import TrainingPoint
 from harness.modes.training import data
 from harness.modes.training.device import checks, trainer
+from harness.modes.training.spec import TrainingPoint
+from harness.spec import models
 
 TINY = str(models.PACKAGE_DATA / "tiny-llama")
 

@@ -10,12 +10,13 @@ from pathlib import Path
 import pytest
 
 from harness.measure.energy import EnergyMeter, nvml_joules
-from harness.row import Part, ResultRow, Status
-from harness.run.contracts import WorkContext, point_row
 from harness.modes.training.device.run import step_energy, train_points
+from harness.modes.training.spec import TrainingPoint
+from harness.row import ResultRow
+from harness.run.contracts import WorkContext
+from harness.run.device import Job
 from harness.spec import models
 from harness.spec.scenario import Point, QualitySettings, Reference, VllmOptions
-from harness.modes.training.spec import TrainingPoint
 from tests.run.test_worker_energy import constant_power
 
 
@@ -48,21 +49,16 @@ def lora_point(steps: int) -> Point:
     )  # fmt: skip
 
 
-def run_points(tmp_path: Path, meter: EnergyMeter[object] | None) -> ResultRow:
+def run_points(tmp_path: Path, meter: EnergyMeter[object]) -> ResultRow:
     ctx = WorkContext(
         run_dir=str(tmp_path), run="r", reference=Reference(), quality=QualitySettings(),
         vllm=VllmOptions(), reference_backend="transformers",
     )  # fmt: skip
-
-    def make(
-        point: Point, status: Status, error: str | None, parts: list[Part], card: str | None
-    ) -> ResultRow:
-        return point_row(point, *parts, run="r", corpus_hash="c", status=status, error=error)
-
     point = lora_point(2)
     tiny = str(models.PACKAGE_DATA / "tiny-llama")
-    (row,) = train_points(point.group, [point], ctx, make, device="cpu", model_path=tiny,
-                          tokenizer_path=tiny, random_weights=False, meter=meter)  # fmt: skip
+    job = Job(ctx=ctx, device="cpu", model_path=tiny, tokenizer_dir=tiny, corpus_hash="c",
+              meter=meter)  # fmt: skip
+    (row,) = train_points(point.group, [point], job)
     return row
 
 

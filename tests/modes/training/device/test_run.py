@@ -4,16 +4,23 @@ training row generates nothing, old rows still read, and a point that fails leav
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
-from harness.row import Part, ResultRow, Status
-from harness.run import store
-from harness.run.contracts import WorkContext, point_row
+import pytest
+
+from harness.modes.training.device import trainer
 from harness.modes.training.device.run import train_points
+from harness.modes.training.spec import TrainingPoint
+from harness.row import ResultRow
+from harness.run import store
+from harness.run.contracts import WorkContext
+from harness.run.device import Job
 from harness.spec import models
 from harness.spec.scenario import Point, QualitySettings, Reference, VllmOptions
-from harness.modes.training.spec import TrainingPoint
 from tests.factories import row, write_run
+
+TINY = str(models.PACKAGE_DATA / "tiny-llama")
 
 
 def training(**kw: object) -> ResultRow:
@@ -58,43 +65,67 @@ def test_an_old_row_without_training_columns_still_reads(tmp_path: Path) -> None
     assert len(rows) == 1 and not bad and rows[0].train_method is None
 
 
-def test_a_point_that_fails_gives_an_error_row_with_its_plan_and_the_group_goes_on(
-    tmp_path: Path,
-) -> None:
+def lora_point(steps: int) -> Point:
+    return Point(
+        model="tiny-llama", backend="transformers", quantization="none", kv_cache_dtype="auto",
+        batch=1, context=16, output_tokens=0, target="cpu", repeats=1,
+        training=TrainingPoint(method="lora", micro_batch=1, grad_accum=1, seq_len=16,
+                               steps=steps, eval_windows=2),
+    )  # fmt: skip
+
+
+def job(tmp_path: Path, model_path: str = TINY) -> Job:
     ctx = WorkContext(
         run_dir=str(tmp_path), run="r", reference=Reference(), quality=QualitySettings(),
         vllm=VllmOptions(), reference_backend="transformers",
     )  # fmt: skip
-    points = [
-        Point(
-            model="tiny-llama",
-            backend="transformers",
-            quantization="none",
-            kv_cache_dtype="auto",
-            batch=1,
-            context=16,
-            output_tokens=0,
-            target="cpu",
-            repeats=1,
-            training=TrainingPoint(
-                method="lora", micro_batch=1, grad_accum=1, seq_len=16, steps=steps, eval_windows=2
-            ),
-        )
-        for steps in (1, 2)
-    ]
-    tiny = str(models.PACKAGE_DATA / "tiny-llama")
+    return Job(ctx=ctx, device="cpu", model_path=model_path, tokenizer_dir=TINY, corpus_hash="c")
 
-    def make(
-        point: Point, status: Status, error: str | None, parts: list[Part], card: str | None
-    ) -> ResultRow:
-        return point_row(point, *parts, run="r", corpus_hash="c", status=status, error=error)
 
+def test_a_point_that_fails_gives_an_error_row_with_its_plan_and_the_group_goes_on(
+    tmp_path: Path,
+) -> None:
+    points = [lora_point(steps) for steps in (1, 2)]
     group = points[0].group
-    missing = str(tmp_path / "none")
-    broken = list(train_points(group, points, ctx, make, device="cpu", model_path=missing,
-                               tokenizer_path=tiny, random_weights=False))  # fmt: skip
+    broken = list(train_points(group, points, job(tmp_path, str(tmp_path / "none"))))
     assert [r.status for r in broken] == ["error", "error"]
     assert all(r.predicted_train_mib_backward and r.train_method == "lora" for r in broken)
-    fine = list(train_points(group, points[:1], ctx, make, device="cpu", model_path=tiny,
-                             tokenizer_path=tiny, random_weights=False))  # fmt: skip
+    assert all(r.gpu == "cpu" for r in broken)  # the card it ran on, as offline rows say
+    fine = list(train_points(group, points[:1], job(tmp_path)))
     assert fine[0].status == "ok" and fine[0].train_steps == 1
+
+
+class OOMError(RuntimeError):
+    """An engine's own OOM type (as some allocators name theirs), with no "out of memory" text."""
+
+
+def torch_oom() -> BaseException:
+    import torch
+
+    return torch.OutOfMemoryError("HIP error: hipErrorOutOfMemory while allocating 2.00 GiB")
+
+
+@pytest.mark.parametrize(
+    "raised",
+    [lambda: OOMError("could not allocate 2.00 GiB"), torch_oom],
+    ids=["an OOMError type", "torch.OutOfMemoryError"],
+)
+def test_training_detects_an_oom_by_the_workers_rule_not_by_its_message_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, raised: Callable[[], BaseException]
+) -> None:
+    """The rule `harness.run.device.is_oom` (shared with the offline and serving runners) knows
+    OOMs by their type as well as by their text; training's own copy read the text only and
+    called these `error` rows."""
+    from harness.run.device import is_oom
+
+    exc = raised()
+    assert is_oom(exc) and "out of memory" not in str(exc).lower()
+
+    def load_model(*args: object, **kwargs: object) -> object:
+        raise exc
+
+    monkeypatch.setattr(trainer, "load_model", load_model)
+    point = lora_point(1)
+    (oom,) = train_points(point.group, [point], job(tmp_path))
+    assert oom.status == "oom", oom.error
+    assert oom.predicted_train_mib_backward is not None and oom.train_method == "lora"

@@ -1,0 +1,182 @@
+"""The device loop's shared parts (device side): the one contract every mode's runner keeps, the
+job it gets, and the helpers all runners use instead of copying them.
+
+- `Job`: what a group's runners get from `harness.run.worker.iter_group`, the same object for
+  every mode (context, device, model and tokenizer folders, the group's provenance, the energy
+  meter, the quality reference) and the one way they make a row (`Job.row`);
+- `Runner`: a mode's `run` part (`harness.modes.<name>.device.run`): a group's points of that
+  mode, measured here, one row per point the moment it exists;
+- the helpers: OOM detection (`is_oom`), memory released between points (`free_memory`), the
+  card that ran the group (`card_for_device`) and the one its plan assumes (`plan_card`), the
+  plan's figures as a row part (`point_plan`, `predicted`), the measured figure the plan's
+  total predicts (`comparable_peak_mib`) and the gap between them (`gap_pct`), and the KV pool
+  an engine that sizes it up front gets (`kv_pool_bytes`).
+"""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from harness import plan as planner
+from harness.backends.base import WindowScores
+from harness.measure import energy
+from harness.measure.memory import PhaseMemory
+from harness.row import Part, Prediction, Provenance, ResultRow, Status
+from harness.run.contracts import GroupItem, WorkContext, point_row
+from harness.spec import catalog
+from harness.spec.scenario import GroupKey, Point
+from harness.units import GIB, MIB, to_mib
+
+
+def no_meter() -> energy.EnergyMeter[Any]:
+    return energy.EnergyMeter.unavailable("no meter given")
+
+
+@dataclass(frozen=True)
+class Job:
+    """What every mode's runner gets for one group (see `Runner`): the same for each mode."""
+
+    ctx: WorkContext
+    device: str  # where the group runs: "cpu" or "cuda"
+    model_path: str  # the resolved model's folder (its config; its weights unless random)
+    tokenizer_dir: str  # the model's own, or the shipped one for random weights without one
+    corpus_hash: str
+    random_weights: bool = False
+    reference_group: bool = False  # the group is its model's quality reference (is_reference)
+    reference: WindowScores | None = None  # the reference's window scores (offline quality)
+    provenance: Provenance | None = None  # the group's, collected once on this device
+    meter: energy.EnergyMeter[Any] = field(default_factory=no_meter)  # open for the whole group
+
+    def card(self, target: str) -> catalog.GpuSpec | None:
+        """The catalog card that ran the group (see `card_for_device`)."""
+        name = self.provenance.device_name if self.provenance is not None else None
+        return card_for_device(name or "", target, self.ctx)
+
+    def row(
+        self,
+        point: Point,
+        status: Status,
+        error: str | None,
+        parts: list[Part],
+        *,
+        card: str | None = None,
+        load_generator: str | None = None,
+    ) -> ResultRow:
+        """The point's row (`contracts.point_row`) with the group's run, corpus and provenance;
+        `card` names the card it ran on, `load_generator` the generator of a serving row. Only
+        offline rows of the reference group are the reference (serving rows have no quality)."""
+        prov = self.provenance
+        if load_generator is not None:
+            prov = (prov or Provenance()).model_copy(update={"load_generator": load_generator})
+        return point_row(
+            point, *parts, run=self.ctx.run, corpus_hash=self.corpus_hash, status=status,
+            error=error, is_reference=self.reference_group and point.serving is None, gpu=card,
+            provenance=prov,
+        )  # fmt: skip
+
+
+class Runner(Protocol):
+    """A mode's `run` part, registered in `harness.modes.REGISTRY` (`run="..."`): the group's
+    points of that mode, measured on `job.device`. It yields each point's row the moment it is
+    made (a mode that scores quality yields the group's WindowScores once, before its rows),
+    never raises for one failing point (an `oom`/`error` row instead), and releases what it
+    loaded however it ends (a failure, a consumer that stops early)."""
+
+    def __call__(self, group: GroupKey, points: list[Point], job: Job) -> Iterator[GroupItem]: ...
+
+
+# --- failures and memory -------------------------------------------------------------------
+
+
+def is_oom(exc: BaseException) -> bool:
+    """An out-of-memory failure, however the engine says it: MemoryError, torch's
+    OutOfMemoryError, an OOMError, or a message that says "out of memory"."""
+    if isinstance(exc, MemoryError):
+        return True
+    name = type(exc).__name__
+    return name in {"OutOfMemoryError", "OOMError"} or "out of memory" in str(exc).lower()
+
+
+def failure_status(exc: BaseException) -> Status:
+    return "oom" if is_oom(exc) else "error"
+
+
+def free_memory(device: str) -> None:
+    """Release what the last point (or engine) left: garbage, and on a GPU the allocator's cached
+    blocks, so the next point's memory figures do not count them."""
+    gc.collect()
+    if device.startswith("cuda"):
+        import torch
+
+        torch.cuda.empty_cache()
+
+
+# --- cards and the plan --------------------------------------------------------------------
+
+
+def card_for_device(device_name: str, target: str, ctx: WorkContext) -> catalog.GpuSpec | None:
+    """The catalog card that really ran the group (None: an unknown GPU and no --gpu given)."""
+    if target == "cpu":
+        return catalog.gpu("cpu")
+    found = catalog.gpu_for_device_name(device_name)
+    if found is None and ctx.gpu:
+        return catalog.gpu(ctx.gpu)
+    return found
+
+
+def plan_card(card: catalog.GpuSpec | None, target: str, ctx: WorkContext) -> catalog.GpuSpec:
+    """The card a point is planned on: the one that ran it, else the target's default card (as
+    `harness plan` assumes)."""
+    return card or planner.default_card(target, ctx.gpu)
+
+
+def point_plan(point: Point, card: catalog.GpuSpec | None, ctx: WorkContext) -> planner.PointPlan:
+    """The plan of the point on `plan_card(card, ...)`, as `harness plan` makes it."""
+    return planner.plan_point(
+        point,
+        plan_card(card, point.target, ctx),
+        gpu_memory_utilization=ctx.vllm.gpu_memory_utilization,
+    )
+
+
+def predicted(plan: planner.PointPlan) -> Prediction:
+    """The plan's memory figures as the row's Prediction part (gaps filled by the runner)."""
+    return Prediction(
+        predicted_weights_mib=to_mib(plan.weights_gib * GIB),
+        predicted_kv_cache_mib=to_mib(plan.kv_cache_gib * GIB),
+        predicted_activations_mib=to_mib(plan.activations_gib * GIB),
+        predicted_peak_mib=to_mib(plan.total_gib * GIB),
+    )
+
+
+def comparable_peak_mib(phase: PhaseMemory, device: str) -> float | None:
+    """The measured figure that the plan's total predicts: on a GPU the device memory this
+    process uses (it includes the CUDA/HIP context, as the plan's reserve does) when NVML sees
+    the process, else the allocator's peak; on the CPU the process RSS peak."""
+    if device.startswith("cuda") and not phase.global_fallback:
+        return phase.device_used_mib or phase.peak_allocated_mib
+    return phase.peak_allocated_mib
+
+
+def gap_pct(measured: float | None, predicted: float | None) -> float | None:
+    """How far the measured figure is from the predicted one, in % of the prediction."""
+    if measured is None or not predicted:
+        return None
+    return 100.0 * (measured - predicted) / predicted
+
+
+# --- the KV pool ---------------------------------------------------------------------------
+
+# An engine that sizes its KV pool up front (vLLM on the CPU, offline or behind a server) gets
+# the largest KV cache its sequences need with this headroom: blocks are allocated whole (128
+# tokens on the CPU), so each sequence may hold up to one block it does not fill.
+KV_POOL_HEADROOM = 1.25
+KV_POOL_MIN_BYTES = 64 * MIB
+
+
+def kv_pool_bytes(largest_kv_bytes: float) -> int:
+    """The pool for a group whose sequences need at most `largest_kv_bytes` at once."""
+    return max(KV_POOL_MIN_BYTES, int(largest_kv_bytes * KV_POOL_HEADROOM))

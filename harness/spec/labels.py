@@ -1,0 +1,40 @@
+"""How a configuration is named to a person: one label, built here for every table and line.
+
+``configuration_label({"backend": "vllm", "quantization": "none", "kv_cache_dtype": "fp8",
+"batch": 4, "context": 512})`` → ``"vllm none kv=fp8 b=4 ctx=512"``. Fields a row lacks are left
+out; the order is always that of ``LABEL_FIELDS``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+# field → its prefix in a label ("" for a bare value), in label order
+LABEL_FIELDS: dict[str, str] = {
+    "model": "",
+    "backend": "",
+    "quantization": "",
+    "kv_cache_dtype": "kv=",
+    "batch": "b=",
+    "context": "ctx=",
+    "target": "",
+}
+# the configuration within a model: engine, weights, KV cache, batch, context
+CONFIGURATION: tuple[str, ...] = ("backend", "quantization", "kv_cache_dtype", "batch", "context")
+# the configuration without the engine (tables that have an engine column of their own)
+WITHOUT_ENGINE: tuple[str, ...] = ("quantization", "kv_cache_dtype", "batch", "context")
+# one group's identity in `harness plan`: every field
+PLAN_LABEL: tuple[str, ...] = tuple(LABEL_FIELDS)
+
+
+def configuration_label(
+    row: Mapping[str, object], fields: Sequence[str] = CONFIGURATION, *, sep: str = " "
+) -> str:
+    """The label of ``row``'s configuration over ``fields`` (in LABEL_FIELDS order)."""
+    unknown = [f for f in fields if f not in LABEL_FIELDS]
+    if unknown:
+        raise ValueError(f"no label for fields {unknown}; known: {', '.join(LABEL_FIELDS)}")
+    parts = [
+        f"{LABEL_FIELDS[f]}{row[f]}" for f in LABEL_FIELDS if f in fields and row.get(f) is not None
+    ]
+    return sep.join(parts)
