@@ -145,8 +145,8 @@ def runtime_context_bytes(target: str) -> float:
 
 
 def runtime_reserve_bytes(target: str, tensors_bytes: float) -> float:
-    context = {"cuda": CUDA_CONTEXT_BYTES, "rocm": HIP_CONTEXT_BYTES}.get(target, CPU_RUNTIME_BYTES)
-    return context + ALLOCATOR_MARGIN * tensors_bytes
+    """The runtime's own memory and the allocator's margin over the tensors."""
+    return runtime_context_bytes(target) + ALLOCATOR_MARGIN * tensors_bytes
 
 
 # `harness plan --json`, per point: its configuration (no revision) and these figures.
@@ -240,6 +240,36 @@ def inference_plan(
     """An inference point's memory per phase and fit verdict (the formulas above), and its
     seconds from ``seconds(weight bytes, decode ceiling tok/s)``: offline and serving differ
     only in how their time is spent."""
+    phases, terms = inference_memory(point, arch)
+    total = max(phases.values())
+    capacity = card.memory_gib * GIB
+    if point.backend == "vllm" and point.target != "cpu":
+        capacity *= gpu_memory_utilization
+    fits, reason = fit_verdict(total, capacity, terms, card.name)
+    weights = terms["weights"]
+    ceiling = decode_ceiling_tok_s(card, weights, arch, point)
+    return PointPlan(
+        point=point,
+        gpu=card.name,
+        weights_gib=weights / GIB,
+        kv_cache_gib=terms["kv_cache"] / GIB,
+        activations_gib=terms["activations"] / GIB,
+        reserve_gib=terms["reserve"] / GIB,
+        load_gib=phases["load"] / GIB,
+        prefill_gib=phases["prefill"] / GIB,
+        decode_gib=phases["decode"] / GIB,
+        total_gib=total / GIB,
+        capacity_gib=capacity / GIB,
+        fits=fits,
+        reason=reason,
+        est_seconds=seconds(weights, ceiling),
+        roofline_decode_tok_s=ceiling,
+    )
+
+
+def inference_memory(point: Point, arch: ModelArch) -> tuple[dict[str, float], dict[str, float]]:
+    """An inference point's bytes per phase (load, prefill, decode) and its terms (weights, the
+    decode-time KV cache, the prefill activations, the reserve): the formulas above."""
     weights = weights_bytes(arch, point.quantization)
     kv_prefill = kv_cache_bytes(
         arch, point.kv_cache_dtype, point.quantization, point.context, point.batch
@@ -265,36 +295,21 @@ def inference_plan(
         "prefill": weights + kv_prefill + acts + reserve,
         "decode": weights + kv_decode + decode_acts + reserve,
     }
-    total = max(phases.values())
-    capacity = card.memory_gib * GIB
     terms = {"weights": weights, "kv_cache": kv_decode, "activations": acts, "reserve": reserve}
-    if point.backend == "vllm" and point.target != "cpu":
-        capacity *= gpu_memory_utilization
-    fits = total <= capacity
+    return phases, terms
+
+
+def fit_verdict(
+    total: float, capacity: float, terms: dict[str, float], card: str
+) -> tuple[bool, str]:
+    """Whether a peak of `total` bytes fits in `capacity` bytes of `card`, and the reason a
+    person reads: both figures, and when it does not fit, the binding (largest) term."""
+    if total <= capacity:
+        return True, f"fits: {total / GIB:.2f} of {capacity / GIB:.2f} GiB"
     binding = max(terms, key=lambda t: terms[t])
-    reason = (
-        f"fits: {total / GIB:.2f} of {capacity / GIB:.2f} GiB"
-        if fits
-        else f"needs {total / GIB:.2f} GiB > {capacity / GIB:.2f} GiB on {card.name}; "
+    return False, (
+        f"needs {total / GIB:.2f} GiB > {capacity / GIB:.2f} GiB on {card}; "
         f"binding term: {binding} ({terms[binding] / GIB:.2f} GiB)"
-    )
-    ceiling = decode_ceiling_tok_s(card, weights, arch, point)
-    return PointPlan(
-        point=point,
-        gpu=card.name,
-        weights_gib=weights / GIB,
-        kv_cache_gib=kv_decode / GIB,
-        activations_gib=acts / GIB,
-        reserve_gib=reserve / GIB,
-        load_gib=phases["load"] / GIB,
-        prefill_gib=phases["prefill"] / GIB,
-        decode_gib=phases["decode"] / GIB,
-        total_gib=total / GIB,
-        capacity_gib=capacity / GIB,
-        fits=fits,
-        reason=reason,
-        est_seconds=seconds(weights, ceiling),
-        roofline_decode_tok_s=ceiling,
     )
 
 

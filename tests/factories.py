@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from harness.measure import verdict
 from harness.row import Provenance, ResultRow
 from harness.run.store import write_row
 from harness.spec.tariffs import Package, Tariff, TariffTable
@@ -57,11 +58,17 @@ def reference(**overrides: Any) -> ResultRow:
     return row(**{"is_reference": True, "quantization": "none", **overrides})
 
 
+WINDOWS = 64  # quality windows of a factory row
+
+
 def quality(ppl: float, ref_ppl: float = 100.0, half_ci: float = 0.0005) -> dict[str, Any]:
-    """Quality fields of a configuration whose perplexity is ``ppl`` (reference ``ref_ppl``)."""
+    """Quality fields of a configuration whose perplexity is ``ppl`` (reference ``ref_ppl``):
+    the paired ΔNLL with a 95 % CI of ± ``half_ci`` nats/token, its 90 % one (± half_ci ×
+    1.645 / 1.96) and the per-window sd that gives it over WINDOWS windows."""
     import math
 
     dnll = math.log(ppl / ref_ppl)
+    half90 = half_ci * verdict.Z / 1.959963984540054
     return {
         "ppl": ppl,
         "ppl_ci_low": ppl * 0.98,
@@ -69,6 +76,26 @@ def quality(ppl: float, ref_ppl: float = 100.0, half_ci: float = 0.0005) -> dict
         "dnll_vs_ref": dnll,
         "dnll_ci_low": dnll - half_ci,
         "dnll_ci_high": dnll + half_ci,
+        "dnll_ci90_low": dnll - half90,
+        "dnll_ci90_high": dnll + half90,
+        "dnll_sd": half90 / verdict.Z * math.sqrt(WINDOWS),
+        "quality_windows": WINDOWS,
+    }
+
+
+def arc(ref_acc: float, lost: int, gained: int, items: int = 2376) -> dict[str, Any]:
+    """ARC fields of a configuration against a reference of accuracy ``ref_acc`` on ``items``
+    items: ``lost`` right→wrong and ``gained`` wrong→right flips, Newcombe's 90 % interval."""
+    right = round(ref_acc * items)
+    interval = verdict.paired_proportion_ci(right - lost, lost, gained, items - right - gained)
+    return {
+        "arc_acc": (right - lost + gained) / items,
+        "arc_items": items,
+        "arc_diff": interval.estimate,
+        "arc_diff_ci90_low": interval.low,
+        "arc_diff_ci90_high": interval.high,
+        "arc_diff_sd": interval.sd,
+        "arc_paired_items": interval.n,
     }
 
 
@@ -140,7 +167,7 @@ def small_grid(run: str = "run-a", model: str = "tiny-llama") -> list[ResultRow]
                 tpot_ms_p50=1000.0 * batch / decode,
                 peak_mib_decode=1000.0 + batch * context / 8,
                 predicted_peak_mib=950.0 + batch * context / 8,
-                **quality(ppl),
+                **quality(ppl, half_ci=0.0002),
             )
         )
     return out

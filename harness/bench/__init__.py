@@ -8,7 +8,7 @@ reach into a mode's modules), scripts/train_tiny_model.py trains the shipped mod
 scripts/perf_aggregate.py waits for the aggregate split.
 
 - `machine`: what the machine did meanwhile (load average, busy CPU, the share others used), the
-  tools' subprocess environment, the log line and the error exit;
+  tools' subprocess environment, the log line, the error exit, and a run's rows and their sums;
 - `side_by_side`: optimum-benchmark 0.6.0 and `harness run` on one 12-point grid, alternating
   (`make side-by-side`);
 - `optimum`: optimum-benchmark's side of it: its own venv, our model made readable to it, one

@@ -2,21 +2,24 @@
 
 The comparisons in `harness.bench` run on shared, noisy machines; each timed run is framed by
 these figures so that a run which shared its cores with something else can be seen (and retried).
-Also the environment every tool's subprocess gets (offline hub, no telemetry), the log line, and
-how a tool stops on an error. Linux only (/proc); stdlib only.
+Also the environment every tool's subprocess gets (offline hub, no telemetry), the log line, how
+a tool stops on an error, and the rows a timed `harness run` wrote with their sums. Linux only
+(/proc); stdlib only.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import resource
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 # The repository (the benchmarks read scenarios/ and tariffs/ and write results/ under it).
 REPO = Path(__file__).resolve().parents[2]
@@ -160,3 +163,35 @@ def timed(argv: list[str], logfile: Path, tag: str) -> tuple[float, int, float]:
         wall = time.perf_counter() - started
         busy, own = machine_busy_s() - busy0, children_cpu_s() - own0
     return wall, code, max(busy - max(own, sampled.total_s), 0.0)
+
+
+def run_rows(out: Path) -> list[dict[str, Any]]:
+    """The rows a `harness run` wrote under `out` (OUT/points/*.json), in file-name order."""
+    return [json.loads(p.read_text()) for p in sorted((out / "points").glob("*.json"))]
+
+
+@dataclass(frozen=True)
+class RowSums:
+    """A run's ok rows, the first ok row of each group (a group loads and scores its quality
+    once: its load_s and quality_s are on every row), Σ measured_s over the ok rows, and Σ
+    load_s and Σ quality_s over the groups."""
+
+    ok: list[Mapping[str, Any]]
+    groups: dict[str, Mapping[str, Any]]
+    measured_s: float
+    load_s: float
+    quality_s: float
+
+
+def row_sums(rows: Sequence[Mapping[str, Any]]) -> RowSums:
+    ok = [r for r in rows if r["status"] == "ok"]
+    groups: dict[str, Mapping[str, Any]] = {}
+    for r in ok:
+        groups.setdefault(r["group"], r)
+    return RowSums(
+        ok=ok,
+        groups=groups,
+        measured_s=sum(r["measured_s"] or 0.0 for r in ok),
+        load_s=sum(g["load_s"] or 0.0 for g in groups.values()),
+        quality_s=sum(g["quality_s"] or 0.0 for g in groups.values()),
+    )

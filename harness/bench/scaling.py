@@ -27,7 +27,6 @@ measured share <p> %`` (ratio = 2 nodes ÷ 1 node). Entry point: scripts/scaling
 
 from __future__ import annotations
 
-import json
 import os
 import statistics
 import tempfile
@@ -36,7 +35,16 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from harness.bench.machine import CORES, load1, log, machine_busy_s, set_default_env, wait_for_quiet
+from harness.bench.machine import (
+    CORES,
+    load1,
+    log,
+    machine_busy_s,
+    row_sums,
+    run_rows,
+    set_default_env,
+    wait_for_quiet,
+)
 
 SCENARIO = """\
 # written by scripts/scaling.py
@@ -59,24 +67,20 @@ def sweep_figures(rows: Sequence[Mapping[str, Any]], wall: float) -> dict[str, A
     """A sweep's figures from its rows (RUN/points/*.json) and wall time: Σ measured_s over the
     ok rows, load and quality once per group, the Ray overhead per point, the measured share,
     the nodes used, and per group (load, quality, measured, decode tok/s)."""
-    ok = [r for r in rows if r["status"] == "ok"]
-    groups: dict[str, Mapping[str, Any]] = {}
-    for r in ok:
-        groups.setdefault(r["group"], r)
-    measured = sum(r["measured_s"] or 0.0 for r in ok)
-    load = sum(g["load_s"] or 0.0 for g in groups.values())
+    sums = row_sums(rows)
+    groups = sums.groups.values()
     return {
         "points": len(rows),
-        "points_ok": len(ok),
-        "measured_s": measured,
-        "quality_s": sum(g["quality_s"] or 0.0 for g in groups.values()),
-        "load_s": load,
-        "overhead_ms": 1e3 * (wall - measured - load) / max(len(rows), 1),
-        "share": measured / wall,
-        "nodes_used": len({r["provenance"]["node_id"] for r in ok}),
+        "points_ok": len(sums.ok),
+        "measured_s": sums.measured_s,
+        "quality_s": sums.quality_s,
+        "load_s": sums.load_s,
+        "overhead_ms": 1e3 * (wall - sums.measured_s - sums.load_s) / max(len(rows), 1),
+        "share": sums.measured_s / wall,
+        "nodes_used": len({r["provenance"]["node_id"] for r in sums.ok}),
         "per_group": {
             g["quantization"]: (g["load_s"], g["quality_s"], g["measured_s"], g["decode_tok_s"])
-            for g in groups.values()
+            for g in groups
         },
     }
 
@@ -106,7 +110,7 @@ def sweep_on(
     finally:
         ray.shutdown()
         cluster.shutdown()  # type: ignore[no-untyped-call]  # Ray's test cluster is untyped
-    rows = [json.loads(p.read_text()) for p in sorted((out / "points").glob("*.json"))]
+    rows = run_rows(out)
     for r in rows:
         if r["status"] != "ok":
             log(f"  ! {r['group']}: {r['status']} {r['error']}")

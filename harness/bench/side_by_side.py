@@ -43,7 +43,16 @@ from pathlib import Path
 from typing import Any
 
 from harness.bench import optimum
-from harness.bench.machine import CORES, load1, log, set_default_env, timed, wait_for_quiet
+from harness.bench.machine import (
+    CORES,
+    load1,
+    log,
+    row_sums,
+    run_rows,
+    set_default_env,
+    timed,
+    wait_for_quiet,
+)
 
 QUANTS = ["none", "bnb-int8", "bnb-nf4"]
 BATCHES = [1, 4]
@@ -82,24 +91,22 @@ def harness_figures(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """A `harness run`'s figures from its rows (RUN/points/*.json): Σ measured_s over the ok
     rows, quality and load time once per group, the timed repeats alone (Σ repeats_done ×
     e2e_ms_p50), decode tok/s per point and perplexity per quantization."""
-    ok = [r for r in rows if r["status"] == "ok"]
-    groups: dict[str, Mapping[str, Any]] = {}
-    for r in ok:
-        groups.setdefault(r["group"], r)
-    measured = sum(r["measured_s"] or 0.0 for r in ok)
-    quality = sum(g["quality_s"] or 0.0 for g in groups.values())
+    sums = row_sums(rows)
     return {
-        "points_ok": len(ok),
+        "points_ok": len(sums.ok),
         "points": len(rows),
-        "measured_s": measured,
-        "quality_s": quality,
-        "timing_s": measured - quality,
-        "repeats_s": sum((r["repeats_done"] or 0) * (r["e2e_ms_p50"] or 0.0) / 1e3 for r in ok),
-        "load_s": sum(g["load_s"] or 0.0 for g in groups.values()),
+        "measured_s": sums.measured_s,
+        "quality_s": sums.quality_s,
+        "timing_s": sums.measured_s - sums.quality_s,
+        "repeats_s": sum(
+            (r["repeats_done"] or 0) * (r["e2e_ms_p50"] or 0.0) / 1e3 for r in sums.ok
+        ),
+        "load_s": sums.load_s,
         "decode": {
-            f"{r['quantization']}_bs{r['batch']}_seq{r['context']}": r["decode_tok_s"] for r in ok
+            f"{r['quantization']}_bs{r['batch']}_seq{r['context']}": r["decode_tok_s"]
+            for r in sums.ok
         },
-        "ppl": {g["quantization"]: g["ppl"] for g in groups.values()},
+        "ppl": {g["quantization"]: g["ppl"] for g in sums.groups.values()},
     }
 
 
@@ -113,7 +120,7 @@ def run_harness(scenario: Path, work: Path, tag: str) -> dict[str, Any]:
     if code != 0:
         logfile = work / f"{tag}.log"
         optimum.fail(f"harness run exited {code}; log {logfile}:", logfile)
-    rows = [json.loads(p.read_text()) for p in sorted((out / "points").glob("*.json"))]
+    rows = run_rows(out)
     manifest = json.loads((out / "manifest.json").read_text())
     for r in rows:
         if r["status"] != "ok":

@@ -75,8 +75,11 @@ def plan(
     gpu: Annotated[str | None, typer.Option(help="catalog GPU to plan GPU targets on")] = None,
     tariffs: Annotated[Path | None, typer.Option(help="tariff YAML: prices the budget")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
+    all_skips: Annotated[
+        bool, typer.Option("--all-skips", help="list every skipped point, not one line a reason")
+    ] = False,
 ) -> None:
-    """Every point with its memory plan and fit verdict, every skip with its reason, the budget."""
+    """Every point with its memory plan and fit verdict, the skips by reason, the budget."""
     from harness import plan as planner
     from harness.spec import scenario as scen
 
@@ -89,10 +92,28 @@ def plan(
     if as_json:
         sys.stdout.write(json.dumps(result.contract()) + "\n")
         return
-    print_plan(result)
+    print_plan(result, all_skips=all_skips)
 
 
-def print_plan(result: Any) -> None:
+def print_skip_reasons(skipped: list[Any]) -> None:
+    """One line per reason: how many points it skips and which configurations (--all-skips
+    lists every point)."""
+    by_reason: dict[str, list[Any]] = {}
+    for skip, _ in skipped:
+        by_reason.setdefault(skip.reason, []).append(skip.point)
+    table = Table(title=f"skipped: {len(skipped)} points (--all-skips lists each)")
+    for col in ("points", "configurations", "reason"):
+        table.add_column(col, overflow="fold", justify="right" if col == "points" else "left")
+    for reason, points in by_reason.items():
+        labels = dict.fromkeys(
+            configuration_label(p.model_dump(), ("backend", "quantization", "kv_cache_dtype"))
+            for p in points
+        )
+        table.add_row(str(len(points)), ", ".join(labels), reason)
+    console.print(table)
+
+
+def print_plan(result: Any, *, all_skips: bool = False) -> None:
     table = Table(title="plan: memory in GiB (2^30 bytes), time in s")
     for col in ("point", "gpu", "weights", "KV", "activ.", "reserve", "total", "est s"):
         table.add_column(
@@ -110,7 +131,9 @@ def print_plan(result: Any) -> None:
             f"{p.est_seconds:.1f}",
         )  # fmt: skip
     console.print(table)
-    if result.skipped:
+    if result.skipped and not all_skips:
+        print_skip_reasons(result.skipped)
+    elif result.skipped:
         skips = Table(title=f"skipped ({len(result.skipped)})")
         for col in ("model", "backend", "quant", "kv", "batch", "context", "target", "reason"):
             skips.add_column(col, overflow="fold")
@@ -362,8 +385,43 @@ def doctor() -> None:
     console.print(table)
 
 
+class LogProgress(Progress):
+    """Progress for a log file (nohup, tmux, CI: stderr is no terminal), where rich draws no bar:
+    one line per measured point and per group started, with elapsed time and points done."""
+
+    def __init__(self) -> None:
+        super().__init__(console=err_console, disable=True)
+        self.started = time.perf_counter()
+
+    def _line(self, text: str) -> None:
+        elapsed = time.perf_counter() - self.started
+        err_console.print(f"[{elapsed // 60:02.0f}:{elapsed % 60:02.0f}] {text}", highlight=False)
+
+    def add_task(self, description: str, *args: Any, **kwargs: Any) -> TaskID:
+        task = super().add_task(description, *args, **kwargs)
+        if description != "starting":
+            self._line(f"started {description.strip()} ({kwargs.get('total', '?')} points)")
+        return task
+
+    def advance(self, task_id: TaskID, advance: float = 1) -> None:
+        super().advance(task_id, advance)
+        task = self._tasks[task_id]
+        if advance and task_id == 0:  # the whole sweep's task: one line per measured point
+            self._line(f"{task.completed:.0f}/{task.total:.0f} points · {task.description}")
+
+    def update(self, task_id: TaskID, *args: Any, **kwargs: Any) -> None:
+        super().update(task_id, *args, **kwargs)
+        if "description" in kwargs and task_id == 0:
+            self._line(str(kwargs["description"]))
+
+
 @contextlib.contextmanager
 def progress_bar(total: int) -> Iterator[tuple[Progress, TaskID]]:
+    """A bar on a terminal; one line per point and group where stderr is a log (LogProgress)."""
+    if not err_console.is_terminal:
+        log = LogProgress()
+        yield log, log.add_task("starting", total=total)
+        return
     columns = (
         TextColumn("{task.description}"),
         BarColumn(),

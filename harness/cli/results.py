@@ -13,8 +13,10 @@ import typer
 from rich.markup import escape as markup_escape
 from rich.table import Table
 
+from harness import modes
 from harness.console import console
 from harness.errors import UserInputError
+from harness.results.columns import COLUMNS, COMPARED
 from harness.spec.labels import configuration_label
 
 QUALITY_CLASS_HELP = "quality class: 99 (within 1 % of the reference) or 99.9 (within 0.1 %)"
@@ -49,21 +51,9 @@ def _table(title: str, rows: list[dict[str, str]], numeric: set[str] | None = No
     return table
 
 
-HEADLINE_NUMERIC = {
-    "days",
-    "batch",
-    "context",
-    "decode tok/s",
-    "$/Mtok out",
-    "$/Mtok total",
-    "tokens/package",
-    "breakeven util.",
-    "× cheapest",
-}
-
-
 def print_headline(result: Any, quality_class: str) -> None:
     from harness.results.publish import headline_table
+    from harness.results.publish.headline import NUMERIC
 
     rows = headline_table(result, quality_class, compact=True)
     if rows:
@@ -71,10 +61,30 @@ def print_headline(result: Any, quality_class: str) -> None:
             f"Cheapest configuration per GPU and package, quality class {quality_class} "
             f"(utilisation {result.utilisation:g})"
         )
-        console.print(_table(title, rows, HEADLINE_NUMERIC))
+        console.print(_table(title, rows, set(NUMERIC)))
     else:
         console.print(
             f"[yellow]no configuration passes class {quality_class} on a GPU with a tariff[/]"
+        )
+    print_verdicts(result, quality_class)
+
+
+def print_verdicts(result: Any, quality_class: str) -> None:
+    """The rule in one line, pass / fail / undecided counts, and what would decide the
+    undecided configurations."""
+    from harness.results.publish import verdicts
+
+    counts = verdicts.verdict_counts(result)[quality_class]
+    console.print(verdicts.rule_line(quality_class, result.gated), highlight=False)
+    console.print(
+        f"verdicts: {counts['pass']} pass, {counts['fail']} fail, {counts['undecided']} "
+        f"undecided (gated on {', '.join(result.gated)})",
+        highlight=False,
+    )
+    for r in verdicts.undecided_table(result, quality_class).to_dict("records"):
+        console.print(
+            f"  undecided: {r['model']} {r['configuration']} on {r['device']}: {r['to decide']}",
+            highlight=False,
         )
 
 
@@ -87,7 +97,7 @@ def print_counts(result: Any) -> None:
         f"{c['flagged_above_roofline']}",
         highlight=False,
     )
-    other = {m: c.get(f"{m}_rows", 0) for m in ("serving", "training")}
+    other = {m: c.get(f"{m}_rows", 0) for m in modes.REGISTRY if m != "offline"}
     if any(other.values()):
         console.print(
             "; ".join(f"{mode} rows {n}" for mode, n in other.items() if n), highlight=False
@@ -218,12 +228,8 @@ def site_cmd(
     )
 
 
-METRIC_LABELS = {
-    "decode_tok_s": "decode",
-    "ppl": "ppl",
-    "peak_mib_decode": "peak MiB",
-    "j_per_token_decode": "J/token",
-}
+# the compared metrics' labels (harness.results.columns: cheap to import, no pandas)
+METRIC_LABELS = {m: COLUMNS[m].label for m in COMPARED}
 
 
 def _change(r: dict[str, Any]) -> str:

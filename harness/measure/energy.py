@@ -396,33 +396,7 @@ def _open_meter(device: str, powercap: Path) -> EnergyMeter[Any]:
         rocm = torch.version.hip is not None
     except Exception as exc:  # no GPU build, no device: the rows say so
         return EnergyMeter.unavailable(f"no GPU to meter on {device!r} ({type(exc).__name__})")
-    return open_amdsmi(index) if rocm else open_nvml(index)
-
-
-def open_nvml(index: int) -> EnergyMeter[Any]:
-    try:
-        import pynvml
-    except ImportError:
-        return EnergyMeter.unavailable("nvml: nvidia-ml-py is not installed")
-    try:
-        pynvml.nvmlInit()
-    except Exception as exc:
-        return EnergyMeter.unavailable(f"nvml: nvmlInit failed ({exc})")
-    try:
-        from harness.measure.memory import _nvml_handle
-
-        handle = _nvml_handle(pynvml, index)
-
-        def read_mj() -> int:
-            return int(pynvml.nvmlDeviceGetTotalEnergyConsumption(handle))
-
-        read_mj()  # older than Volta, or a vGPU: NotSupported here, said once
-    except Exception as exc:
-        _shutdown(pynvml.nvmlShutdown)
-        return EnergyMeter.unavailable(
-            f"nvml: nvmlDeviceGetTotalEnergyConsumption unreadable ({exc})"
-        )
-    return nvml_meter(read_mj, close=pynvml.nvmlShutdown)
+    return open_counter("amdsmi" if rocm else "nvml", index)
 
 
 def amdsmi_reading(raw: dict[str, Any]) -> AmdsmiReading:
@@ -434,28 +408,36 @@ def amdsmi_reading(raw: dict[str, Any]) -> AmdsmiReading:
     return ticks, float(resolution)
 
 
-def open_amdsmi(index: int) -> EnergyMeter[Any]:
+# The cumulative energy counter of each GPU management library (harness.measure.memory's
+# `open_library`): the call that reads it from a device handle, the raw reading from what the
+# call returns, and the joules between two readings.
+COUNTERS: dict[str, tuple[str, Callable[[Any], Any], Callable[[Any, Any], float]]] = {
+    "nvml": ("nvmlDeviceGetTotalEnergyConsumption", int, nvml_joules),
+    "amdsmi": ("amdsmi_get_energy_count", amdsmi_reading, amdsmi_joules),
+}
+
+
+def open_counter(tool: str, index: int) -> EnergyMeter[Any]:
+    """The energy meter of torch's device `index` through `tool`'s library ("nvml", "amdsmi"),
+    its counter read once here; unavailable with the reason when it cannot be read."""
+    from harness.measure.memory import open_library
+
+    call, reading, joules_between = COUNTERS[tool]
+    lib = open_library(tool)
+    if isinstance(lib, str):
+        return EnergyMeter.unavailable(f"{tool}: {lib}")
     try:
-        import amdsmi
-    except ImportError:
-        return EnergyMeter.unavailable("amdsmi: the amdsmi package is not installed")
-    try:
-        amdsmi.amdsmi_init()
+        counter = getattr(lib.module, call)
+        handle = lib.handle(index)
+
+        def read() -> Any:
+            return reading(counter(handle))
+
+        read()  # NVML older than Volta, or a vGPU: NotSupported here, said once
     except Exception as exc:
-        return EnergyMeter.unavailable(f"amdsmi: amdsmi_init failed ({exc})")
-    try:
-        from harness.measure.memory import _amdsmi_handle
-
-        handle = _amdsmi_handle(amdsmi, index)
-
-        def read() -> AmdsmiReading:
-            return amdsmi_reading(amdsmi.amdsmi_get_energy_count(handle))
-
-        read()
-    except Exception as exc:
-        _shutdown(amdsmi.amdsmi_shut_down)
-        return EnergyMeter.unavailable(f"amdsmi: amdsmi_get_energy_count unreadable ({exc})")
-    return amdsmi_meter(read, close=amdsmi.amdsmi_shut_down)
+        lib.close()
+        return EnergyMeter.unavailable(f"{tool}: {call} unreadable ({exc})")
+    return EnergyMeter(tool, read, joules_between, close=lib.close)
 
 
 PACKAGE_DOMAIN = re.compile(r"^intel-rapl:\d+$")

@@ -7,19 +7,22 @@ None, never a guess. torch, pynvml and amdsmi are imported inside the functions 
 
 from __future__ import annotations
 
+import importlib
 import os
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
-from types import ModuleType, TracebackType
-from typing import Any, Self
+from types import ModuleType
+from typing import Any, NamedTuple, Self, TypeVar
 
 import psutil
 from pydantic import BaseModel, ConfigDict
 
 from harness.measure import cuda_index, device_kind
 from harness.units import to_mib
+
+T = TypeVar("T")
 
 _CGROUP_LIMIT_FILES = (
     Path("/sys/fs/cgroup/memory.max"),  # cgroup v2
@@ -69,12 +72,7 @@ class RssPeakSampler:
         self._thread.start()
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc: object) -> None:
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
@@ -261,29 +259,72 @@ def _parse_bdf(text: str) -> tuple[int, int, int] | None:
         return None
 
 
+# ---------------------------------------------------------------- the management libraries
+
+
+class _Library(NamedTuple):
+    package: str  # the module imported
+    distribution: str  # what to install when it is missing
+    init: str
+    shutdown: str
+    find: Callable[[ModuleType, int], Any]  # the handle of torch's device index
+
+
+class DeviceLibrary(NamedTuple):
+    """A GPU vendor's management library (NVML, amdsmi), initialised: its module, the handle of
+    torch's device `index` in it, and `close` (its shutdown, which never raises)."""
+
+    module: ModuleType
+    library: _Library
+
+    def handle(self, index: int) -> Any:
+        return self.library.find(self.module, index)
+
+    def close(self) -> None:
+        _quietly(getattr(self.module, self.library.shutdown))
+
+
+def open_library(tool: str) -> DeviceLibrary | str:
+    """`tool`'s library ("nvml", "amdsmi") imported and initialised, or why it cannot be."""
+    lib = _LIBRARIES[tool]
+    try:
+        module = importlib.import_module(lib.package)
+    except ImportError:
+        return f"{lib.distribution} is not installed"
+    try:
+        getattr(module, lib.init)()
+    except Exception as exc:  # no driver, no library: the caller says so
+        return f"{lib.init} failed ({exc})"
+    return DeviceLibrary(module, lib)
+
+
+def _read_with(tool: str, index: int, read: Callable[[Any, Any], T]) -> T | None:
+    """`read(module, handle)` of torch's device `index` through `tool`'s library, shut down
+    after; None when anything fails (tolerated: the figure stays None, never a guess)."""
+    lib = open_library(tool)
+    if isinstance(lib, str):
+        return None
+    try:
+        return read(lib.module, lib.handle(index))
+    except Exception:
+        return None
+    finally:
+        lib.close()
+
+
 # ---------------------------------------------------------------- NVML (NVIDIA)
 
 
 def _nvml_used_mib(index: int) -> tuple[float, bool] | None:
     """(used MiB, global_fallback): this PID's usage, else the whole device's; None: unreadable."""
-    try:
-        import pynvml
-    except ImportError:
-        return None
-    try:
-        pynvml.nvmlInit()
-    except Exception:  # no driver, no library: tolerated, the figure stays None
-        return None
-    try:
-        handle = _nvml_handle(pynvml, index)
-        own_bytes = _nvml_process_bytes(pynvml, handle, os.getpid())
-        if own_bytes is not None:
-            return to_mib(own_bytes), False
-        return to_mib(pynvml.nvmlDeviceGetMemoryInfo(handle).used), True
-    except Exception:
-        return None
-    finally:
-        _quietly(pynvml.nvmlShutdown)
+    return _read_with("nvml", index, _nvml_used)
+
+
+def _nvml_used(pynvml: ModuleType, handle: Any) -> tuple[float, bool]:
+    own_bytes = _nvml_process_bytes(pynvml, handle, os.getpid())
+    if own_bytes is not None:
+        return to_mib(own_bytes), False
+    return to_mib(pynvml.nvmlDeviceGetMemoryInfo(handle).used), True
 
 
 def _nvml_handle(pynvml: ModuleType, index: int) -> Any:
@@ -308,22 +349,12 @@ def _nvml_process_bytes(pynvml: ModuleType, handle: Any, pid: int) -> int | None
 
 def _amdsmi_used_mib(index: int) -> tuple[float, bool] | None:
     """(used MiB, True): amdsmi's VRAM used is the whole device's, whole MiB."""
-    try:
-        import amdsmi
-    except ImportError:
-        return None
-    try:
-        amdsmi.amdsmi_init()
-    except Exception:
-        return None
-    try:
-        handle = _amdsmi_handle(amdsmi, index)
-        usage = amdsmi.amdsmi_get_gpu_vram_usage(handle)
-        return float(usage["vram_used"]), True  # amdsmi computes it as bytes // 2**20
-    except Exception:
-        return None
-    finally:
-        _quietly(amdsmi.amdsmi_shut_down)
+    return _read_with("amdsmi", index, _amdsmi_used)
+
+
+def _amdsmi_used(amdsmi: ModuleType, handle: Any) -> tuple[float, bool]:
+    usage = amdsmi.amdsmi_get_gpu_vram_usage(handle)
+    return float(usage["vram_used"]), True  # amdsmi computes it as bytes // 2**20
 
 
 def _amdsmi_handle(amdsmi: ModuleType, index: int) -> Any:
@@ -344,4 +375,20 @@ def _quietly(fn: Callable[[], object]) -> None:
         fn()
 
 
-__all__ = ["PhaseHandle", "PhaseMemory", "RssPeakSampler", "device_total_mib", "measure_phase"]
+_LIBRARIES = {
+    "nvml": _Library("pynvml", "nvidia-ml-py", "nvmlInit", "nvmlShutdown", _nvml_handle),
+    "amdsmi": _Library(
+        "amdsmi", "the amdsmi package", "amdsmi_init", "amdsmi_shut_down", _amdsmi_handle
+    ),
+}
+
+
+__all__ = [
+    "DeviceLibrary",
+    "PhaseHandle",
+    "PhaseMemory",
+    "RssPeakSampler",
+    "device_total_mib",
+    "measure_phase",
+    "open_library",
+]

@@ -124,12 +124,7 @@ def sparse_kl(ref_topk_logprobs: ArrayLike, cand_logprobs_at_ref_ids: ArrayLike)
     partition of the vocabulary, so by the data-processing inequality this is a lower bound of
     the full KL, exact when k = vocab.
     """
-    ref = np.asarray(ref_topk_logprobs, dtype=np.float64)
-    cand = np.asarray(cand_logprobs_at_ref_ids, dtype=np.float64)
-    if ref.shape != cand.shape or ref.ndim == 0:
-        raise ValueError(
-            f"ref and cand must have the same (..., k) shape, got {ref.shape} and {cand.shape}"
-        )
+    ref, cand = _logprob_pair(ref_topk_logprobs, cand_logprobs_at_ref_ids, "k")
     p = np.exp(ref)
     q = np.exp(cand)
     rest_p = np.clip(1.0 - p.sum(axis=-1), _REST_FLOOR, None)
@@ -141,16 +136,23 @@ def sparse_kl(ref_topk_logprobs: ArrayLike, cand_logprobs_at_ref_ids: ArrayLike)
 
 def full_kl(ref_logprobs: ArrayLike, cand_logprobs: ArrayLike) -> FloatArray:
     """KL(ref ‖ cand) per position over the whole last axis (dense log-probabilities), nats."""
-    ref = np.asarray(ref_logprobs, dtype=np.float64)
-    cand = np.asarray(cand_logprobs, dtype=np.float64)
-    if ref.shape != cand.shape or ref.ndim == 0:
-        raise ValueError(
-            f"ref and cand must have the same (..., vocab) shape, got {ref.shape} and {cand.shape}"
-        )
+    ref, cand = _logprob_pair(ref_logprobs, cand_logprobs, "vocab")
     p = np.exp(ref)
     with np.errstate(invalid="ignore"):
         terms = np.where(p > 0, p * (ref - cand), 0.0)
     return np.asarray(terms.sum(axis=-1), dtype=np.float64)
+
+
+def _logprob_pair(ref: ArrayLike, cand: ArrayLike, last_axis: str) -> tuple[FloatArray, FloatArray]:
+    """Two log-probability arrays as float64, refused unless of one (..., last_axis) shape."""
+    ref_array = np.asarray(ref, dtype=np.float64)
+    cand_array = np.asarray(cand, dtype=np.float64)
+    if ref_array.shape != cand_array.shape or ref_array.ndim == 0:
+        raise ValueError(
+            f"ref and cand must have the same (..., {last_axis}) shape, "
+            f"got {ref_array.shape} and {cand_array.shape}"
+        )
+    return ref_array, cand_array
 
 
 def top1_agreement(ref_argmax: ArrayLike, cand_argmax: ArrayLike) -> float:

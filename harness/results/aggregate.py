@@ -30,6 +30,8 @@ from harness.results import effects, gate, pareto, pricing
 from harness.results import energy as en
 from harness.results import frame as frames
 from harness.results import regressions as reg
+from harness.run.store import read_manifest
+from harness.spec.scenario import GATE_METRICS
 from harness.spec.tariffs import TariffTable
 
 SPEED_ONLY_COLUMNS = (
@@ -72,6 +74,8 @@ class Aggregate:
     leakage: list[dict[str, Any]] = field(default_factory=list)
     # what each mode's `price` part returned, in the registry's order (cost.csv's additions)
     modes: dict[str, Priced] = field(default_factory=dict)
+    # the metrics the equal-quality verdict read (harness.results.gate), as the report states
+    gated: tuple[str, ...] = GATE_METRICS
 
     @cached_property
     def cost(self) -> pd.DataFrame:
@@ -103,13 +107,15 @@ def aggregate(
     tariffs: TariffTable | None = None,
     utilisation: float = 1.0,
     unreadable: Sequence[tuple[str, str]] = (),
+    gated: Sequence[str] = GATE_METRICS,
 ) -> Aggregate:
-    """All tables from one frame of rows (each module's docstring states its formulas)."""
+    """All tables from one frame of rows (each module's docstring states its formulas);
+    ``gated``: the metrics the equal-quality verdict reads (the scenario's ``quality.gate``)."""
     utilisation = pricing.check_utilisation(utilisation)
     parts = price_parts()
     points, by_mode = frames.split_modes(frames.flag_rows(frames.normalise(frame)), list(parts))
     codes = frames.Codes(points)
-    points = en.with_energy_columns(gate.quality_gate(points, codes), tariffs)
+    points = en.with_energy_columns(gate.quality_gate(points, codes, gated), tariffs)
     packages = pricing.packages_frame(tariffs)
     cheapest = pricing.cheapest_passing(points, packages, utilisation, codes)
     factors = effects.Factors(points, codes)
@@ -132,6 +138,7 @@ def aggregate(
         counts=counts,
         unreadable=list(unreadable),
         modes=priced,
+        gated=tuple(gated),
     )
     return _with_mode_tables(result)
 
@@ -158,11 +165,21 @@ def aggregate_run(
     """``aggregate`` of a run folder, with its scenario mix, error analysis and leakage table."""
     frame, bad = frames.load_run(run_dir)
     mixed = frames.scenario_mix(Path(run_dir), allow_mixed)
-    result = aggregate(frame, tariffs, utilisation, bad)
+    result = aggregate(frame, tariffs, utilisation, bad, gated_metrics(Path(run_dir)))
     result.counts["mixed_scenarios"] = mixed
     result.regressions = reg.analyse(Path(run_dir), result.points)
     result.leakage = frames.manifest_leakage(Path(run_dir))
     return result
+
+
+def gated_metrics(run_dir: Path) -> tuple[str, ...]:
+    """The metrics the run's scenario gates on (its manifest's last run entry), every metric
+    where the manifest does not say (runs of an older harness)."""
+    runs = read_manifest(run_dir).get("runs") or [{}]
+    named = runs[-1].get("quality_gate")
+    if not isinstance(named, list) or not named:
+        return GATE_METRICS
+    return tuple(m for m in GATE_METRICS if m in named)
 
 
 def _status_label(status: object) -> str:

@@ -47,19 +47,15 @@ import pandas as pd
 from numpy.typing import NDArray
 
 from harness.errors import UserInputError
+from harness.results.columns import COMPARED, spec
 from harness.results.frame import load_run
 from harness.run.store import load_window_nll
 from harness.spec.scenario import CONFIGURATION_FIELDS
 
 Array = NDArray[Any]  # numpy arrays of any dtype
 MATCH_FIELDS = CONFIGURATION_FIELDS
-# metric → +1 when higher is better, −1 when lower is better
-METRICS: dict[str, int] = {
-    "decode_tok_s": +1,
-    "ppl": -1,
-    "peak_mib_decode": -1,
-    "j_per_token_decode": -1,
-}
+# metric → +1 when higher is better, −1 when lower is better (declared in harness.results.columns)
+METRICS: dict[str, int] = {m: spec(m).direction for m in COMPARED}
 Z95 = 1.959963984540054
 
 WindowSource = Callable[[pd.Series], tuple[Array, Array] | None]

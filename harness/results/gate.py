@@ -7,32 +7,48 @@ compared; those on the row's own target when there are any, else those on any ta
 (backend-independent). Several reference rows → the gate takes their median; the error analysis
 pairs a configuration with the first of them (in row order) that kept its scores' group.
 
-**The gate**, per row against its reference value(s) (quality classes and ``pass_<class>``
-columns: ``harness.results.pricing``)::
+**The gate** (``harness.measure.verdict`` states the rule, the margins, the intervals and the
+sample-size formula, and ``METHOD`` says them on the page): per row and quality class C, each
+gated metric the row measured gets a verdict from the paired statistics the worker stored —
 
-    class 99   ⇔  ppl ≤ ppl_ref / 0.99    and (when both are present) arc_acc ≥ 0.99 × arc_acc_ref
-    class 99.9 ⇔  ppl ≤ ppl_ref / 0.999   and (when both are present) arc_acc ≥ 0.999 × arc_acc_ref
+- ``ppl``: ΔNLL's one-sided 95 % bounds (``dnll_ci90_low/high``) against m = −ln C;
+- ``arc``: the paired accuracy degradation's bounds (``arc_diff_ci90_low/high``) against
+  m = (1 − C) × the reference's accuracy (``arc_acc_ref``, by the reference rule above);
 
-The paired bootstrap 95 % CI of the per-window NLL difference (``dnll_ci_low/high``, nats/token,
-measured by the worker) is carried next to the class, also as a perplexity change in per cent:
-``dppl_pct = (exp(dnll) − 1) × 100``.
+and the row's ``verdict_<class>`` combines them (fail if any fails, pass if every one passes,
+undecided otherwise). Reference rows pass by definition. Columns per class and metric:
+``<metric>_verdict_<class>``, the bound that decided it (``<metric>_bound_<class>``), the margin
+(``<metric>_margin_<class>``) and the units (windows, items) that would decide an undecided one
+(``<metric>_needed_<class>``, from which ``<metric>_more_<class>`` more than it scored);
+``undecided_by_<class>`` names the metrics that left a row undecided. ``pass_<class>`` is
+``verdict_<class> == "pass"``: only those rows are priced as equal quality.
+
+``quality_class`` is the strictest class a row passes, else ``undecided`` (class 99 undecided),
+``below`` (class 99 failed) or ``unknown`` (no reference, no quality). The paired bootstrap 95 %
+CI of the per-window NLL difference (``dnll_ci_low/high``) is carried as a perplexity change in
+per cent: ``dppl_pct = (exp(dnll) − 1) × 100``.
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
+from harness.measure import verdict
+from harness.measure.verdict import VERDICTS
 from harness.results.frame import Array, Codes, groups_of, joint_key, random_weights
-from harness.results.pricing import QUALITY_CLASSES, pass_column
+from harness.results.pricing import QUALITY_CLASSES, pass_column, verdict_column
 
 # A reference is of the same run, model and revision; the same target is preferred.
 SAME_REFERENCE = ("run", "model", "revision")
 # quality_class's values, best first: the classes from the strictest, then below any, unknown
 PASSING = tuple(sorted(QUALITY_CLASSES, key=QUALITY_CLASSES.__getitem__, reverse=True))
-CLASS_ORDER = (*PASSING, "below", "unknown")
+LOOSEST = PASSING[-1]  # class 99: the one whose verdict says undecided / below
+CLASS_ORDER = (*PASSING, "undecided", "below", "unknown")
 
 
 @dataclass(frozen=True)
@@ -102,28 +118,61 @@ def references(
     return References(eligible, among, has_reference[among.fine])
 
 
-def quality_gate(frame: pd.DataFrame, codes: Codes | None = None) -> pd.DataFrame:
-    """Adds ppl_ref, arc_acc_ref, quality_pct, pass_<class>, quality_class, dppl_pct (+CI)."""
+# metric → (estimate, low, high, sd, units) columns of the row (harness.row.Quality)
+METRIC_COLUMNS: dict[str, tuple[str, str, str, str, str]] = {
+    "ppl": ("dnll_vs_ref", "dnll_ci90_low", "dnll_ci90_high", "dnll_sd", "quality_windows"),
+    "arc": (
+        "arc_diff",
+        "arc_diff_ci90_low",
+        "arc_diff_ci90_high",
+        "arc_diff_sd",
+        "arc_paired_items",
+    ),
+}
+UNITS = {"ppl": "windows", "arc": "ARC items"}
+NOT_MEASURED = "not measured"  # a metric's verdict column where the row did not measure it
+
+
+def metric_column(metric: str, what: str, quality_class: str) -> str:
+    return f"{metric}_{what}_{quality_class.replace('.', '_')}"
+
+
+def quality_gate(
+    frame: pd.DataFrame,
+    codes: Codes | None = None,
+    gated: Sequence[str] = tuple(METRIC_COLUMNS),
+) -> pd.DataFrame:
+    """Adds ppl_ref, arc_acc_ref, quality_pct, the verdict columns of every class (module
+    docstring), pass_<class>, quality_class and dppl_pct (+CI). ``gated``: the metrics that
+    take part (the scenario's ``quality.gate``; default every one)."""
     out = frame
     codes = codes or Codes(frame)
-    # a row on random weights has no quality to class, whatever its columns say
     ppl = np.where(random_weights(out), np.nan, out["ppl"].to_numpy(dtype=np.float64))
     among = strata(out, codes)
     ppl_ref = references(out, "ppl", among=among).median(out["ppl"].to_numpy(dtype=np.float64))
-    arc = out["arc_acc"].to_numpy(dtype=np.float64)
-    arc_ref = references(out, "arc_acc", among=among).median(arc)
+    arc_ref = references(out, "arc_acc", among=among).median(_floats(out, "arc_acc"))
     out["ppl_ref"] = ppl_ref
     out["arc_acc_ref"] = arc_ref
     with np.errstate(invalid="ignore", divide="ignore"):
         out["quality_pct"] = ppl_ref / ppl * 100
-        arc_known = ~np.isnan(arc) & ~np.isnan(arc_ref)
-        for name, level in QUALITY_CLASSES.items():
-            ppl_ok = ppl <= ppl_ref / level  # False when either is NaN
-            arc_ok = ~arc_known | (arc >= level * arc_ref)
-            out[pass_column(name)] = ppl_ok & arc_ok
     known = ~np.isnan(ppl) & ~np.isnan(ppl_ref)
+    reference = (
+        out["is_reference"].to_numpy(dtype=bool)
+        & (out["status"] == "ok").to_numpy(dtype=bool)
+        & ~random_weights(out)
+    )
+    for name, share in QUALITY_CLASSES.items():
+        margins = {"ppl": np.full(len(out), -math.log(share)), "arc": (1 - share) * arc_ref}
+        codes_by_metric = {
+            m: _judge_metric(out, m, margins[m], name, measured=known) for m in gated
+        }
+        _combine(out, name, codes_by_metric, reference)
     passes = [out[pass_column(name)].to_numpy(dtype=bool) for name in PASSING]
-    code = np.select([*passes, known], list(range(len(PASSING) + 1)), default=len(PASSING) + 1)
+    verdict_99 = out[verdict_column(LOOSEST)].to_numpy()
+    below = [verdict_99 == "undecided", verdict_99 == "fail"]
+    code = np.select(
+        [*passes, *(known & b for b in below)], list(range(len(PASSING) + 2)), len(PASSING) + 2
+    )
     out["quality_class"] = pd.Categorical.from_codes(
         code.astype(np.int64), categories=pd.Index(CLASS_ORDER)
     )
@@ -131,3 +180,57 @@ def quality_gate(frame: pd.DataFrame, codes: Codes | None = None) -> pd.DataFram
         source = "dnll_vs_ref" if not suffix else f"dnll{suffix}"
         out[f"dppl_pct{suffix}"] = np.expm1(out[source].to_numpy(dtype=np.float64)) * 100
     return out
+
+
+def _floats(frame: pd.DataFrame, column: str) -> Array:
+    """A float column as an array; all NaN where the frame lacks it (rows of older runs)."""
+    if column not in frame.columns:
+        return np.full(len(frame), np.nan)
+    values: Array = frame[column].to_numpy(dtype=np.float64)
+    return values
+
+
+def _judge_metric(
+    out: pd.DataFrame, metric: str, margin: Array, quality_class: str, *, measured: Array
+) -> Array:
+    """One metric's verdict codes (VERDICTS' indices; -1: not measured on the row) for one
+    class, with its bound, margin and the units that would decide it as columns."""
+    est, low, high, sd, units = (_floats(out, c) for c in METRIC_COLUMNS[metric])
+    present = measured & ~np.isnan(est)
+    codes = np.where(present, verdict.decide_codes(low, high, margin), -1)
+    undecided = codes == VERDICTS.index("undecided")
+    bound = np.where(codes == VERDICTS.index("fail"), low, high)
+    bound = np.where(undecided & (est > margin), low, bound)
+    needed = np.where(undecided, verdict.needed_units(est, sd, margin), np.nan)
+    names = np.array([*VERDICTS, NOT_MEASURED], dtype=object)
+    out[metric_column(metric, "verdict", quality_class)] = names[codes]  # -1: NOT_MEASURED
+    out[metric_column(metric, "bound", quality_class)] = np.where(present, bound, np.nan)
+    out[metric_column(metric, "margin", quality_class)] = np.where(present, margin, np.nan)
+    out[metric_column(metric, "needed", quality_class)] = needed
+    out[metric_column(metric, "more", quality_class)] = np.maximum(needed - units, 0)
+    return np.asarray(codes, dtype=np.int64)
+
+
+def _combine(
+    out: pd.DataFrame, quality_class: str, codes: dict[str, Array], reference: Array
+) -> None:
+    """verdict_<class>, pass_<class> and undecided_by_<class> from the metrics' codes:
+    fail if any fails; pass if every measured one passes (at least one); else undecided.
+    Reference rows pass: they are the quality every other row is measured against."""
+    fail_code, pass_code = VERDICTS.index("fail"), VERDICTS.index("pass")
+    stacked = np.vstack(list(codes.values())) if codes else np.full((1, len(out)), -1)
+    any_fail = (stacked == fail_code).any(axis=0)
+    measured = stacked >= 0
+    all_pass = measured.any(axis=0) & ((stacked == pass_code) | ~measured).all(axis=0)
+    result = np.select([reference, any_fail, all_pass], ["pass", "fail", "pass"], "undecided")
+    out[verdict_column(quality_class)] = result
+    out[pass_column(quality_class)] = result == "pass"
+    undecided_code = VERDICTS.index("undecided")
+    leaving: Array = np.full(len(out), "", dtype=object)
+    for metric, metric_codes in codes.items():
+        mark = (metric_codes == undecided_code) & (result == "undecided")
+        leaving = np.where(mark & (leaving == ""), metric, leaving)
+        leaving = np.where(
+            mark & (leaving != metric) & (leaving != ""), leaving + "," + metric, leaving
+        )
+    out["undecided_by_" + quality_class.replace(".", "_")] = leaving

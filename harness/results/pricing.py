@@ -45,6 +45,12 @@ def pass_column(quality_class: str) -> str:
     return f"pass_{quality_class.replace('.', '_')}"
 
 
+def verdict_column(quality_class: str) -> str:
+    """The column of a row's verdict for a class (pass / fail / undecided): ``verdict_99_9``."""
+    return f"verdict_{quality_class.replace('.', '_')}"
+
+
+VERDICT_COLUMNS = tuple(verdict_column(name) for name in QUALITY_CLASSES)
 PASS_COLUMNS = tuple(pass_column(name) for name in QUALITY_CLASSES)
 
 

@@ -59,6 +59,7 @@ from harness.results.publish.site_html import index_html
 from harness.results.publish.summary import json_safe
 from harness.row import SCHEMA_VERSION
 from harness.run.store import read_manifest
+from harness.spec.labels import ENGINE_WEIGHTS_KV, configuration_label
 from harness.spec.tariffs import TariffTable
 
 SITE_KIND = "harness-site"  # site.json's "kind": what marks a folder as a site we may replace
@@ -194,8 +195,8 @@ def load_site_run(path: Path, label: str) -> SiteRun:
     corpus = {str(v) for v in frame["provenance_corpus_hash"].dropna()}
     corpus |= {str(r["corpus_hash"]) for r in manifest.get("runs", []) if r.get("corpus_hash")}
     is_ref = frame["is_reference"].to_numpy(dtype=bool)
-    refs = frame.loc[is_ref, ["backend", "quantization", "kv_cache_dtype"]].astype(str)
-    references = {f"{b} {q} kv={k}" for b, q, k in refs.itertuples(index=False)}
+    refs = frame.loc[is_ref, list(ENGINE_WEIGHTS_KV)].astype(str)
+    references = {configuration_label(r, ENGINE_WEIGHTS_KV) for r in refs.to_dict("records")}
     schema = {str(v) for v in frame["schema_version"].dropna()}
     return SiteRun(
         label=label,

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from harness import plan as planner
-from harness.backends.base import WindowScores
+from harness.backends.base import BackendOptions, WindowScores
 from harness.measure import energy
 from harness.measure.memory import PhaseMemory
 from harness.row import Part, Prediction, Provenance, ResultRow, Status
@@ -54,6 +54,22 @@ class Job:
         """The catalog card that ran the group (see `card_for_device`)."""
         name = self.provenance.device_name if self.provenance is not None else None
         return card_for_device(name or "", target, self.ctx)
+
+    def backend_options(
+        self, seed: int, max_context: int, kv_cache_bytes: int | None
+    ) -> BackendOptions:
+        """The group's engine options: this job's device, model, tokenizer and vLLM settings,
+        with the points' seed, longest sequence and (where sized up front) KV pool."""
+        return BackendOptions(
+            device=self.device,
+            model_path=self.model_path,
+            tokenizer_path=self.tokenizer_dir,
+            random_weights=self.random_weights,
+            seed=seed,
+            vllm=self.ctx.vllm,
+            max_context=max_context,
+            kv_cache_bytes=kv_cache_bytes,
+        )
 
     def row(
         self,
@@ -102,6 +118,15 @@ def is_oom(exc: BaseException) -> bool:
 
 def failure_status(exc: BaseException) -> Status:
     return "oom" if is_oom(exc) else "error"
+
+
+MAX_ERROR_CHARS = 2000  # a row's error text: enough for the exception, never a whole log
+
+
+def failure_text(exc: BaseException, where: str = "") -> str:
+    """The row's error: ``[where: ]Type: message``, cut to MAX_ERROR_CHARS."""
+    prefix = f"{where}: " if where else ""
+    return f"{prefix}{type(exc).__name__}: {exc}"[:MAX_ERROR_CHARS]
 
 
 def free_memory(device: str) -> None:

@@ -148,6 +148,7 @@ def start_manifest(
         "points": sweep.total_points,
         "added_reference_groups": sweep.added_reference_groups,
         "skipped": [{"point": p.model_dump(), "reason": r} for p, r in sweep.skipped],
+        "quality_gate": list(sweep.scenario.quality.gated()),
         **mode_entries(sweep.scenario),
     }
     manifest.setdefault("runs", []).append(entry)

@@ -8,6 +8,7 @@ out; the order is always that of ``LABEL_FIELDS``.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 # field → its prefix in a label ("" for a bare value), in label order
 LABEL_FIELDS: dict[str, str] = {
@@ -23,14 +24,18 @@ LABEL_FIELDS: dict[str, str] = {
 CONFIGURATION: tuple[str, ...] = ("backend", "quantization", "kv_cache_dtype", "batch", "context")
 # the configuration without the engine (tables that have an engine column of their own)
 WITHOUT_ENGINE: tuple[str, ...] = ("quantization", "kv_cache_dtype", "batch", "context")
+# the configuration over every batch and context: engine, weights, KV cache (a reference, a
+# quality interval)
+ENGINE_WEIGHTS_KV: tuple[str, ...] = ("backend", "quantization", "kv_cache_dtype")
 # one group's identity in `harness plan`: every field
 PLAN_LABEL: tuple[str, ...] = tuple(LABEL_FIELDS)
 
 
 def configuration_label(
-    row: Mapping[str, object], fields: Sequence[str] = CONFIGURATION, *, sep: str = " "
+    row: Mapping[Any, object], fields: Sequence[str] = CONFIGURATION, *, sep: str = " "
 ) -> str:
-    """The label of ``row``'s configuration over ``fields`` (in LABEL_FIELDS order)."""
+    """The label of ``row``'s configuration over ``fields`` (in LABEL_FIELDS order); ``row``: any
+    mapping with those keys (a frame's record is keyed by ``Hashable``)."""
     unknown = [f for f in fields if f not in LABEL_FIELDS]
     if unknown:
         raise ValueError(f"no label for fields {unknown}; known: {', '.join(LABEL_FIELDS)}")

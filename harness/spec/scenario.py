@@ -35,7 +35,7 @@ from harness.spec.capabilities import (
     Target,
 )
 from harness.spec.compat import rule_for
-from harness.spec.yamlinput import excerpt, load_model, parse_model
+from harness.spec.yamlinput import excerpt, load_model, parse_model, unique
 
 # Plausible bounds: a value outside them is a typo or an attack, never a benchmark.
 MAX_BATCH = 4096
@@ -163,15 +163,6 @@ class Exclude(Input):
 _AUTO_KV: list[KvCacheDtype] = ["auto"]
 
 
-def _unique(values: list[Any]) -> list[Any]:
-    seen: set[Any] = set()
-    for value in values:
-        if value in seen:
-            raise ValueError(f"duplicate value {excerpt(value)}; give each value once")
-        seen.add(value)
-    return values
-
-
 class Scenario(Input):
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", max_length=80)
     models: list[ModelRef] = Field(min_length=1, max_length=MAX_MODELS)
@@ -223,7 +214,7 @@ class Scenario(Input):
     @field_validator("backend", "quantization", "kv_cache_dtype", "batch", "context", "targets")
     @classmethod
     def no_duplicates(cls, value: list[Any] | None) -> list[Any] | None:
-        return None if value is None else _unique(value)
+        return None if value is None else unique(value)
 
     @model_validator(mode="before")
     @classmethod

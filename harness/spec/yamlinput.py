@@ -99,6 +99,16 @@ class _StrictLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
+def unique(values: list[Any]) -> list[Any]:
+    """`values`, refused (a ValueError a validator raises) when one is given twice."""
+    seen: list[Any] = []  # a list, not a set: a value need not be hashable
+    for value in values:
+        if value in seen:
+            raise ValueError(f"duplicate value {excerpt(value)}; give each value once")
+        seen.append(value)
+    return values
+
+
 def load_model(path: str | Path, model: type[M], what: str) -> M:
     """Read `path` and validate it as `model`; `what` names the file kind in errors."""
     path = Path(path)

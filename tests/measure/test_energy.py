@@ -6,12 +6,14 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
+import types
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from harness.measure import energy
+from harness.measure import energy, memory
 from harness.measure.energy import (
     CounterError,
     EnergyMeter,
@@ -148,6 +150,57 @@ def test_a_reader_that_fails_mid_run_gives_none_with_the_error() -> None:
     meter = energy.nvml_meter(read)
     span = meter.stop(meter.start())
     assert span.joules is None and span.reason is not None and "StopIteration" in span.reason
+
+
+def _fake_pynvml(readings_mj: list[int], closed: list[str]) -> Any:
+    fake: Any = types.ModuleType("pynvml")
+    reads = iter(readings_mj)
+    fake.nvmlInit = lambda: None
+    fake.nvmlShutdown = lambda: closed.append("nvml")
+    fake.nvmlDeviceGetHandleByIndex = lambda index: f"gpu{index}"
+    fake.nvmlDeviceGetTotalEnergyConsumption = lambda handle: next(reads)
+    return fake
+
+
+def test_an_nvml_counter_opens_through_the_library_and_shuts_it_down_on_close(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    closed: list[str] = []
+    monkeypatch.setitem(sys.modules, "pynvml", _fake_pynvml([1000, 1000, 4000], closed))
+    monkeypatch.setattr(memory, "_torch_pci_address", lambda index: None)
+    meter = energy.open_counter("nvml", 0)  # the first reading is the probe
+    assert meter.available and meter.source == "nvml"
+    mark = meter.start()
+    assert meter.joules_between(mark, meter.start()) == pytest.approx(3.0)
+    meter.close()
+    assert closed == ["nvml"]
+
+
+def test_an_nvml_counter_that_cannot_be_read_is_unavailable_and_shut_down(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    closed: list[str] = []
+    fake = _fake_pynvml([], closed)  # no reading: the probe raises StopIteration
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    monkeypatch.setattr(memory, "_torch_pci_address", lambda index: None)
+    meter = energy.open_counter("nvml", 0)
+    assert meter.unavailable_reason == "nvml: nvmlDeviceGetTotalEnergyConsumption unreadable ()"
+    assert closed == ["nvml"]
+
+
+def test_a_missing_or_failing_library_says_which(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "amdsmi", None)  # import amdsmi raises ImportError
+    missing = energy.open_counter("amdsmi", 0)
+    assert missing.unavailable_reason == "amdsmi: the amdsmi package is not installed"
+    fake = _fake_pynvml([], [])
+
+    def no_driver() -> None:
+        raise RuntimeError("NVML Shared Library Not Found")
+
+    fake.nvmlInit = no_driver
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    failing = energy.open_counter("nvml", 0)
+    assert failing.unavailable_reason == ("nvml: nvmlInit failed (NVML Shared Library Not Found)")
 
 
 # --------------------------------------------------------------------------- amdsmi

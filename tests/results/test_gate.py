@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import numpy as np
@@ -71,7 +72,7 @@ def test_quality_classes_follow_ppl_against_the_reference() -> None:
         F.row(quantization="bnb-int8", **F.quality(100.05)),  # ≤ 100/0.999 = 100.1001
         F.row(quantization="bnb-nf4", **F.quality(100.5)),  # ≤ 100/0.99 = 101.0101
         F.row(quantization="bnb-fp4", **F.quality(101.5)),  # beyond both
-        F.row(quantization="quanto-int4", **F.quality(100 / 0.99)),  # exactly on the line
+        F.row(quantization="quanto-int4", **F.quality(100 / 0.99)),  # on the line: a coin flip
         F.row(quantization="quanto-int2", ppl=None),
     ]
     points = aggregate(frame_from_rows(rows), F.tariffs()).points.set_index("quantization")
@@ -79,7 +80,10 @@ def test_quality_classes_follow_ppl_against_the_reference() -> None:
     assert points.loc["bnb-int8", "quality_class"] == "99.9"
     assert points.loc["bnb-nf4", "quality_class"] == "99"
     assert points.loc["bnb-fp4", "quality_class"] == "below"
-    assert points.loc["quanto-int4", "quality_class"] == "99"
+    # its interval straddles the class-99 margin: neither shown within nor beyond it
+    assert points.loc["quanto-int4", "quality_class"] == "undecided"
+    assert points.loc["quanto-int4", "verdict_99"] == "undecided"
+    assert points.loc["quanto-int4", "undecided_by_99"] == "ppl"
     assert points.loc["quanto-int2", "quality_class"] == "unknown"
     assert points.loc["bnb-nf4", "quality_pct"] == pytest.approx(100 / 100.5 * 100)
     # the paired ΔNLL CI travels with the class, also as a perplexity change in %
@@ -89,17 +93,47 @@ def test_quality_classes_follow_ppl_against_the_reference() -> None:
     )
 
 
-def test_accuracy_gates_too_when_both_sides_measured_it() -> None:
+def test_accuracy_gates_on_the_paired_items_when_the_row_measured_them() -> None:
     rows = [
-        F.reference(arc_acc=0.60, **F.quality(100.0)),
-        F.row(quantization="bnb-int8", arc_acc=0.59, **F.quality(100.05)),  # ≥ 0.594? no
-        F.row(quantization="bnb-nf4", arc_acc=0.5995, **F.quality(100.05)),  # ≥ 0.5994: 99.9
-        F.row(quantization="bnb-fp4", arc_acc=None, **F.quality(100.05)),  # not measured: ppl only
+        F.reference(**F.arc(0.60, 0, 0), **F.quality(100.0)),
+        # 60 of 2,376 items lost, none gained: 2.5 points, beyond class 99's 0.6 for sure
+        F.row(quantization="bnb-int8", **F.arc(0.60, 60, 0), **F.quality(100.05)),
+        # 3 lost, 3 gained: within 0.6 points for sure, but not shown within 0.06 (class 99.9)
+        F.row(quantization="bnb-nf4", **F.arc(0.60, 3, 3), **F.quality(100.05)),
+        F.row(quantization="bnb-fp4", **F.quality(100.05)),  # ARC not measured: ppl only
     ]
     points = aggregate(frame_from_rows(rows), F.tariffs()).points.set_index("quantization")
+    assert points.loc["bnb-int8", "verdict_99"] == "fail"
+    assert points.loc["bnb-int8", "arc_verdict_99"] == "fail"
+    assert points.loc["bnb-int8", "ppl_verdict_99"] == "pass"
     assert points.loc["bnb-int8", "quality_class"] == "below"
-    assert points.loc["bnb-nf4", "quality_class"] == "99.9"
+    assert points.loc["bnb-nf4", "verdict_99"] == "pass"
+    assert points.loc["bnb-nf4", "verdict_99_9"] == "undecided"
+    assert points.loc["bnb-nf4", "undecided_by_99_9"] == "arc"
+    assert points.loc["bnb-nf4", "arc_more_99_9"] > 0  # items that would decide it
+    assert points.loc["bnb-nf4", "quality_class"] == "99"
+    assert points.loc["bnb-fp4", "arc_verdict_99"] == "not measured"
     assert points.loc["bnb-fp4", "quality_class"] == "99.9"
+
+
+def test_one_flipped_item_of_a_hundred_never_fails_a_configuration() -> None:
+    """The case that started it: KV fp8 lost 1 ARC item of 100 (0.28 → 0.27), McNemar p = 1,
+    ΔNLL +0.0002 nats/token. The point comparison failed it; the paired test cannot tell."""
+    rows = [
+        F.reference(**F.arc(0.28, 0, 0, items=100), **F.quality(254.80, 254.80)),
+        F.row(kv_cache_dtype="fp8", **F.arc(0.28, 1, 0, items=100),
+              **F.quality(254.80 * math.exp(0.0002), 254.80, half_ci=0.0008)),
+    ]  # fmt: skip
+    points = aggregate(frame_from_rows(rows), F.tariffs()).points.set_index("kv_cache_dtype")
+    fp8 = points.loc["fp8"]
+    assert fp8["arc_acc"] == pytest.approx(0.27)
+    assert fp8["arc_verdict_99"] == "undecided" and fp8["ppl_verdict_99"] == "pass"
+    assert fp8["verdict_99"] == "undecided"  # never "fail" on one flip
+    # the items that would decide it at the observed spread, beyond the 100 scored
+    assert fp8["arc_needed_99"] > 100 and fp8["arc_more_99"] == fp8["arc_needed_99"] - 100
+    # gated on perplexity alone (the default CPU scenario's choice), it passes class 99
+    alone = aggregate(frame_from_rows(rows), F.tariffs(), gated=("ppl",)).points
+    assert alone.set_index("kv_cache_dtype").loc["fp8", "verdict_99"] == "pass"
 
 
 def test_the_reference_is_per_model_and_run_and_prefers_the_same_target() -> None:

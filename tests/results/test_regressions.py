@@ -65,7 +65,7 @@ def planted_run(run_dir: Path) -> tuple[list[int], list[int]]:
                "gpu": "cpu"}  # fmt: skip
     F.write_run(run_dir, [
         F.reference(group="ref", **quality),
-        F.row(group="int4", quantization="quanto-int4", **quality, **F.quality(105.0)),
+        F.row(group="int4", quantization="quanto-int4", **{**F.quality(105.0), **quality}),
     ])  # fmt: skip
     keep(run_dir, "ref", REF_NLL, ref)
     keep(run_dir, "int4", OWN_NLL, own)

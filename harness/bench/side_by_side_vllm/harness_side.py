@@ -4,7 +4,6 @@ vLLM logged for the harness's engine."""
 
 from __future__ import annotations
 
-import json
 import shutil
 import subprocess
 import sys
@@ -21,6 +20,7 @@ from harness.bench.machine import (
     load1,
     machine_busy_s,
     own_cpu_s,
+    run_rows,
 )
 from harness.bench.side_by_side_vllm.parse import parse_engine_args
 from harness.spec.models import PACKAGE_DATA
@@ -69,7 +69,7 @@ def run_harness(scenario: Path, out: Path) -> dict[str, Any]:
     busy, own = machine_busy_s() - busy0, own_cpu_s() - own0
     if code != 0:
         fail(f"harness measure exited {code} ({' '.join(argv)})", logfile)
-    rows = [json.loads(p.read_text()) for p in sorted((out / "points").glob("*.json"))]
+    rows = run_rows(out)
     bad = [r for r in rows if r["status"] != "ok"]
     if bad or not rows:
         fail(f"harness rows not ok: {[(r['batch'], r['context'], r['error']) for r in bad]}")

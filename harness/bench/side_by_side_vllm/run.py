@@ -34,7 +34,7 @@ from harness.bench.side_by_side_vllm.table import (
     text_table,
     vllm_figures,
 )
-from harness.bench.side_by_side_vllm.vllm_side import Point, VllmWorker, vllm_pass
+from harness.bench.side_by_side_vllm.vllm_side import BenchPlan, Point, VllmWorker, vllm_pass
 
 DEFAULT_SCENARIO = REPO / "scenarios" / "examples" / "side-by-side-vllm.yaml"
 DEFAULT_OUT = REPO / "results" / "side-by-side-vllm"
@@ -144,11 +144,13 @@ class Comparison:
         self, worker: VllmWorker, points: list[Point], out: Path, runs: int, latency_one: bool
     ) -> Run:
         s = self.setup
-        return vllm_pass(
-            points, worker=worker, out=out, flags=[*self.flags, "--seed", str(s.seed)],
-            output_len=s.output_len, warmups=s.warmups, iterations=s.repeats,
-            throughput_runs=runs, vocab_size=s.vocab_size, seed=s.seed, latency_one=latency_one,
+        bench = BenchPlan(
+            flags=[*self.flags, "--seed", str(s.seed)], output_len=s.output_len,
+            warmups=s.warmups, iterations=s.repeats, throughput_runs=runs, latency_one=latency_one,
         )  # fmt: skip
+        return vllm_pass(
+            points, bench, worker=worker, out=out, vocab_size=s.vocab_size, seed=s.seed
+        )
 
     def vllm_step(self, worker: VllmWorker, tag: str, batch: int, context: int) -> Run:
         self.quiet()

@@ -30,6 +30,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -201,16 +202,22 @@ class VllmWorker:
         self.log.close()
 
 
+@dataclass(frozen=True)
+class BenchPlan:
+    """What the `vllm bench` commands of one pass share: the engine flags (last on every
+    command), the new tokens, the latency runs' warm-ups and iterations, the throughput runs per
+    point, and whether latency at 1 new token is measured too."""
+
+    flags: list[str]
+    output_len: int
+    warmups: int
+    iterations: int
+    throughput_runs: int
+    latency_one: bool = True
+
+
 def plan_commands(
-    points: list[Point],
-    out: Path,
-    *,
-    flags: list[str],
-    output_len: int,
-    warmups: int,
-    iterations: int,
-    throughput_runs: int,
-    latency_one: bool = True,
+    points: list[Point], out: Path, bench: BenchPlan
 ) -> tuple[list[dict[str, Any]], dict[Point, dict[str, Any]]]:
     """The `vllm bench` commands for `points` (argv and stdout file each), and per point the JSON
     files they write: "latency" (at `output_len`), "latency_one" (at 1 new token, when asked) and
@@ -220,28 +227,31 @@ def plan_commands(
 
     def add(kind: str, argv: list[str], name: str) -> Path:
         path = out / f"{name}.json"
-        argv = [*argv, "--output-json", str(path), *flags]
+        argv = [*argv, "--output-json", str(path), *bench.flags]
         commands.append({"argv": ["bench", kind, *argv], "stdout": str(out / f"{name}.stdout")})
         return path
 
     for batch, context in points:
         tag = f"b{batch}_c{context}"
         common = ["--input-len", str(context), "--batch-size", str(batch)]
-        common += ["--num-iters-warmup", str(warmups), "--num-iters", str(iterations)]
+        common += ["--num-iters-warmup", str(bench.warmups), "--num-iters", str(bench.iterations)]
         common += ["--disable-detokenize"]
         entry: dict[str, Any] = {
-            "latency": add("latency", [*common, "--output-len", str(output_len)], f"lat_{tag}")
+            "latency": add(
+                "latency", [*common, "--output-len", str(bench.output_len)], f"lat_{tag}"
+            )
         }
-        if latency_one:
+        if bench.latency_one:
             entry["latency_one"] = add("latency", [*common, "--output-len", "1"], f"lat1_{tag}")
         random = [
             "--backend", "vllm", "--dataset-name", "random",
-            "--random-input-len", str(context), "--random-output-len", str(output_len),
+            "--random-input-len", str(context), "--random-output-len", str(bench.output_len),
             "--random-range-ratio", "0", "--num-prompts", str(batch),
             "--num-warmups", str(batch), "--disable-detokenize",
         ]  # fmt: skip
         entry["throughput"] = [
-            add("throughput", random, f"thr_{tag}_r{run}") for run in range(1, throughput_runs + 1)
+            add("throughput", random, f"thr_{tag}_r{run}")
+            for run in range(1, bench.throughput_runs + 1)
         ]
         files[(batch, context)] = entry
     return commands, files
@@ -275,17 +285,12 @@ def read_results(
 
 def vllm_pass(
     points: list[Point],
+    bench: BenchPlan,
     *,
     worker: VllmWorker,
     out: Path,
-    flags: list[str],
-    output_len: int,
-    warmups: int,
-    iterations: int,
-    throughput_runs: int,
     vocab_size: int,
     seed: int,
-    latency_one: bool = True,
 ) -> dict[str, Any]:
     """Every `vllm bench` command for `points`, on `worker`; parsed results per point, the
     commands' timings, the engine arguments vLLM logged, the load average around the pass and
@@ -293,17 +298,14 @@ def vllm_pass(
     if out.exists():
         shutil.rmtree(out)
     out.mkdir(parents=True)
-    commands, files = plan_commands(
-        points, out, flags=flags, output_len=output_len, warmups=warmups, iterations=iterations,
-        throughput_runs=throughput_runs, latency_one=latency_one,
-    )  # fmt: skip
+    commands, files = plan_commands(points, out, bench)
     plan = out / "plan.json"
     plan.write_text(json.dumps({"vocab_size": vocab_size, "seed": seed, "commands": commands}))
     la0 = load1()
     started = time.perf_counter()
     worker.run(plan)
     wall = time.perf_counter() - started
-    results = read_results(files, output_len)
+    results = read_results(files, bench.output_len)
     timings = json.loads(Path(f"{plan}.timings.json").read_text())
     busy = sum(t["busy_cpu_s"] for t in timings)
     own = sum(t["own_cpu_s"] for t in timings)

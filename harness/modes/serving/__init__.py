@@ -2,14 +2,15 @@
 (`vllm bench serve`), its per-request data turned into typed per-level records with SLO
 attainment and goodput. Roles of the files: see `harness.modes.base`.
 
-- `spec`, `points`, `plan`, `price`, `report`: the serving block, its points, their plan, the
-  level at the SLO priced per package, the report's serving charts.
+- `spec`, `points`, `plan`, `price`, `report`: the serving block and the serving types (a length
+  distribution, the SLO targets, a load, a level: stated once, read by every file here), its
+  points, their plan, the level at the SLO priced per package, the report's serving charts.
 - `device/server`   the server process: start on a free port in its own process group, health check,
              stop the whole group (SIGTERM, then SIGKILL), its log's last lines on failure.
 - `device/loadgen`  prompts cut from the shipped corpus, one `vllm bench serve` run per load level,
              its JSON parsed into a `LevelResult`.
-- `slo`      the SLO model and the pure figures: per-request attainment, goodput, saturation
-             across levels, the level chosen at the SLO.
+- `slo`      the SLO rule (on `spec.SloTargets`) and the pure figures: per-request attainment,
+             goodput, saturation across levels, the level chosen at the SLO.
 - `device/vllm_cli`  `python -m harness.modes.serving.device.vllm_cli ...` = the `vllm` command.
 
 Nothing here imports vLLM, torch or an engine at module level: the engine runs in child

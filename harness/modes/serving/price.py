@@ -34,13 +34,16 @@ from numpy.typing import NDArray
 from harness.modes.serving import slo
 from harness.results.pricing import (
     PASS_COLUMNS,
+    VERDICT_COLUMNS,
     cheapest_by_class,
     package_hour,
     pass_column,
     usd_per_mtok,
 )
 
-QUALITY_COLUMNS = ("quality_class", *PASS_COLUMNS, "ppl", "ppl_ref", "dppl_pct")
+QUALITY_COLUMNS = (
+    "quality_class", *VERDICT_COLUMNS, *PASS_COLUMNS, "ppl", "ppl_ref", "dppl_pct",
+)  # fmt: skip
 CONFIG_COLUMNS = (
     "run",
     "group",

@@ -13,14 +13,8 @@ import pandas as pd
 
 from harness.modes.base import Column, HtmlTable, MdTable
 from harness.results.aggregate import Aggregate
-from harness.results.publish.format import (
-    escape,
-    fmt_float,
-    fmt_int,
-    fmt_usd,
-    fmt_value,
-    md_escape,
-)
+from harness.results.columns import headers, table_columns
+from harness.results.publish.format import escape, fmt_value, md_escape
 from harness.results.publish.svg import svg_scatter
 
 MAX_CHARTS = 12
@@ -86,34 +80,38 @@ def level_table(result: Aggregate) -> pd.DataFrame:
 
 # --- README.md --------------------------------------------------------------------------------
 
-SERVING_HEADERS = {
-    "model": "model",
-    "quality_class": "class",
-    "package_days": "days",
-    "gpu": "GPU",
-    "provider": "provider",
-    "backend": "backend",
-    "quantization": "quant",
-    "kv_cache_dtype": "KV",
-    "level_at_slo": "level at SLO",
-    "output_tok_s_at_slo": "output tok/s at SLO",
-    "usd_per_mtok_output_at_slo": "$/Mtok out at SLO",
-    "j_per_mtok_output_at_slo": "J/Mtok out at SLO",
-}
-AT_SLO_HEADERS = {
-    "model": "model",
-    "backend": "backend",
-    "quantization": "quant",
-    "kv_cache_dtype": "KV",
-    "device": "device",
-    "quality_class": "class",
-    "level_at_slo": "level at SLO",
-    "output_tok_s_at_slo": "output tok/s",
-    "goodput_rps_at_slo": "goodput req/s",
-    "j_per_mtok_output_at_slo": "J/Mtok out",
-    "levels_meeting_slo": "levels meeting SLO",
-    "levels_measured": "levels ok",
-}
+SERVING_HEADERS = headers(
+    (
+        "model",
+        "quality_class",
+        "package_days",
+        "gpu",
+        "provider",
+        "backend",
+        "quantization",
+        "kv_cache_dtype",
+        "level_at_slo",
+        "output_tok_s_at_slo",
+        "usd_per_mtok_output_at_slo",
+        "j_per_mtok_output_at_slo",
+    )
+)
+AT_SLO_HEADERS = headers(
+    (
+        "model",
+        "backend",
+        "quantization",
+        "kv_cache_dtype",
+        "device",
+        "quality_class",
+        "level_at_slo",
+        "output_tok_s_at_slo",
+        "goodput_rps_at_slo",
+        "j_per_mtok_output_at_slo",
+        "levels_meeting_slo",
+        "levels_measured",
+    )
+)
 
 
 def _cells(frame: pd.DataFrame, headers: dict[str, str]) -> list[dict[str, str]]:
@@ -139,55 +137,61 @@ def markdown_section(result: Aggregate, quality_class: str, md_table: MdTable) -
 
 # --- report.html ------------------------------------------------------------------------------
 
-CHEAPEST_AT_SLO_COLUMNS: list[Column] = [
-    ("model", "model", None),
-    ("quality_class", "class", None),
-    ("package_days", "days", fmt_int),
-    ("gpu", "GPU", None),
-    ("provider", "provider", None),
-    ("backend", "backend", None),
-    ("quantization", "quant", None),
-    ("kv_cache_dtype", "KV", None),
-    ("level_at_slo", "level at SLO", None),
-    ("output_tok_s_at_slo", "output tok/s at SLO", fmt_float),
-    ("usd_per_mtok_output_at_slo", "$/Mtok out at SLO", fmt_usd),
-    ("j_per_mtok_output_at_slo", "J/Mtok out at SLO", fmt_float),
-    ("dppl_pct", "Δppl %", fmt_float),
-]
-AT_SLO_COLUMNS: list[Column] = [
-    ("model", "model", None),
-    ("backend", "backend", None),
-    ("quantization", "quant", None),
-    ("kv_cache_dtype", "KV", None),
-    ("device", "device", None),
-    ("quality_class", "class", None),
-    ("level_at_slo", "level at SLO", None),
-    ("output_tok_s_at_slo", "output tok/s", fmt_float),
-    ("goodput_rps_at_slo", "goodput req/s", fmt_float),
-    ("slo_attainment_at_slo", "attainment", fmt_float),
-    ("j_per_mtok_output_at_slo", "J/Mtok out", fmt_float),
-    ("levels_meeting_slo", "levels meeting SLO", fmt_int),
-    ("levels_measured", "levels ok", fmt_int),
-]
-SERVING_COLUMNS: list[Column] = [
-    ("model", "model", None),
-    ("backend", "backend", None),
-    ("quantization", "quant", None),
-    ("kv_cache_dtype", "KV", None),
-    ("level", "level", None),
-    ("status", "status", None),
-    ("requests_ok", "ok", fmt_int),
-    ("requests_failed", "failed", fmt_int),
-    ("output_tok_s", "output tok/s", fmt_float),
-    ("j_per_token_serving", "J/token out", fmt_float),
-    ("request_throughput", "req/s", fmt_float),
-    ("goodput_rps", "goodput req/s", fmt_float),
-    ("ttft_ms_p99", "TTFT p99 ms", fmt_float),
-    ("tpot_ms_p99", "TPOT p99 ms", fmt_float),
-    ("slo_attainment", "attainment", fmt_float),
-    ("saturated", "saturated", None),
-    ("error", "error", None),
-]
+CHEAPEST_AT_SLO_COLUMNS: list[Column] = table_columns(
+    (
+        "model",
+        "quality_class",
+        "package_days",
+        "gpu",
+        "provider",
+        "backend",
+        "quantization",
+        "kv_cache_dtype",
+        "level_at_slo",
+        "output_tok_s_at_slo",
+        "usd_per_mtok_output_at_slo",
+        "j_per_mtok_output_at_slo",
+        "dppl_pct",
+    )
+)
+AT_SLO_COLUMNS: list[Column] = table_columns(
+    (
+        "model",
+        "backend",
+        "quantization",
+        "kv_cache_dtype",
+        "device",
+        "quality_class",
+        "level_at_slo",
+        "output_tok_s_at_slo",
+        "goodput_rps_at_slo",
+        "slo_attainment_at_slo",
+        "j_per_mtok_output_at_slo",
+        "levels_meeting_slo",
+        "levels_measured",
+    )
+)
+SERVING_COLUMNS: list[Column] = table_columns(
+    (
+        "model",
+        "backend",
+        "quantization",
+        "kv_cache_dtype",
+        "level",
+        "status",
+        "requests_ok",
+        "requests_failed",
+        "output_tok_s",
+        "j_per_token_serving",
+        "request_throughput",
+        "goodput_rps",
+        "ttft_ms_p99",
+        "tpot_ms_p99",
+        "slo_attainment",
+        "saturated",
+        "error",
+    )
+)
 
 
 def html_section(result: Aggregate, quality_class: str, html_table: HtmlTable) -> list[str]:

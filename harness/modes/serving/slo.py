@@ -1,5 +1,7 @@
 """The latency SLO and the figures derived from it: pure functions, no I/O.
 
+The targets are the scenario's own type, `spec.SloTargets`; the share of requests that must meet
+them is the level's `attainment` (`ServingLevel.attainment`, the scenario's `attainment:`).
 Semantics (the DistServe / `vllm bench serve --goodput` definition, per request):
 
 - a request **meets the SLO** when it succeeded, its TTFT ≤ `ttft_ms_p99` and its TPOT ≤
@@ -25,17 +27,9 @@ import math
 from collections.abc import Sequence
 from typing import Protocol, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict
 
-
-class Slo(BaseModel):
-    """Latency targets per request, and the share of requests that must meet them."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    ttft_ms_p99: float = Field(gt=0)
-    tpot_ms_p99: float = Field(gt=0)
-    attainment: float = Field(default=0.99, gt=0, le=1)
+from harness.modes.serving.spec import SloTargets
 
 
 class RequestTiming(BaseModel):
@@ -59,7 +53,7 @@ class RequestTiming(BaseModel):
         return (self.e2e_ms - self.ttft_ms) / (self.output_tokens - 1)
 
 
-def meets(request: RequestTiming, slo: Slo) -> bool:
+def meets(request: RequestTiming, slo: SloTargets) -> bool:
     """Whether one request meets every latency target (see the module docstring)."""
     if not request.ok:
         return False
@@ -67,16 +61,16 @@ def meets(request: RequestTiming, slo: Slo) -> bool:
     return request.ttft_ms <= slo.ttft_ms_p99 and (0.0 if tpot is None else tpot) <= slo.tpot_ms_p99
 
 
-def good_requests(requests: Sequence[RequestTiming], slo: Slo) -> int:
+def good_requests(requests: Sequence[RequestTiming], slo: SloTargets) -> int:
     return sum(1 for r in requests if meets(r, slo))
 
 
-def attainment(requests: Sequence[RequestTiming], slo: Slo) -> float:
+def attainment(requests: Sequence[RequestTiming], slo: SloTargets) -> float:
     """Share of the requests sent that met the SLO (0.0 when none was sent)."""
     return good_requests(requests, slo) / len(requests) if requests else 0.0
 
 
-def goodput_rps(requests: Sequence[RequestTiming], slo: Slo, duration_s: float) -> float:
+def goodput_rps(requests: Sequence[RequestTiming], slo: SloTargets, duration_s: float) -> float:
     """Requests per second that met the SLO."""
     return good_requests(requests, slo) / duration_s if duration_s > 0 else 0.0
 

@@ -15,6 +15,12 @@ point's: the level and the serving settings are part of it). `duration_s` fixes 
 of a rate level (⌈rate × duration_s⌉); a closed loop has no arrival rate to fix it, so concurrency
 levels need `requests`.
 
+The serving types, each stated once and read by every side of the mode: `Lengths` (a length
+distribution), `SloTargets` (the per-request latency targets: `slo`'s rule), `Load` (a level's
+load: clients or arrivals) and `ServingLevel`, a `Load` with everything else one level sends
+(what `Point.serving` holds). The device's load generator takes a `Load`, `Lengths` and
+`SloTargets` as they are.
+
 A serving point's grid columns say its nominal shape: `batch` = the level's concurrency (1 for a
 rate level), `context` / `output_tokens` = the mean prompt / output lengths.
 """
@@ -23,7 +29,7 @@ from __future__ import annotations
 
 import math
 import random
-from typing import Annotated
+from typing import Annotated, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -50,6 +56,19 @@ class Lengths(_Input):
 
     mean: int = Field(gt=0, le=MAX_LENGTH)
     sd: float = Field(0.0, ge=0.0, le=MAX_LENGTH)
+
+    def draw(self, rng: random.Random) -> int:
+        """One length from `rng` (a constant `mean` draws nothing from it)."""
+        return max(1, round(rng.gauss(self.mean, self.sd)) if self.sd > 0 else self.mean)
+
+
+def draw_lengths(
+    prompt_tokens: Lengths, output_tokens: Lengths, n: int, seed: int
+) -> list[tuple[int, int]]:
+    """(prompt, output) tokens of `n` requests, drawn in turn from one `random.Random(seed)`: the
+    one rule the plan (`ServingLevel.drawn_lengths`) and the load generator's prompts share."""
+    rng = random.Random(seed)
+    return [(prompt_tokens.draw(rng), output_tokens.draw(rng)) for _ in range(n)]
 
 
 class SloTargets(_Input):
@@ -118,13 +137,38 @@ class Serving(_Input):
         ]
 
 
-class ServingLevel(BaseModel):
-    """One load level of a serving point: what `Point.serving` holds (part of its key)."""
+class Load(BaseModel):
+    """A level's load: exactly one of closed-loop clients (`concurrency`) or Poisson arrivals per
+    second (`request_rate`)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    concurrency: int | None = None
-    request_rate: float | None = None
+    concurrency: int | None = Field(default=None, gt=0)
+    request_rate: float | None = Field(default=None, gt=0)
+
+    @model_validator(mode="after")
+    def exactly_one_load(self) -> Self:
+        if (self.concurrency is None) == (self.request_rate is None):
+            raise ValueError("a load level has exactly one of concurrency or request_rate")
+        return self
+
+    @property
+    def mode(self) -> Literal["concurrency", "request_rate"]:
+        return "concurrency" if self.concurrency is not None else "request_rate"
+
+    @property
+    def load(self) -> float:
+        return float(self.concurrency if self.concurrency is not None else self.request_rate or 0)
+
+    @property
+    def label(self) -> str:
+        return f"c{self.concurrency}" if self.concurrency is not None else f"r{self.request_rate:g}"
+
+
+class ServingLevel(Load):
+    """One load level of a serving point: what `Point.serving` holds (part of its key): its load
+    (`Load`'s fields first), then what it sends and the SLO it is held to."""
+
     requests: int
     prompt_tokens: Lengths
     output_tokens: Lengths
@@ -132,25 +176,10 @@ class ServingLevel(BaseModel):
     attainment: float
     seed: int = 0
 
-    @model_validator(mode="after")
-    def exactly_one_load(self) -> ServingLevel:
-        if (self.concurrency is None) == (self.request_rate is None):
-            raise ValueError("a load level has exactly one of concurrency or request_rate")
-        return self
-
-    @property
-    def label(self) -> str:
-        return f"c{self.concurrency}" if self.concurrency is not None else f"r{self.request_rate:g}"
-
     def drawn_lengths(self) -> list[tuple[int, int]]:
-        """(prompt, output) tokens per request, as `device.loadgen.cut_prompts` draws
-        them from the same seed (before a prompt is shortened to fit max_model_len)."""
-        rng = random.Random(self.seed)
-
-        def draw(dist: Lengths) -> int:
-            return max(1, round(rng.gauss(dist.mean, dist.sd)) if dist.sd > 0 else dist.mean)
-
-        return [(draw(self.prompt_tokens), draw(self.output_tokens)) for _ in range(self.requests)]
+        """(prompt, output) tokens per request, as `device.loadgen.cut_prompts` draws them
+        (`draw_lengths`, before a prompt is shortened to fit max_model_len)."""
+        return draw_lengths(self.prompt_tokens, self.output_tokens, self.requests, self.seed)
 
     def longest_sequence(self) -> int:
         """The most tokens one request holds (prompt + output + the round trip's spare)."""

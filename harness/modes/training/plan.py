@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from harness import plan as planner
 from harness.modes.training import memory
+from harness.modes.training.spec import TrainingPoint
 from harness.spec.capabilities import compute_dtype_bytes
 from harness.spec.catalog import GpuSpec, ModelArch
 from harness.spec.scenario import Point
@@ -24,30 +25,16 @@ def plan_training_point(
     Its kv_cache is 0 (training runs without a cache), prefill/decode carry forward/backward."""
     train = point.training
     assert train is not None
-    base = planner.weights_bytes(arch, point.quantization)
-    context = planner.runtime_context_bytes(point.target)
     mem = memory.plan_step(
         arch,
         train,
-        base_weights_bytes=base,
+        base_weights_bytes=planner.weights_bytes(arch, point.quantization),
         act_bytes=compute_dtype_bytes(point.quantization, arch.dtype_bytes),
-        runtime_bytes=context,
+        runtime_bytes=planner.runtime_context_bytes(point.target),
         margin=planner.ALLOCATOR_MARGIN,
     )
     capacity = card.memory_gib * GIB
-    fits = mem.peak <= capacity
-    terms = mem.terms
-    binding = max(terms, key=lambda t: terms[t])
-    reason = (
-        f"fits: {mem.peak / GIB:.2f} of {capacity / GIB:.2f} GiB"
-        if fits
-        else f"needs {mem.peak / GIB:.2f} GiB > {capacity / GIB:.2f} GiB on {card.name}; "
-        f"binding term: {binding} ({terms[binding] / GIB:.2f} GiB)"
-    )
-    total = planner.param_counts(arch).total
-    flops = train.steps * memory.step_flops(total, train)
-    flops += memory.eval_flops(total, train)
-    seconds = flops / (card.bf16_tflops * 1e12) / planner.EFFICIENCY[point.target]
+    fits, reason = planner.fit_verdict(mem.peak, capacity, mem.terms, card.name)
     return planner.PointPlan(
         point=point,
         gpu=card.name,
@@ -62,7 +49,7 @@ def plan_training_point(
         capacity_gib=capacity / GIB,
         fits=fits,
         reason=reason,
-        est_seconds=seconds,
+        est_seconds=training_seconds(point, card, arch),
         roofline_decode_tok_s=0.0,
         mode_memory=mem,
         mode_note=(
@@ -70,15 +57,31 @@ def plan_training_point(
             f"{mem.backward / GIB:.2f}/{mem.optimizer_step / GIB:.2f} · "
             f"trainable {mem.trainable_params:,}"
         ),
-        mode_contract={
-            "mode": "training",
-            "training": train.model_dump(),
-            "training_gib": {
-                **{k: v / GIB for k, v in mem.terms.items()},
-                "forward": mem.forward / GIB,
-                "backward": mem.backward / GIB,
-                "optimizer_step": mem.optimizer_step / GIB,
-            },
-            "trainable_params": mem.trainable_params,
-        },
+        mode_contract=training_contract(train, mem),
     )
+
+
+def training_seconds(point: Point, card: GpuSpec, arch: ModelArch) -> float:
+    """The point's `steps` optimizer steps and its evaluations at the card's bf16 FLOP/s, at the
+    target's efficiency."""
+    train = point.training
+    assert train is not None
+    total = planner.param_counts(arch).total
+    flops = train.steps * memory.step_flops(total, train) + memory.eval_flops(total, train)
+    return flops / (card.bf16_tflops * 1e12) / planner.EFFICIENCY[point.target]
+
+
+def training_contract(train: TrainingPoint, mem: memory.TrainingMemory) -> dict[str, object]:
+    """What a training point adds to `harness plan --json`: its payload, its terms and phases
+    (GiB) and its trainable parameters."""
+    return {
+        "mode": "training",
+        "training": train.model_dump(),
+        "training_gib": {
+            **{k: v / GIB for k, v in mem.terms.items()},
+            "forward": mem.forward / GIB,
+            "backward": mem.backward / GIB,
+            "optimizer_step": mem.optimizer_step / GIB,
+        },
+        "trainable_params": mem.trainable_params,
+    }

@@ -15,22 +15,24 @@ Formulas (a package's hour and $ per 1M tokens as for inference: harness.results
                           loss, nats/token, with a paired 95 % bootstrap CI over windows; the full
                           fine-tune is the one with the same model, target, micro_batch, grad_accum,
                           seq_len, checkpointing, optimizer, steps and lr
-  train_pass_<class>    = dloss_vs_full_ci_high ≤ −ln(class) (e.g. class 99: the held-out perplexity
-                          at most 1 % above the full fine-tune's, with 95 % confidence)
+  train_verdict_<class> = the paired non-inferiority verdict of dloss_vs_full against −ln(class)
+                          (harness.measure.verdict: pass when its one-sided 95 % upper bound is
+                          within the margin, fail when its lower bound is beyond, else undecided);
+                          train_pass_<class> = train_verdict_<class> == "pass" (class 99: the
+                          held-out perplexity shown at most 1 % above the full fine-tune's)
 
 This module is the mode's `price` part (``price``; the contract: harness.modes.base.PricePart).
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from harness.measure import quality
+from harness.measure import quality, verdict
 from harness.results.pricing import QUALITY_CLASSES, package_hour, pass_column, usd_per_mtok
 
 BOOTSTRAP_SAMPLES = 1000
@@ -40,13 +42,17 @@ PAIR_ON = (
     "gradient_checkpointing", "optimizer", "train_steps", "lr",
 )  # fmt: skip
 PASS_COLUMNS = tuple(f"train_{pass_column(c)}" for c in QUALITY_CLASSES)  # train_pass_<class>
-GATE_COLUMNS = ("dloss_vs_full", "dloss_vs_full_ci_low", "dloss_vs_full_ci_high", *PASS_COLUMNS)
+VERDICT_COLUMNS = tuple(f"train_verdict_{c.replace('.', '_')}" for c in QUALITY_CLASSES)
+GATE_COLUMNS = (
+    "dloss_vs_full", "dloss_vs_full_ci_low", "dloss_vs_full_ci_high", *VERDICT_COLUMNS,
+    *PASS_COLUMNS,
+)  # fmt: skip
 # cost.csv's columns for training rows (beside the offline ones; NaN on offline rows)
 COST_COLUMNS = (
     "mode", "train_method", "micro_batch", "grad_accum", "seq_len", "gradient_checkpointing",
     "optimizer", "trainable_params", "step_s", "train_tok_s", "usd_per_mtok_train",
     "j_per_mtok_train", "eval_loss", "eval_loss_ci_low", "eval_loss_ci_high", "dloss_vs_full",
-    "dloss_vs_full_ci_low", "dloss_vs_full_ci_high", *PASS_COLUMNS,
+    "dloss_vs_full_ci_low", "dloss_vs_full_ci_high", *VERDICT_COLUMNS, *PASS_COLUMNS,
     "target_eval_loss", "steps_to_target", "usd_to_target",
 )  # fmt: skip
 
@@ -84,8 +90,11 @@ def gate(trained: pd.DataFrame) -> pd.DataFrame:
         out.at[i, "dloss_vs_full"] = diff
         out.at[i, "dloss_vs_full_ci_low"] = low
         out.at[i, "dloss_vs_full_ci_high"] = high
+        bounds = verdict.dnll_interval(ref, mine, counts, counts, samples=BOOTSTRAP_SAMPLES)
         for name, share in QUALITY_CLASSES.items():
-            out.at[i, f"train_{pass_column(name)}"] = bool(high <= -math.log(share))
+            decided = verdict.decide(bounds.low, bounds.high, verdict.ppl_margin(share))
+            out.at[i, f"train_verdict_{name.replace('.', '_')}"] = decided
+            out.at[i, f"train_{pass_column(name)}"] = decided == "pass"
     return out
 
 

@@ -7,70 +7,67 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from html import escape
-from typing import Any
 
 import pandas as pd
 
 from harness.modes.base import Column, HtmlTable, MdTable
 from harness.modes.training import price as trn
 from harness.results.aggregate import Aggregate
+from harness.results.columns import headers, table_columns
+from harness.results.publish.format import fmt_value
 
-COST_HEADERS: dict[str, str] = {
-    "model": "model",
-    "train_method": "method",
-    "micro_batch": "micro-batch",
-    "grad_accum": "accum.",
-    "seq_len": "seq len",
-    "gpu": "GPU",
-    "provider": "provider",
-    "package_days": "package days",
-    "train_tok_s": "train tok/s",
-    "usd_per_mtok_train": "$/1M train tok",
-    "j_per_mtok_train": "J/1M train tok",
-    "target_eval_loss": "target loss",
-    "steps_to_target": "steps to target",
-    "usd_to_target": "$ to target",
-}
-ROW_HEADERS: dict[str, str] = {
-    "train_method": "method",
-    "micro_batch": "micro-batch",
-    "grad_accum": "accum.",
-    "seq_len": "seq len",
-    "optimizer": "optimizer",
-    "trainable_params": "trainable params",
-    "train_peak_mib_forward": "fwd MiB",
-    "predicted_train_mib_forward": "fwd MiB plan",
-    "train_peak_mib_backward": "bwd MiB",
-    "predicted_train_mib_backward": "bwd MiB plan",
-    "train_peak_mib_optimizer": "opt MiB",
-    "predicted_train_mib_optimizer": "opt MiB plan",
-    "step_s": "step s",
-    "train_tok_s": "train tok/s",
-    "loss_first": "loss first",
-    "loss_last": "loss last",
-    "grad_norm_last": "grad norm",
-    "eval_loss": "held-out loss",
-    "eval_loss_ci_low": "CI low",
-    "eval_loss_ci_high": "CI high",
-    "dloss_vs_full": "Δ vs full",
-    "dloss_vs_full_ci_high": "Δ CI high",
-    "train_pass_99": "pass 99",
-    "status": "status",
-}
-
-
-def fmt(value: Any) -> str:
-    if value is None or (isinstance(value, float) and value != value):
-        return ""
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    return str(value)
+COST_HEADERS: dict[str, str] = headers(
+    (
+        "model",
+        "train_method",
+        "micro_batch",
+        "grad_accum",
+        "seq_len",
+        "gpu",
+        "provider",
+        "package_days",
+        "train_tok_s",
+        "usd_per_mtok_train",
+        "j_per_mtok_train",
+        "target_eval_loss",
+        "steps_to_target",
+        "usd_to_target",
+    )
+)
+ROW_HEADERS: dict[str, str] = headers(
+    (
+        "train_method",
+        "micro_batch",
+        "grad_accum",
+        "seq_len",
+        "optimizer",
+        "trainable_params",
+        "train_peak_mib_forward",
+        "predicted_train_mib_forward",
+        "train_peak_mib_backward",
+        "predicted_train_mib_backward",
+        "train_peak_mib_optimizer",
+        "predicted_train_mib_optimizer",
+        "step_s",
+        "train_tok_s",
+        "loss_first",
+        "loss_last",
+        "grad_norm_last",
+        "eval_loss",
+        "eval_loss_ci_low",
+        "eval_loss_ci_high",
+        "dloss_vs_full",
+        "dloss_vs_full_ci_high",
+        "train_pass_99",
+        "status",
+    )
+)
 
 
 def records(frame: pd.DataFrame, headers: dict[str, str]) -> list[dict[str, str]]:
     present = {k: v for k, v in headers.items() if k in frame.columns}
     return [
-        {label: fmt(rec.get(name)) for name, label in present.items()}
+        {label: fmt_value(rec.get(name)) for name, label in present.items()}
         for rec in frame.astype("object").to_dict(orient="records")
     ]
 
@@ -94,14 +91,7 @@ NOTE = (
 )
 
 
-LEAKAGE_HEADERS: dict[str, str] = {
-    "seen": "text seen (training, calibration)",
-    "eval": "text scored",
-    "n": "n",
-    "shared": "shared n-grams",
-    "eval_ngrams": "eval n-grams",
-    "overlap": "overlap",
-}
+LEAKAGE_HEADERS: dict[str, str] = headers(("seen", "eval", "n", "shared", "eval_ngrams", "overlap"))
 LEAKAGE_NOTE = (
     "Distinct word n-grams of each scored text that also occur in a text a model or quantizer "
     "saw (13-grams, as contamination studies count them); from the run's manifest."
@@ -119,27 +109,26 @@ def leakage_markdown(result: Aggregate) -> list[str]:
 def leakage_html(result: Aggregate, html_table: HtmlTable) -> list[str]:
     if not result.leakage:
         return []
-    cols: list[Column] = [
-        (k, v, None if k in ("seen", "eval") else fmt) for k, v in LEAKAGE_HEADERS.items()
-    ]
     return [
         '<h2 id="leakage">Leakage: n-gram overlap</h2>',
         f'<p class="note">{escape(LEAKAGE_NOTE)}</p>',
-        html_table(pd.DataFrame(result.leakage), cols, "leakage"),
+        html_table(pd.DataFrame(result.leakage), table_columns(LEAKAGE_HEADERS), "leakage"),
     ]
 
 
-ACCUMULATION_HEADERS: dict[str, str] = {
-    "model": "model",
-    "train_method": "method",
-    "split_a": "mb×acc a",
-    "split_b": "mb×acc b",
-    "tokens_per_step": "tokens/step",
-    "max_abs_dloss_curve": "max abs Δ train loss",
-    "abs_deval_loss": "abs Δ held-out loss",
-    "tolerance": "tolerance",
-    "equivalent": "equivalent",
-}
+ACCUMULATION_HEADERS: dict[str, str] = headers(
+    (
+        "model",
+        "train_method",
+        "split_a",
+        "split_b",
+        "tokens_per_step",
+        "max_abs_dloss_curve",
+        "abs_deval_loss",
+        "tolerance",
+        "equivalent",
+    )
+)
 ACCUMULATION_NOTE = (
     "Rows that split the same windows per step differently (micro-batch × accumulation) must "
     "train alike with a token-normalised loss: the largest difference of their loss curves and "
@@ -168,14 +157,8 @@ def markdown_section(result: Aggregate) -> list[str]:
 def html_section(result: Aggregate, html_table: HtmlTable) -> list[str]:
     if result.training.empty:
         return leakage_html(result, html_table)
-    cost: list[Column] = [
-        (k, v, None if k in ("model", "train_method", "gpu", "provider") else fmt)
-        for k, v in COST_HEADERS.items()
-    ]
-    rows: list[Column] = [
-        (k, v, None if k in ("train_method", "optimizer", "status") else fmt)
-        for k, v in ROW_HEADERS.items()
-    ]
+    cost: list[Column] = table_columns(COST_HEADERS)
+    rows: list[Column] = table_columns(ROW_HEADERS)
     return [
         '<h2 id="training">Training: $ per 1M training tokens and cost to the target loss</h2>',
         f'<p class="note">{escape(NOTE)}</p>',
@@ -188,10 +171,7 @@ def html_section(result: Aggregate, html_table: HtmlTable) -> list[str]:
         f'<p class="note">{escape(ACCUMULATION_NOTE)}</p>',
         html_table(
             trn.accumulation_pairs(result.training),
-            [
-                (k, v, fmt if k.startswith(("max", "abs", "tol", "tok")) else None)
-                for k, v in ACCUMULATION_HEADERS.items()
-            ],
+            table_columns(ACCUMULATION_HEADERS),
             "training-accumulation",
         ),
         *leakage_html(result, html_table),

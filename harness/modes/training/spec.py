@@ -15,11 +15,11 @@ as the rest of the scenario (no coercion, bounds in the message, no duplicates).
 from __future__ import annotations
 
 import itertools
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from harness.spec.yamlinput import excerpt
+from harness.spec.yamlinput import unique
 
 TrainMethod = Literal["full", "lora", "qlora"]
 TrainOptimizer = Literal["adamw", "adamw-8bit"]
@@ -52,15 +52,6 @@ SeqLen = Annotated[int, Field(gt=1, le=MAX_SEQ_LEN)]
 LoraTarget = Literal["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
 
-def _unique(values: list[Any]) -> list[Any]:
-    seen: list[Any] = []
-    for value in values:
-        if value in seen:
-            raise ValueError(f"duplicate value {excerpt(value)}; give each value once")
-        seen.append(value)
-    return values
-
-
 class LoraSettings(_Input):
     r: int = Field(8, gt=0, le=MAX_LORA_RANK)
     alpha: int = Field(16, gt=0, le=1_000_000)
@@ -74,7 +65,7 @@ class LoraSettings(_Input):
     @field_validator("targets")
     @classmethod
     def no_duplicates(cls, value: list[str]) -> list[str]:
-        return _unique(value)
+        return unique(value)
 
 
 class DataSettings(_Input):
@@ -109,7 +100,7 @@ class Training(_Input):
     )
     @classmethod
     def no_duplicates(cls, value: list[object]) -> list[object]:
-        return _unique(value)
+        return unique(value)
 
     @property
     def cells(self) -> int:

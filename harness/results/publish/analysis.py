@@ -16,66 +16,75 @@ from harness.modes.base import Column, HtmlTable, MdTable
 from harness.results import energy as en
 from harness.results import regressions as reg
 from harness.results.aggregate import Aggregate
-from harness.results.publish.format import escape, fmt_float, fmt_int, fmt_usd
+from harness.results.columns import table_columns
+from harness.results.publish.format import escape, fmt_usd
 from harness.spec.tariffs import TariffTable
 
-ENERGY_COLUMNS: list[Column] = [
-    ("model", "model", None),
-    ("backend", "backend", None),
-    ("quantization", "quant", None),
-    ("kv_cache_dtype", "KV", None),
-    ("batch", "batch", fmt_int),
-    ("context", "context", fmt_int),
-    ("energy_source", "counter", None),
-    ("energy_j_prefill", "J / prefill pass", fmt_float),
-    ("energy_j_decode", "J / decode (one generation)", fmt_float),
-    ("j_per_mtok_output", "J / Mtok decoded", fmt_float),
-    ("avg_power_w_decode", "decode W", fmt_float),
-    ("energy_j_quality", "J quality scoring", fmt_float),
-    ("usd_per_mtok_electricity", "electricity $/Mtok", fmt_usd),
-]
-RENT_VS_OWN_COLUMNS: list[Column] = [
-    ("model", "model", None),
-    ("quality_class", "class", None),
-    ("gpu", "GPU", None),
-    ("provider", "provider", None),
-    ("gpus_per_node", "cards", fmt_int),
-    ("avg_power_w_decode", "decode W per card", fmt_float),
-    ("j_per_mtok_output", "J / Mtok", fmt_float),
-    ("usd_per_mtok_electricity", "electricity $/Mtok", fmt_usd),
-    ("usd_per_mtok_output_hourly", "rent $/Mtok (hourly)", fmt_usd),
-    ("hourly_usd", "rent $/node-hour", fmt_usd),
-    ("own_usd_per_hour", "electricity $/node-hour", fmt_usd),
-    ("purchase_usd", "purchase $", fmt_usd),
-    ("breakeven_hours", "break-even busy hours", fmt_float),
-    ("breakeven_days", "break-even days at utilisation", fmt_float),
-]
-SUMMARY_COLUMNS: list[Column] = [
-    ("model", "model", None),
-    ("backend", "backend", None),
-    ("quantization", "quant", None),
-    ("kv_cache_dtype", "KV", None),
-    ("target", "target", None),
-    ("arc_items_paired", "ARC items paired", fmt_int),
-    ("right_to_wrong", "right→wrong", fmt_int),
-    ("wrong_to_right", "wrong→right", fmt_int),
-    ("mcnemar_p_exact", "McNemar exact p", fmt_float),
-    ("windows_paired", "windows paired", fmt_int),
-    ("dnll_nats_per_token", "ΔNLL nats/token", fmt_float),
-    ("worst_window", "worst window", None),
-    ("worst_dnll_nats_per_token", "worst ΔNLL nats/token", fmt_float),
-    ("note", "note", None),
-]
-ITEM_COLUMNS: list[Column] = [
-    ("model", "model", None),
-    ("backend", "backend", None),
-    ("quantization", "quant", None),
-    ("kv_cache_dtype", "KV", None),
-    ("item", "item", None),
-    ("change", "change", None),
-    ("dnll_nats_per_token", "ΔNLL nats/token", fmt_float),
-    ("excerpt", "excerpt", None),
-]
+ENERGY_COLUMNS: list[Column] = table_columns(
+    (
+        "model",
+        "backend",
+        "quantization",
+        "kv_cache_dtype",
+        "batch",
+        "context",
+        "energy_source",
+        "energy_j_prefill",
+        "energy_j_decode",
+        "j_per_mtok_output",
+        "avg_power_w_decode",
+        "energy_j_quality",
+        "usd_per_mtok_electricity",
+    )
+)
+RENT_VS_OWN_COLUMNS: list[Column] = table_columns(
+    (
+        "model",
+        "quality_class",
+        "gpu",
+        "provider",
+        "gpus_per_node",
+        "avg_power_w_decode",
+        "j_per_mtok_output",
+        "usd_per_mtok_electricity",
+        "usd_per_mtok_output_hourly",
+        "hourly_usd",
+        "own_usd_per_hour",
+        "purchase_usd",
+        "breakeven_hours",
+        "breakeven_days",
+    )
+)
+SUMMARY_COLUMNS: list[Column] = table_columns(
+    (
+        "model",
+        "backend",
+        "quantization",
+        "kv_cache_dtype",
+        "target",
+        "arc_items_paired",
+        "right_to_wrong",
+        "wrong_to_right",
+        "mcnemar_p_exact",
+        "windows_paired",
+        "dnll_nats_per_token",
+        "worst_window",
+        "worst_dnll_nats_per_token",
+        "note",
+    )
+)
+ITEM_COLUMNS: list[Column] = table_columns(
+    (
+        "model",
+        "backend",
+        "quantization",
+        "kv_cache_dtype",
+        "item",
+        "change",
+        "dnll_nats_per_token",
+        "excerpt",
+    )
+)
 ENERGY_RULES = [
     "Energy comes from the device's cumulative counter (NVML total energy on NVIDIA, amdsmi on "
     "AMD, RAPL package counters on CPUs), read around passes of their own after timing, each "

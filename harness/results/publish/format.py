@@ -76,6 +76,15 @@ def fmt_pct_ci(est: Any, low: Any, high: Any) -> str:
     return f"{e:+.3f} [{lo:+.3f}, {hi:+.3f}]"
 
 
+def fmt_interval(value: Any) -> str:
+    """An (estimate, low, high) triple in one cell, as ``fmt_pct_ci`` writes it."""
+    try:
+        est, low, high = value
+    except (TypeError, ValueError):
+        return "–"
+    return fmt_pct_ci(est, low, high)
+
+
 def fmt_int(value: Any) -> str:
     v = number(value)
     return "–" if v is None else f"{v:.0f}"

@@ -2,20 +2,65 @@
 
 from __future__ import annotations
 
-from harness.results.aggregate import Aggregate
-from harness.results.pricing import check_quality_class
-from harness.results.publish.format import fmt_count, fmt_float, fmt_pct_ci, fmt_usd
+from typing import Any
 
-COMPACT = (
+from harness.results.aggregate import Aggregate
+from harness.results.columns import headers, spec
+from harness.results.pricing import check_quality_class
+from harness.results.publish.format import fmt_float
+from harness.spec.labels import configuration_label
+
+# the columns, by name (labels and formats: harness.results.columns)
+HEADLINE = (
     "model",
-    "days",
-    "GPU",
-    "config",
-    "$/Mtok out",
-    "$/Mtok total",
-    "tokens/package",
-    "× cheapest",
+    "quality_class",
+    "package_days",
+    "gpu",
+    "provider",
+    "backend",
+    "quantization",
+    "kv_cache_dtype",
+    "batch",
+    "context",
+    "decode_tok_s",
+    "usd_per_mtok_output",
+    "usd_per_mtok_total",
+    "tokens_per_package",
+    "breakeven_utilisation",
+    "ratio_to_cheapest_gpu",
+    "dppl_pct_with_ci",
 )
+# for a terminal: the configuration (engine, weights, KV, batch, context) in one label
+COMPACT_COLUMNS = (
+    "model",
+    "package_days",
+    "gpu",
+    "configuration",
+    "usd_per_mtok_output",
+    "usd_per_mtok_total",
+    "tokens_per_package",
+    "ratio_to_cheapest_gpu",
+)
+COMPACT = tuple(headers(COMPACT_COLUMNS).values())
+# the labels of the numeric columns (a terminal right-justifies them)
+NUMERIC = frozenset(spec(n).label for n in (*HEADLINE, *COMPACT_COLUMNS) if spec(n).fmt)
+# ratios read at 3 significant digits here (4 in the report's tables)
+DIGITS = {"breakeven_utilisation": 3, "ratio_to_cheapest_gpu": 3}
+CI = ("dppl_pct", "dppl_pct_ci_low", "dppl_pct_ci_high")
+
+
+def cell(rec: dict[str, Any], name: str) -> str:
+    """One headline cell of the cheapest table's record ``rec`` as text."""
+    if name == "configuration":
+        return configuration_label(rec)
+    if name == "dppl_pct_with_ci":
+        value: Any = tuple(rec[c] for c in CI)
+    else:
+        value = rec[name]
+    if name in DIGITS:
+        return fmt_float(value, DIGITS[name])
+    fmt = spec(name).formatter()
+    return str(value) if fmt is None else fmt(value)
 
 
 def headline_table(
@@ -26,39 +71,16 @@ def headline_table(
 ) -> list[dict[str, str]]:
     """The cheapest passing configuration per (model, GPU, package) in ``quality_class``, as
     formatted strings keyed by column label, cheapest first per (model, days).
-    ``compact``: the COMPACT columns only (quantization, KV, batch and context in ``config``),
-    for a terminal."""
+    ``compact``: the COMPACT columns only (engine, quantization, KV, batch and context in one
+    configuration label), for a terminal."""
     check_quality_class(quality_class)
     table = result.cheapest
     table = table[table["quality_class"] == quality_class]
     if package_days is not None:
         table = table[table["package_days"] == package_days]
-    out = []
-    for rec in table.to_dict(orient="records"):
-        out.append(
-            {
-                "model": str(rec["model"]),
-                "class": str(rec["quality_class"]),
-                "days": str(rec["package_days"]),
-                "GPU": str(rec["gpu"]),
-                "provider": str(rec["provider"]),
-                "quant": str(rec["quantization"]),
-                "KV": str(rec["kv_cache_dtype"]),
-                "batch": str(rec["batch"]),
-                "context": str(rec["context"]),
-                "decode tok/s": fmt_float(rec["decode_tok_s"]),
-                "$/Mtok out": fmt_usd(rec["usd_per_mtok_output"]),
-                "$/Mtok total": fmt_usd(rec["usd_per_mtok_total"]),
-                "tokens/package": fmt_count(rec["tokens_per_package"]),
-                "breakeven util.": fmt_float(rec["breakeven_utilisation"], 3),
-                "× cheapest": fmt_float(rec["ratio_to_cheapest_gpu"], 3),
-                "Δppl % [95 % CI]": fmt_pct_ci(
-                    rec["dppl_pct"], rec["dppl_pct_ci_low"], rec["dppl_pct_ci_high"]
-                ),
-            }
-        )
-    if compact:
-        for row in out:
-            row["config"] = f"{row['quant']} kv={row['KV']} b={row['batch']} ctx={row['context']}"
-        out = [{k: row[k] for k in COMPACT} for row in out]
-    return out
+    names = COMPACT_COLUMNS if compact else HEADLINE
+    rows = []
+    for record in table.to_dict(orient="records"):
+        rec = {str(k): v for k, v in record.items()}
+        rows.append({spec(n).label: cell(rec, n) for n in names})
+    return rows

@@ -12,20 +12,20 @@ import pandas as pd
 from harness import __version__, modes
 from harness.modes.base import Column, ReportPart
 from harness.results.aggregate import Aggregate
+from harness.results.columns import table_columns
 from harness.results.engines import AGREEMENT_TOLERANCE, agreement_lines, engine_agreement
 from harness.results.pricing import QUALITY_CLASSES
+from harness.results.publish import verdicts
 from harness.results.publish.analysis import energy_html, regressions_html
 from harness.results.publish.format import (
     escape,
-    fmt_count,
-    fmt_float,
-    fmt_int,
     fmt_usd,
     number,
     number_or_nan,
 )
 from harness.results.publish.method import FORMULAS, LICENCES
 from harness.results.publish.svg import svg_bars, svg_intervals, svg_scatter
+from harness.spec.labels import ENGINE_WEIGHTS_KV, configuration_label
 from harness.spec.tariffs import TariffTable
 
 CSS = """
@@ -110,82 +110,77 @@ def html_table(
     )
 
 
-CHEAPEST_COLUMNS: list[Column] = [
-    ("model", "model", None),
-    ("quality_class", "class", None),
-    ("package_days", "days", fmt_int),
-    ("gpu", "GPU", None),
-    ("provider", "provider", None),
-    ("quantization", "quant", None),
-    ("kv_cache_dtype", "KV", None),
-    ("batch", "batch", fmt_int),
-    ("context", "context", fmt_int),
-    ("decode_tok_s", "decode tok/s", fmt_float),
-    ("usd_per_mtok_output", "$/Mtok out", fmt_usd),
-    ("usd_per_mtok_total", "$/Mtok total", fmt_usd),
-    ("usd_per_mtok_output_hourly", "$/Mtok out, hourly", fmt_usd),
-    ("j_per_mtok_output", "J/Mtok out", fmt_float),
-    ("tokens_per_package", "tokens/package", fmt_count),
-    ("breakeven_utilisation", "breakeven util.", fmt_float),
-    ("ratio_to_cheapest_gpu", "× cheapest GPU", fmt_float),
-    ("dppl_pct", "Δppl %", fmt_float),
-    ("dppl_pct_ci_low", "CI low", fmt_float),
-    ("dppl_pct_ci_high", "CI high", fmt_float),
-]
-POINT_COLUMNS: list[Column] = [
-    ("model", "model", None),
-    ("weights", "weights", None),
-    ("backend", "backend", None),
-    ("quantization", "quant", None),
-    ("kv_cache_dtype", "KV", None),
-    ("batch", "batch", fmt_int),
-    ("context", "context", fmt_int),
-    ("device", "device", None),
-    ("status", "status", None),
-    ("decode_tok_s", "decode tok/s", fmt_float),
-    ("total_tok_s", "total tok/s", fmt_float),
-    ("tpot_ms_p50", "TPOT ms", fmt_float),
-    ("peak_mib_decode", "peak MiB", fmt_float),
-    ("predicted_peak_mib", "predicted MiB", fmt_float),
-    ("roofline_fraction", "roofline frac.", fmt_float),
-    ("ppl", "ppl", fmt_float),
-    ("dppl_pct", "Δppl %", fmt_float),
-    ("quality_class", "class", None),
-    ("exceeds_roofline", "above roofline", None),
-    ("error", "error", None),
-]
-SPEED_ONLY_COLUMNS: list[Column] = [
-    ("model", "model", None),
-    ("backend", "backend", None),
-    ("quantization", "quant", None),
-    ("kv_cache_dtype", "KV", None),
-    ("batch", "batch", fmt_int),
-    ("context", "context", fmt_int),
-    ("device", "device", None),
-    ("decode_tok_s", "decode tok/s", fmt_float),
-    ("tpot_ms_p50", "TPOT ms", fmt_float),
-    ("ttft_ms_p50", "TTFT ms", fmt_float),
-    ("peak_mib_decode", "peak MiB", fmt_float),
-    ("predicted_peak_mib", "predicted MiB", fmt_float),
-]
-RATIO_COLUMNS: list[Column] = [
-    ("model", "model", None),
-    ("quality_class", "class", None),
-    ("package_days", "days", fmt_int),
-    ("gpu_a", "GPU a", None),
-    ("gpu_b", "GPU b", None),
-    ("cost_ratio_a_over_b", "cost a ÷ b", fmt_float),
-]
-EFFECT_COLUMNS: list[Column] = [
-    ("model", "model", None),
-    ("device", "device", None),
-    ("axis", "axis", None),
-    ("level", "level", None),
-    ("metric", "metric", None),
-    ("mean", "mean", fmt_float),
-    ("effect", "effect", fmt_float),
-    ("n", "n", fmt_int),
-]
+CHEAPEST_COLUMNS: list[Column] = table_columns(
+    (
+        "model",
+        "quality_class",
+        "package_days",
+        "gpu",
+        "provider",
+        "backend",
+        "quantization",
+        "kv_cache_dtype",
+        "batch",
+        "context",
+        "decode_tok_s",
+        "usd_per_mtok_output",
+        "usd_per_mtok_total",
+        "usd_per_mtok_output_hourly",
+        "j_per_mtok_output",
+        "tokens_per_package",
+        "breakeven_utilisation",
+        "ratio_to_cheapest_gpu",
+        "dppl_pct",
+        "dppl_pct_ci_low",
+        "dppl_pct_ci_high",
+    )
+)
+POINT_COLUMNS: list[Column] = table_columns(
+    (
+        "model",
+        "weights",
+        "backend",
+        "quantization",
+        "kv_cache_dtype",
+        "batch",
+        "context",
+        "device",
+        "status",
+        "decode_tok_s",
+        "total_tok_s",
+        "tpot_ms_p50",
+        "peak_mib_decode",
+        "predicted_peak_mib",
+        "roofline_fraction",
+        "ppl",
+        "dppl_pct",
+        "quality_class",
+        "exceeds_roofline",
+        "error",
+    )
+)
+SPEED_ONLY_COLUMNS: list[Column] = table_columns(
+    (
+        "model",
+        "backend",
+        "quantization",
+        "kv_cache_dtype",
+        "batch",
+        "context",
+        "device",
+        "decode_tok_s",
+        "tpot_ms_p50",
+        "ttft_ms_p50",
+        "peak_mib_decode",
+        "predicted_peak_mib",
+    )
+)
+RATIO_COLUMNS: list[Column] = table_columns(
+    ("model", "quality_class", "package_days", "gpu_a", "gpu_b", "cost_ratio_a_over_b")
+)
+EFFECT_COLUMNS: list[Column] = table_columns(
+    ("model", "device", "axis", "level", "metric", "mean", "effect", "n")
+)
 
 
 def charts(result: Aggregate, quality_class: str, max_models: int = 4) -> list[str]:
@@ -234,9 +229,8 @@ def cost_quality_front(result: Aggregate, max_models: int) -> list[str]:
                 (
                     float(r["usd_per_mtok_output"]),
                     float(r["ppl"]),
-                    f"{model} {r['gpu']} {r['quantization']} kv={r['kv_cache_dtype']} "
-                    f"b={r['batch']} ctx={r['context']}: {fmt_usd(r['usd_per_mtok_output'])}, "
-                    f"ppl {r['ppl']:.5g}",
+                    f"{model} {r['gpu']} {configuration_label(r)}: "
+                    f"{fmt_usd(r['usd_per_mtok_output'])}, ppl {r['ppl']:.5g}",
                 )
                 for r in sub.to_dict(orient="records")
             ]
@@ -263,8 +257,7 @@ def throughput_latency_front(result: Aggregate) -> list[str]:
                 (
                     float(r["tpot_ms_p50"]),
                     float(r["decode_tok_s"]),
-                    f"{model} {device} {r['quantization']} kv={r['kv_cache_dtype']} b={r['batch']} "
-                    f"ctx={r['context']}",
+                    f"{model} {device} {configuration_label(r)}",
                 )
                 for r in sub.to_dict(orient="records")
             ]
@@ -290,9 +283,8 @@ def memory_chart(result: Aggregate) -> list[str]:
                 (
                     float(r["predicted_peak_mib"]),
                     float(r["peak_mib_decode"]),
-                    f"{r['model']} {r['quantization']} kv={r['kv_cache_dtype']} b={r['batch']} "
-                    f"ctx={r['context']}: predicted {r['predicted_peak_mib']:.0f} MiB, measured "
-                    f"{r['peak_mib_decode']:.0f} MiB",
+                    f"{r['model']} {configuration_label(r)}: predicted "
+                    f"{r['predicted_peak_mib']:.0f} MiB, measured {r['peak_mib_decode']:.0f} MiB",
                 )
                 for r in sub.head(1500).to_dict(orient="records")
             ]
@@ -323,7 +315,7 @@ def quality_intervals(result: Aggregate, max_models: int) -> list[str]:
         configs = sub.drop_duplicates(group_cols).sort_values("dppl_pct")
         items = [
             (
-                f"{r['quantization']} kv={r['kv_cache_dtype']} {r['backend']} {r['device']}",
+                f"{configuration_label(r, ENGINE_WEIGHTS_KV)} {r['device']}",
                 float(r["dppl_pct"]),
                 number_or_nan(r["dppl_pct_ci_low"]),
                 number_or_nan(r["dppl_pct_ci_high"]),
@@ -376,6 +368,7 @@ def report_html(result: Aggregate, tariffs: TariffTable | None, quality_class: s
         f"{escape(datetime.now(UTC).strftime('%Y-%m-%d %H:%M UTC'))}</p>",
         f"<h2>Cheapest configuration per GPU and package (class {escape(quality_class)})</h2>",
         html_table(cheapest, CHEAPEST_COLUMNS, "cheapest"),
+        *verdicts.html_section(result, quality_class, html_table),
         "<h2>Charts</h2>",
         *charts(result, quality_class),
         "<h2>GPU against GPU at equal quality</h2>",

@@ -7,7 +7,9 @@ from collections.abc import Sequence
 from harness import __version__, modes
 from harness.modes.base import ReportPart
 from harness.results.aggregate import Aggregate
+from harness.results.columns import headers
 from harness.results.engines import AGREEMENT_TOLERANCE, agreement_lines, engine_agreement
+from harness.results.publish import verdicts
 from harness.results.publish.analysis import energy_markdown, regressions_markdown
 from harness.results.publish.format import fmt_usd, fmt_value, md_escape
 from harness.results.publish.headline import headline_table
@@ -25,18 +27,20 @@ def md_table(rows: Sequence[dict[str, str]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-SPEED_ONLY_HEADERS = {
-    "model": "model",
-    "backend": "backend",
-    "quantization": "quant",
-    "batch": "batch",
-    "context": "context",
-    "device": "device",
-    "decode_tok_s": "decode tok/s",
-    "tpot_ms_p50": "TPOT ms",
-    "peak_mib_decode": "peak MiB",
-    "predicted_peak_mib": "predicted MiB",
-}
+SPEED_ONLY_HEADERS = headers(
+    (
+        "model",
+        "backend",
+        "quantization",
+        "batch",
+        "context",
+        "device",
+        "decode_tok_s",
+        "tpot_ms_p50",
+        "peak_mib_decode",
+        "predicted_peak_mib",
+    )
+)
 
 
 def speed_only_section(result: Aggregate) -> list[str]:
@@ -75,6 +79,7 @@ def readme(result: Aggregate, tariffs: TariffTable | None, quality_class: str) -
         f"## Headline: class {md_escape(quality_class)}, cheapest configuration per GPU and "
         "package\n",
         md_table(headline_table(result, quality_class)),
+        *verdicts.markdown_section(result, quality_class, md_table),
         "\n## Rows\n",
         f"- rows read: {c['rows']} ({', '.join(f'{k}: {v}' for k, v in c['by_status'].items())})",
         f"- excluded from cost because not ok: {c['excluded_not_ok']}",
@@ -106,12 +111,12 @@ def readme(result: Aggregate, tariffs: TariffTable | None, quality_class: str) -
         "\n## Method\n",
         "Every configuration is measured on the same corpus in the same run as its reference "
         "(the scenario's reference quantization and KV dtype). A configuration is in a quality "
-        "class when its perplexity (and ARC-Easy accuracy, when measured) stays within that "
-        "share of the reference's; the paired bootstrap 95 % CI of the per-window NLL "
-        "difference is published next to it (`dnll_ci_low`, `dnll_ci_high` in nats/token; "
-        "`dppl_pct*` as perplexity change in %). Each row is priced only on tariffs of the GPU it "
-        "ran on. The cheapest configuration of a (model, class, GPU, package) is the one with "
-        "the lowest $/Mtok of output tokens.\n",
+        "class when the paired non-inferiority test of every gated metric passes (the rule, "
+        "margins, intervals and sample-size formula are under Formulas); the paired bootstrap "
+        "95 % CI of the per-window NLL difference is published next to it (`dnll_ci_low`, "
+        "`dnll_ci_high` in nats/token; `dppl_pct*` as perplexity change in %). Each row is "
+        "priced only on tariffs of the GPU it ran on. The cheapest configuration of a (model, "
+        "class, GPU, package) is the one with the lowest $/Mtok of output tokens.\n",
         "### Formulas\n",
         *[f"- {md_escape(f)}" for f in FORMULAS],
         "\n### Tariffs\n",

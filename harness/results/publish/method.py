@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from harness.measure.verdict import METHOD
+
 LICENCES = [
     (
         "WikiText-2 (raw), the perplexity corpus",
@@ -29,8 +31,7 @@ FORMULAS = [
     "breakeven utilisation = package price ÷ (hourly price × days × 24): above it the package "
     "costs less than hourly billing for the same hours of work",
     "package price = hourly × 24 × days × (1 − discount ÷ 100) when a tariff gives a discount",
-    "class 99: ppl ≤ ppl_ref ÷ 0.99 (and ARC acc ≥ 0.99 × acc_ref when both are measured); "
-    "class 99.9: ppl ≤ ppl_ref ÷ 0.999 (and acc ≥ 0.999 × acc_ref)",
+    *(f"equal quality, {what}: {text}" for what, text in METHOD.items()),
     "Δppl % = (exp(ΔNLL) − 1) × 100, ΔNLL the paired per-window NLL difference against the "
     "reference, with its bootstrap 95 % CI",
     "serving: a request meets the SLO when TTFT ≤ target and TPOT = (e2e − TTFT) ÷ (output tokens "

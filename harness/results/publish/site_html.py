@@ -16,6 +16,7 @@ import pandas as pd
 
 from harness import __version__
 from harness.modes.base import Column
+from harness.results.columns import headers, table_columns
 from harness.results.publish.format import escape, fmt_usd
 from harness.results.publish.html import CHEAPEST_COLUMNS, CSS, JS, html_table
 from harness.spec.tariffs import TariffTable
@@ -25,33 +26,34 @@ SITE_CSS = """
 .mixed h2{color:#b00;border:0;margin-top:4px}
 """
 
-RUN_COLUMNS: list[tuple[str, str]] = [
-    ("run", "run"),
-    ("folder", "folder"),
-    ("rows", "rows"),
-    ("ok", "ok"),
-    ("unreadable", "unreadable"),
-    ("hostnames", "host"),
-    ("devices", "device"),
-    ("harness", "harness"),
-    ("git_sha", "git sha"),
-    ("corpus_hash", "corpus hash"),
-    ("reference", "reference"),
-    ("schema_version", "schema"),
-]
-PROVENANCE: list[Column] = [
-    ("provenance_hostname", "host", None),
-    ("provenance_device_name", "device", None),
-    ("provenance_harness", "harness", None),
-    ("provenance_git_sha", "git sha", None),
-]
+RUN_COLUMNS: list[tuple[str, str]] = list(
+    headers(
+        (
+            "run",
+            "folder",
+            "rows",
+            "ok",
+            "unreadable",
+            "hostnames",
+            "devices",
+            "harness",
+            "git_sha",
+            "corpus_hash",
+            "reference",
+            "schema_version",
+        )
+    ).items()
+)
+PROVENANCE: list[Column] = table_columns(
+    ("provenance_hostname", "provenance_device_name", "provenance_harness", "provenance_git_sha")
+)
 
 
 def cheapest_columns() -> list[Column]:
     """The report's cheapest-table columns with the row's run after the tariff's provider and
     where it was measured at the end."""
     at = next(i for i, c in enumerate(CHEAPEST_COLUMNS) if c[0] == "provider") + 1
-    return [*CHEAPEST_COLUMNS[:at], ("run", "run", None), *CHEAPEST_COLUMNS[at:], *PROVENANCE]
+    return [*CHEAPEST_COLUMNS[:at], *table_columns(("run",)), *CHEAPEST_COLUMNS[at:], *PROVENANCE]
 
 
 def page_link(run: str) -> str:

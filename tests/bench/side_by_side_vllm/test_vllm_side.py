@@ -10,16 +10,17 @@ from typing import Any
 import pytest
 
 from harness.bench.side_by_side_vllm.parse import command_point
-from harness.bench.side_by_side_vllm.vllm_side import plan_commands, read_results
+from harness.bench.side_by_side_vllm.vllm_side import BenchPlan, plan_commands, read_results
 
 Files = dict[tuple[int, int], dict[str, Any]]
 
 
 def plan(tmp_path: Path, latency_one: bool = True) -> tuple[list[dict[str, Any]], Files]:
-    return plan_commands(
-        [(4, 512)], tmp_path, flags=["--dtype", "float32"], output_len=32, warmups=1,
-        iterations=5, throughput_runs=2, latency_one=latency_one,
+    bench = BenchPlan(
+        flags=["--dtype", "float32"], output_len=32, warmups=1, iterations=5, throughput_runs=2,
+        latency_one=latency_one,
     )  # fmt: skip
+    return plan_commands([(4, 512)], tmp_path, bench)
 
 
 def test_each_point_gets_latency_at_o_and_at_one_and_one_throughput_per_run(

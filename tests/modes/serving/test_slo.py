@@ -11,15 +11,16 @@ from pydantic import ValidationError
 
 from harness.modes.serving.slo import (
     RequestTiming,
-    Slo,
     attainment,
     choose_at_slo,
     goodput_rps,
     meets,
     saturated_flags,
 )
+from harness.modes.serving.spec import SloTargets
 
-SLO = Slo(ttft_ms_p99=100, tpot_ms_p99=10, attainment=0.9)
+SLO = SloTargets(ttft_ms_p99=100, tpot_ms_p99=10)
+TARGET = 0.9  # the share of requests that must meet it (a level's `attainment`)
 
 
 def req(ttft: float, tpot: float, out: int = 11, ok: bool = True) -> RequestTiming:
@@ -55,15 +56,15 @@ def test_attainment_counts_every_request_sent_and_goodput_never_exceeds_throughp
 def test_a_level_that_misses_the_slo() -> None:
     slow = [req(150, 5)] * 9 + [req(10, 5)]
     share = attainment(slow, SLO)
-    assert share == pytest.approx(0.1) and share < SLO.attainment
-    assert choose_at_slo([Level("c4", 300.0, share)], SLO.attainment) is None
+    assert share == pytest.approx(0.1) and share < TARGET
+    assert choose_at_slo([Level("c4", 300.0, share)], TARGET) is None
 
 
-def test_slo_targets_must_be_positive_and_attainment_a_share() -> None:
+def test_slo_targets_must_be_positive_and_name_only_the_two_targets() -> None:
     with pytest.raises(ValidationError):
-        Slo(ttft_ms_p99=0, tpot_ms_p99=10)
-    with pytest.raises(ValidationError):
-        Slo(ttft_ms_p99=10, tpot_ms_p99=10, attainment=1.5)
+        SloTargets(ttft_ms_p99=0, tpot_ms_p99=10)
+    with pytest.raises(ValidationError):  # the attainment target is the level's, not the SLO's
+        SloTargets(ttft_ms_p99=10, tpot_ms_p99=10, attainment=0.9)  # type: ignore[call-arg]
 
 
 # --- saturation ---------------------------------------------------------------------------------

@@ -3,15 +3,18 @@ yields (file, line, field, what was expected)."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from harness import corpus
+from harness import __version__, corpus
 from harness import plan as planner
 from harness.errors import UserInputError
-from harness.modes.serving.device.loadgen import LengthDist, cut_prompts
-from harness.modes.serving.spec import ServingLevel
+from harness.modes.serving.device.loadgen import cut_prompts
+from harness.modes.serving.spec import Lengths, ServingLevel
 from harness.run import sweep
 from harness.spec import models, scenario
 
@@ -105,13 +108,69 @@ def test_an_offline_point_keeps_its_key_whether_or_not_the_scenario_serves() -> 
     assert raw["serving"] is None  # the field exists, and a None leaves the key as it was
 
 
+SHIPPED_SERVING = Path(__file__).resolve().parents[3] / "scenarios" / "serving.yaml"
+# `Point.model_dump()` of two of scenarios/serving.yaml's serving points, as printed at aae55bd
+# (before the spec, `slo` and the load generator shared one set of serving types): the stored
+# points' keys, which the types may not change.
+DUMPED_AT_AAE55BD: dict[str, dict[str, Any]] = {
+    "c1": {
+        "model": "tiny-llama", "revision": "main", "weights": "checkpoint", "backend": "vllm",
+        "quantization": "fp32", "kv_cache_dtype": "auto", "batch": 1, "context": 128,
+        "output_tokens": 64, "target": "cpu", "repeats": 1, "warmups": 1, "min_duration_s": 0.0,
+        "seed": 0, "window_tokens": 256, "max_windows": 16,
+        "serving": {
+            "concurrency": 1, "request_rate": None, "requests": 32,
+            "prompt_tokens": {"mean": 128, "sd": 0.0}, "output_tokens": {"mean": 64, "sd": 0.0},
+            "slo": {"ttft_ms_p99": 1000.0, "tpot_ms_p99": 50.0}, "attainment": 0.9, "seed": 0,
+        },
+        "training": None,
+    },
+    "r4": {
+        "model": "tiny-llama", "revision": "main", "weights": "checkpoint", "backend": "vllm",
+        "quantization": "fp32", "kv_cache_dtype": "auto", "batch": 1, "context": 128,
+        "output_tokens": 64, "target": "cpu", "repeats": 1, "warmups": 1, "min_duration_s": 0.0,
+        "seed": 0, "window_tokens": 256, "max_windows": 16,
+        "serving": {
+            "concurrency": None, "request_rate": 4.0, "requests": 32,
+            "prompt_tokens": {"mean": 128, "sd": 0.0}, "output_tokens": {"mean": 64, "sd": 0.0},
+            "slo": {"ttft_ms_p99": 1000.0, "tpot_ms_p99": 50.0}, "attainment": 0.9, "seed": 0,
+        },
+        "training": None,
+    },
+}  # fmt: skip
+
+
+def key_of_dump(dump: dict[str, Any], corpus_hash: str) -> str:
+    """A serving checkpoint point's key from its dump, as `Point.key` made it at aae55bd."""
+    fields = {k: v for k, v in dump.items() if k not in ("weights", "training")}
+    payload = {**fields, "mode": "serving", "harness": __version__, "corpus": corpus_hash}
+    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:20]
+
+
+def test_the_shipped_serving_points_keep_their_dumps_and_keys() -> None:
+    points = scenario.expand(scenario.load(SHIPPED_SERVING)).points
+    served = {p.serving.label: p for p in points if p.serving is not None}
+    assert sorted(served) == ["c1", "c4", "c8", "r4"]
+    for label, dump in DUMPED_AT_AAE55BD.items():
+        point = served[label]
+        assert point.model_dump() == dump, label
+        assert point.key("h") == key_of_dump(dump, "h"), label
+        # the JSON a point is stored as reads back as the same point
+        assert scenario.Point.model_validate_json(point.model_dump_json()) == point
+    # the other levels differ from c1 only in their load and batch
+    for label, concurrency in (("c4", 4), ("c8", 8)):
+        dump = json.loads(json.dumps(DUMPED_AT_AAE55BD["c1"]))
+        dump["batch"] = dump["serving"]["concurrency"] = concurrency
+        assert served[label].key("h") == key_of_dump(dump, "h"), label
+
+
 def test_the_drawn_lengths_are_the_load_generators_lengths() -> None:
     level = next(
         p.serving for p in scenario.expand(scenario.parse(BASE)).points if p.serving is not None
     )
     assert isinstance(level, ServingLevel)
     prompts = cut_prompts(
-        TINY_MODEL, level.requests, LengthDist(mean=64, sd=16), LengthDist(mean=16, sd=4),
+        TINY_MODEL, level.requests, Lengths(mean=64, sd=16), Lengths(mean=16, sd=4),
         seed=level.seed, text=corpus.eval_text()[:20_000],
     )  # fmt: skip
     assert [p.output_tokens for p in prompts] == [o for _, o in level.drawn_lengths()]

@@ -45,6 +45,7 @@ from harness.run.device import (
     Runner,
     comparable_peak_mib,
     failure_status,
+    failure_text,
     free_memory,
     gap_pct,
     kv_pool_bytes,
@@ -275,16 +276,8 @@ def engine_options(group: GroupKey, points: list[Point], job: Job) -> BackendOpt
     """The group's engine: its longest sequence and, where the engine sizes its KV pool up
     front (vLLM on the CPU), the pool its points need."""
     max_context = engine_max_context(group, points, job.ctx)
-    return BackendOptions(
-        device=job.device,
-        model_path=job.model_path,
-        tokenizer_path=job.tokenizer_dir,
-        random_weights=job.random_weights,
-        seed=points[0].seed,
-        vllm=job.ctx.vllm,
-        max_context=max_context,
-        kv_cache_bytes=kv_pool_bytes(largest_kv_bytes(group, points, max_context)),
-    )
+    pool = kv_pool_bytes(largest_kv_bytes(group, points, max_context))
+    return job.backend_options(points[0].seed, max_context, pool)
 
 
 # --- the group -----------------------------------------------------------------------------
@@ -382,7 +375,7 @@ def measure_point(
         roof = Roofline(roofline_decode_tok_s=ceiling)
         return (
             failure_status(exc),
-            f"{type(exc).__name__}: {exc}"[:2000],
+            failure_text(exc),
             [group.engine_memory(), predicted_part, roof, *shared],
         )
     measured_s = time.perf_counter() - started + share_of_quality_s
@@ -432,7 +425,7 @@ def iter_offline(group: GroupKey, points: list[Point], job: Job) -> Iterator[Gro
                 backend, group, job.ctx, job.tokenizer_dir, device, reference, job.meter
             )
         except Exception as exc:  # a group that cannot load fails all its points
-            reason = f"load/quality: {type(exc).__name__}: {exc}"[:2000]
+            reason = failure_text(exc, "load/quality")
             for point in points:
                 yield job.row(point, failure_status(exc), reason, [])
             return

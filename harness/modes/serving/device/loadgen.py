@@ -29,7 +29,6 @@ import contextlib
 import json
 import math
 import os
-import random
 import signal
 import subprocess
 import time
@@ -38,19 +37,14 @@ from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field
 
 from harness.corpus import eval_text
 from harness.modes.serving.device.env import subprocess_env
 from harness.modes.serving.device.server import VLLM_COMMAND, VllmServer, tail_lines
 from harness.modes.serving.device.vllm_cli import vllm_version
-from harness.modes.serving.slo import (
-    RequestTiming,
-    Slo,
-    attainment,
-    goodput_rps,
-    saturated_flags,
-)
+from harness.modes.serving.slo import RequestTiming, attainment, goodput_rps, saturated_flags
+from harness.modes.serving.spec import SPARE_TOKENS, Lengths, Load, SloTargets, draw_lengths
 
 PERCENTILES = (50, 90, 99)
 
@@ -61,45 +55,11 @@ def generator_version() -> str:
 
 
 # -- load levels and prompts -------------------------------------------------------------------
-class LengthDist(BaseModel):
-    """A token length drawn per request: round(N(mean, sd)), at least 1."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    mean: int = Field(gt=0)
-    sd: float = Field(default=0.0, ge=0)
-
-
-class LoadLevel(BaseModel):
-    """Exactly one of: closed-loop clients (`concurrency`) or Poisson arrivals per second."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    concurrency: int | None = Field(default=None, gt=0)
-    request_rate: float | None = Field(default=None, gt=0)
-
-    @model_validator(mode="after")
-    def _exactly_one(self) -> LoadLevel:
-        if (self.concurrency is None) == (self.request_rate is None):
-            raise ValueError("a load level has exactly one of concurrency or request_rate")
-        return self
-
-    @property
-    def mode(self) -> Literal["concurrency", "request_rate"]:
-        return "concurrency" if self.concurrency is not None else "request_rate"
-
-    @property
-    def load(self) -> float:
-        return float(self.concurrency if self.concurrency is not None else self.request_rate or 0)
-
-    @property
-    def label(self) -> str:
-        return f"c{self.concurrency}" if self.concurrency is not None else f"r{self.request_rate:g}"
-
-    def bench_args(self) -> list[str]:
-        if self.concurrency is not None:
-            return ["--max-concurrency", str(self.concurrency)]
-        return ["--request-rate", str(self.request_rate), "--burstiness", "1.0"]
+def load_args(level: Load) -> list[str]:
+    """The generator's arguments for a level's load: closed loop or Poisson arrivals."""
+    if level.concurrency is not None:
+        return ["--max-concurrency", str(level.concurrency)]
+    return ["--request-rate", str(level.request_rate), "--burstiness", "1.0"]
 
 
 class PromptSpec(BaseModel):
@@ -133,32 +93,27 @@ def _tokenizer(model_path: str) -> tuple[Callable[[str], list[int]], Callable[[l
 def cut_prompts(
     model_path: str,
     n: int,
-    prompt_tokens: LengthDist,
-    output_tokens: LengthDist,
+    prompt_tokens: Lengths,
+    output_tokens: Lengths,
     *,
     seed: int = 0,
     max_model_len: int | None = None,
     text: str | None = None,
 ) -> list[PromptSpec]:
     """`n` prompts: consecutive, non-overlapping token slices of the corpus (from its start,
-    wrapping around when it runs out), each of a drawn length, with a drawn output length.
+    wrapping around when it runs out), each of a drawn length, with a drawn output length
+    (`spec.draw_lengths`, the plan's draw).
 
-    With `max_model_len`, prompt + output fit it (the prompt is shortened; 8 tokens are kept
-    spare for a decode/encode round trip that merges or splits a token).
+    With `max_model_len`, prompt + output fit it (the prompt is shortened; `SPARE_TOKENS` are
+    kept spare for a decode/encode round trip that merges or splits a token).
     """
     if n < 1:
         raise ValueError("n must be at least 1")
-    rng = random.Random(seed)
-
-    def draw(dist: LengthDist) -> int:
-        return max(1, round(rng.gauss(dist.mean, dist.sd)) if dist.sd > 0 else dist.mean)
-
-    lengths = [(draw(prompt_tokens), draw(output_tokens)) for _ in range(n)]
+    lengths = draw_lengths(prompt_tokens, output_tokens, n, seed)
     if max_model_len is not None:
-        spare = 8
-        if any(out + 1 + spare > max_model_len for _, out in lengths):
+        if any(out + 1 + SPARE_TOKENS > max_model_len for _, out in lengths):
             raise ValueError(f"an output length does not fit max_model_len {max_model_len}")
-        lengths = [(min(p, max_model_len - out - spare), out) for p, out in lengths]
+        lengths = [(min(p, max_model_len - out - SPARE_TOKENS), out) for p, out in lengths]
     encode, decode = _tokenizer(model_path)
     corpus = eval_text() if text is None else text
     needed = sum(p for p, _ in lengths)
@@ -312,9 +267,9 @@ def _percentile(values: Sequence[float], q: float) -> float | None:
 
 
 def level_result(
-    level: LoadLevel,
+    level: Load,
     run: BenchRun,
-    slo: Slo,
+    slo: SloTargets,
     *,
     sent: int,
     status: Literal["ok", "error"] = "ok",
@@ -325,7 +280,8 @@ def level_result(
 ) -> LevelResult:
     """The record of one level from the generator's per-request data.
 
-    Requests the generator did not report (fewer entries than `sent`) count as failed.
+    Requests the generator did not report (fewer entries than `sent`) count as failed. (Its
+    length is the record's one constructor call, a field a line.)
     """
     if len(run.requests) > sent:
         raise ValueError(f"the generator reports {len(run.requests)} requests, {sent} were sent")
@@ -377,8 +333,8 @@ def level_result(
 
 
 def error_result(
-    level: LoadLevel,
-    slo: Slo,
+    level: Load,
+    slo: SloTargets,
     *,
     sent: int,
     error: str,
@@ -424,11 +380,11 @@ def mark_saturation(results: Sequence[LevelResult], **kwargs: float) -> list[Lev
 # -- running the generator ---------------------------------------------------------------------
 def bench_argv(
     server: VllmServer,
-    level: LoadLevel,
+    level: Load,
     dataset: Path,
     result_dir: Path,
     result_filename: str,
-    slo: Slo,
+    slo: SloTargets,
     *,
     requests: int,
     seed: int = 0,
@@ -456,7 +412,7 @@ def bench_argv(
         "--ignore-eos",
         "--temperature", "0",
         "--seed", str(seed),
-        *level.bench_args(),
+        *load_args(level),
         "--percentile-metrics", "ttft,tpot,itl,e2el",
         "--metric-percentiles", ",".join(str(p) for p in PERCENTILES),
         "--goodput", f"ttft:{slo.ttft_ms_p99:g}", f"tpot:{slo.tpot_ms_p99:g}",
@@ -470,10 +426,10 @@ def bench_argv(
 
 def run_level(
     server: VllmServer,
-    level: LoadLevel,
+    level: Load,
     dataset: Path,
     out_dir: Path,
-    slo: Slo,
+    slo: SloTargets,
     *,
     requests: int,
     seed: int = 0,
@@ -573,10 +529,10 @@ def level_problems(server: VllmServer, rc: int, timed_out: bool, timeout_s: floa
 
 def run_levels(
     server: VllmServer,
-    levels: Sequence[LoadLevel],
+    levels: Sequence[Load],
     dataset: Path,
     out_dir: Path,
-    slo: Slo,
+    slo: SloTargets,
     *,
     requests: int,
     seed: int = 0,

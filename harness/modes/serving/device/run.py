@@ -28,12 +28,9 @@ from pathlib import Path
 from typing import Any
 
 from harness import plan as planner
-from harness.backends.base import BackendOptions
 from harness.measure import energy
 from harness.modes.serving.device.loadgen import (
-    LengthDist,
     LevelResult,
-    LoadLevel,
     cut_prompts,
     error_result,
     generator_version,
@@ -42,11 +39,10 @@ from harness.modes.serving.device.loadgen import (
     write_dataset,
 )
 from harness.modes.serving.device.server import ServerConfig, ServerError, VllmServer
-from harness.modes.serving.slo import Slo
 from harness.modes.serving.spec import ServingLevel
 from harness.row import Energy, Part, ResultRow, Serving, Speed, Status
 from harness.run.contracts import WorkContext
-from harness.run.device import Job, Runner, kv_pool_bytes
+from harness.run.device import Job, Runner, failure_text, kv_pool_bytes
 from harness.spec import catalog
 from harness.spec.scenario import GroupKey, Point
 
@@ -67,18 +63,6 @@ LevelRow = Callable[[Point, Status, str | None, list[Part]], ResultRow]
 def group_dir(ctx: WorkContext, group: GroupKey) -> Path:
     digest = hashlib.sha256(group.label.encode()).hexdigest()[:16]
     return Path(ctx.run_dir) / "serving" / digest
-
-
-def load_level(level: ServingLevel) -> LoadLevel:
-    return LoadLevel(concurrency=level.concurrency, request_rate=level.request_rate)
-
-
-def slo_of(level: ServingLevel) -> Slo:
-    return Slo(
-        ttft_ms_p99=level.slo.ttft_ms_p99,
-        tpot_ms_p99=level.slo.tpot_ms_p99,
-        attainment=level.attainment,
-    )
 
 
 def max_model_len(group: GroupKey, levels: Sequence[ServingLevel]) -> int:
@@ -104,16 +88,7 @@ def server_config(group: GroupKey, levels: Sequence[ServingLevel], job: Job) -> 
 
     max_len = max_model_len(group, levels)
     pool = kv_pool_bytes(largest_kv_bytes(group, levels, max_len))
-    options = BackendOptions(
-        device=job.device,
-        model_path=job.model_path,
-        tokenizer_path=job.tokenizer_dir,
-        random_weights=job.random_weights,
-        seed=levels[0].seed,
-        vllm=job.ctx.vllm,
-        max_context=max_len,
-        kv_cache_bytes=pool if job.device == "cpu" else None,
-    )
+    options = job.backend_options(levels[0].seed, max_len, pool if job.device == "cpu" else None)
     adapted, _ = EngineDialect.detect().adapt(engine_kwargs(group, options))
     return ServerConfig.from_engine_kwargs(adapted, served_model_name="harness")
 
@@ -231,7 +206,7 @@ def serve_points(group: GroupKey, points: list[Point], job: Job) -> Iterator[Res
         config = server_config(group, levels, job)
         dataset = prompts_file(levels, job.tokenizer_dir, config, folder)
     except Exception as exc:  # a configuration the server cannot take: every level says why
-        reason = f"serving setup: {type(exc).__name__}: {exc}"[:2000]
+        reason = failure_text(exc, "serving setup")
         for point in points:
             yield row(point, "error", reason, [])
         return
@@ -249,8 +224,7 @@ def prompts_file(
     return write_dataset(
         cut_prompts(
             tokenizer_dir, n,
-            LengthDist(mean=first.prompt_tokens.mean, sd=first.prompt_tokens.sd),
-            LengthDist(mean=first.output_tokens.mean, sd=first.output_tokens.sd),
+            first.prompt_tokens, first.output_tokens,
             seed=first.seed, max_model_len=config.max_model_len,
         ),
         folder / "prompts.jsonl",
@@ -314,7 +288,7 @@ def not_started_row(
 ) -> ResultRow:
     """The `error` row of a level whose server did not start: every request counted as sent."""
     result = error_result(
-        load_level(level), slo_of(level), sent=level.requests,
+        level, level.slo, sent=level.requests,
         error=f"the server did not start: {exc.args[0]}", server_log_tail=exc.log_tail,
     )  # fmt: skip
     return row(point, "error", error_text(result), level_parts(result, level, None, log))
@@ -334,7 +308,7 @@ def measure_level(
     levels in `done` (this one appended)."""
     with energy.CounterTrace(meter) as trace:
         result = run_level(
-            server, load_level(level), dataset, folder / "levels", slo_of(level),
+            server, level, dataset, folder / "levels", level.slo,
             requests=level.requests, seed=level.seed,
             timeout_s=max(LEVEL_TIMEOUT_FLOOR_S, 10.0 * point_budget_s(point, level)),
         )  # fmt: skip

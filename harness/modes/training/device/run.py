@@ -31,6 +31,7 @@ from harness.run.device import (
     Runner,
     comparable_peak_mib,
     failure_status,
+    failure_text,
     free_memory,
     gap_pct,
     plan_card,
@@ -75,7 +76,7 @@ def train_points(group: GroupKey, points: list[Point], job: Job) -> Iterator[Res
             error = None
         except Exception as exc:  # one failing point must not end the group
             status = failure_status(exc)
-            error = f"{type(exc).__name__}: {exc}"[:2000]
+            error = failure_text(exc)
             parts = [predicted(plan), planned_training(point, plan)]
         finally:
             free_memory(job.device)

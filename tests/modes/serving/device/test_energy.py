@@ -13,12 +13,11 @@ from harness.measure import energy
 from harness.measure.energy import EnergyMeter, nvml_joules
 from harness.modes.serving.device.loadgen import (
     LevelResult,
-    LoadLevel,
     level_result,
     parse_bench_json,
 )
 from harness.modes.serving.device.run import level_energy
-from harness.modes.serving.slo import Slo
+from harness.modes.serving.spec import Load, SloTargets
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "bench-c1.json"
 
@@ -26,7 +25,7 @@ FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "bench-c1.json"
 def recorded_level(start_s: float | None, duration_s: float) -> LevelResult:
     data = json.loads(FIXTURE.read_text())  # 16 requests, 237 output tokens
     run = parse_bench_json(data)
-    result = level_result(LoadLevel(concurrency=1), run, Slo(ttft_ms_p99=500, tpot_ms_p99=50),
+    result = level_result(Load(concurrency=1), run, SloTargets(ttft_ms_p99=500, tpot_ms_p99=50),
                           sent=16)  # fmt: skip
     return result.model_copy(update={"window_start_s": start_s, "duration_s": duration_s})
 

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from harness.modes.serving.device import env
-from harness.modes.serving.device.loadgen import LoadLevel, run_level
+from harness.modes.serving.device.loadgen import run_level
 from harness.modes.serving.device.run import ENGINE_CORE_ENV, serve_points
 from harness.modes.serving.device.server import ServerConfig, ServerError, VllmServer
-from harness.modes.serving.slo import Slo
+from harness.modes.serving.spec import Load, SloTargets
 from harness.run.contracts import WorkContext
 from harness.run.device import Job
 from harness.spec.scenario import QualitySettings, Reference, VllmOptions
@@ -62,10 +62,12 @@ def test_the_server_starts_in_the_builders_environment(tmp_path: Path) -> None:
 def test_the_load_generator_starts_in_the_builders_environment(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # an in-process vLLM engine earlier in the same test process sets this in os.environ
+    monkeypatch.delenv("VLLM_ENABLE_V1_MULTIPROCESSING", raising=False)
     server = VllmServer(probe_config(), log_path=tmp_path / "server.log", port=8123)
     monkeypatch.setattr(server, "alive", lambda: True)  # a live server, as far as it can tell
-    slo = Slo(ttft_ms_p99=1000, tpot_ms_p99=100)
-    level = LoadLevel(concurrency=1)
+    slo = SloTargets(ttft_ms_p99=1000, tpot_ms_p99=100)
+    level = Load(concurrency=1)
     dataset = tmp_path / "d.jsonl"
     result = run_level(server, level, dataset, tmp_path, slo, requests=1, command=PROBE)
     assert result.status == "error"  # the probe writes no result

@@ -12,25 +12,25 @@ import pytest
 from pydantic import ValidationError
 
 from harness.modes.serving.device.loadgen import (
-    LengthDist,
     LevelResult,
-    LoadLevel,
     bench_argv,
     cut_prompts,
     error_result,
     generator_version,
     level_result,
+    load_args,
     mark_saturation,
     parse_bench_json,
     write_dataset,
 )
 from harness.modes.serving.device.server import ServerConfig, VllmServer
-from harness.modes.serving.slo import Slo, meets
+from harness.modes.serving.slo import meets
+from harness.modes.serving.spec import Lengths, Load, SloTargets
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 REPO = Path(__file__).resolve().parents[4]
 TINY_MODEL = str(REPO / "harness" / "data" / "tiny-llama")
-RECORDED_SLO = Slo(ttft_ms_p99=500, tpot_ms_p99=50)  # what the fixtures were recorded with
+RECORDED_SLO = SloTargets(ttft_ms_p99=500, tpot_ms_p99=50)  # what the fixtures were recorded with
 
 
 def recorded(name: str) -> dict[str, Any]:
@@ -42,7 +42,7 @@ def recorded(name: str) -> dict[str, Any]:
 def test_parsed_level_matches_the_generators_own_figures(name: str, concurrency: int) -> None:
     data = recorded(name)
     run = parse_bench_json(data)
-    result = level_result(LoadLevel(concurrency=concurrency), run, RECORDED_SLO,
+    result = level_result(Load(concurrency=concurrency), run, RECORDED_SLO,
                           sent=data["num_prompts"])  # fmt: skip
     assert result.status == "ok" and result.concurrency == concurrency
     assert result.requests_ok == data["completed"] and result.requests_failed == data["failed"]
@@ -86,8 +86,9 @@ def test_attainment_is_recomputed_from_each_request() -> None:
     data = recorded("bench-c4.json")
     run = parse_bench_json(data)
     ttft_ms = [t * 1000 for t in data["ttfts"]]
-    strict = Slo(ttft_ms_p99=sorted(ttft_ms)[7] + 1e-6, tpot_ms_p99=1000)  # 8 of 16 meet TTFT
-    result = level_result(LoadLevel(concurrency=4), run, strict, sent=16)
+    # 8 of 16 meet TTFT
+    strict = SloTargets(ttft_ms_p99=sorted(ttft_ms)[7] + 1e-6, tpot_ms_p99=1000)
+    result = level_result(Load(concurrency=4), run, strict, sent=16)
     assert result.slo_attainment == pytest.approx(8 / 16)
     assert sum(meets(r, strict) for r in run.requests) == 8
     assert result.goodput_rps == pytest.approx(8 / run.duration_s)
@@ -98,7 +99,7 @@ def test_a_level_whose_server_was_killed_accounts_for_every_request() -> None:
     data = recorded("bench-c4-server-killed.json")
     run = parse_bench_json(data)
     assert (run.completed, run.failed) == (30, 370)
-    result = level_result(LoadLevel(concurrency=4), run, RECORDED_SLO, sent=400, status="error",
+    result = level_result(Load(concurrency=4), run, RECORDED_SLO, sent=400, status="error",
                           error="the server died", server_log_tail=["last line"])  # fmt: skip
     assert (result.requests_ok, result.requests_failed, result.requests_sent) == (30, 370, 400)
     assert result.slo_attainment == pytest.approx(30 / 400)  # failed requests miss the SLO
@@ -110,11 +111,11 @@ def test_a_level_whose_server_was_killed_accounts_for_every_request() -> None:
 
 def test_requests_the_generator_did_not_report_count_as_failed() -> None:
     run = parse_bench_json(recorded("bench-c1.json"))
-    result = level_result(LoadLevel(concurrency=1), run, RECORDED_SLO, sent=20)
+    result = level_result(Load(concurrency=1), run, RECORDED_SLO, sent=20)
     assert (result.requests_ok, result.requests_failed) == (16, 4)
     assert result.slo_attainment == pytest.approx(16 / 20)
     with pytest.raises(ValueError, match="16 requests, 10 were sent"):
-        level_result(LoadLevel(concurrency=1), run, RECORDED_SLO, sent=10)
+        level_result(Load(concurrency=1), run, RECORDED_SLO, sent=10)
 
 
 def test_a_json_with_uneven_per_request_lists_is_refused() -> None:
@@ -125,7 +126,7 @@ def test_a_json_with_uneven_per_request_lists_is_refused() -> None:
 
 
 def test_an_error_level_without_output() -> None:
-    result = error_result(LoadLevel(request_rate=2.0), RECORDED_SLO, sent=16, error="no server")
+    result = error_result(Load(request_rate=2.0), RECORDED_SLO, sent=16, error="no server")
     assert result.mode == "request_rate" and result.request_rate == 2.0
     assert (result.requests_ok, result.requests_failed, result.slo_attainment) == (0, 16, 0.0)
     assert result.output_tok_s is None
@@ -135,16 +136,16 @@ def test_an_error_level_without_output() -> None:
 
 
 def test_a_load_level_has_exactly_one_kind() -> None:
-    assert LoadLevel(concurrency=4).label == "c4"
-    assert LoadLevel(request_rate=2.5).label == "r2.5"
-    assert LoadLevel(request_rate=2.5).bench_args() == [
+    assert Load(concurrency=4).label == "c4"
+    assert Load(request_rate=2.5).label == "r2.5"
+    assert load_args(Load(request_rate=2.5)) == [
         "--request-rate", "2.5", "--burstiness", "1.0"]  # fmt: skip
     with pytest.raises(ValidationError):
-        LoadLevel()
+        Load()
     with pytest.raises(ValidationError):
-        LoadLevel(concurrency=1, request_rate=1.0)
+        Load(concurrency=1, request_rate=1.0)
     with pytest.raises(ValidationError):
-        LoadLevel(concurrency=0)
+        Load(concurrency=0)
 
 
 def synthetic(c: int, tok_s: float, e2e_p50: float, status: str = "ok") -> LevelResult:
@@ -165,9 +166,9 @@ def test_mark_saturation_per_series() -> None:
 
 
 def test_prompts_are_cut_from_the_corpus_with_drawn_lengths(tmp_path: Path) -> None:
-    prompts = cut_prompts(TINY_MODEL, 24, LengthDist(mean=48, sd=12), LengthDist(mean=16, sd=4),
+    prompts = cut_prompts(TINY_MODEL, 24, Lengths(mean=48, sd=12), Lengths(mean=16, sd=4),
                           seed=3, max_model_len=96)  # fmt: skip
-    again = cut_prompts(TINY_MODEL, 24, LengthDist(mean=48, sd=12), LengthDist(mean=16, sd=4),
+    again = cut_prompts(TINY_MODEL, 24, Lengths(mean=48, sd=12), Lengths(mean=16, sd=4),
                         seed=3, max_model_len=96)  # fmt: skip
     assert prompts == again  # deterministic per seed
     assert len({p.prompt for p in prompts}) == 24  # non-overlapping slices
@@ -181,18 +182,18 @@ def test_prompts_are_cut_from_the_corpus_with_drawn_lengths(tmp_path: Path) -> N
 
 
 def test_prompts_wrap_around_a_short_text_and_reject_impossible_lengths() -> None:
-    prompts = cut_prompts(TINY_MODEL, 5, LengthDist(mean=30), LengthDist(mean=4),
+    prompts = cut_prompts(TINY_MODEL, 5, Lengths(mean=30), Lengths(mean=4),
                           text="The quick brown fox jumps over the lazy dog. ")  # fmt: skip
     assert len(prompts) == 5 and all(p.output_tokens == 4 for p in prompts)
     with pytest.raises(ValueError, match="max_model_len"):
-        cut_prompts(TINY_MODEL, 2, LengthDist(mean=8), LengthDist(mean=64), max_model_len=32)
+        cut_prompts(TINY_MODEL, 2, Lengths(mean=8), Lengths(mean=64), max_model_len=32)
 
 
 def test_bench_command_line(tmp_path: Path) -> None:
     server = VllmServer(ServerConfig(model=TINY_MODEL, served_model_name="tiny"),
                         log_path=tmp_path / "s.log", port=8123)  # fmt: skip
-    argv = bench_argv(server, LoadLevel(concurrency=4), tmp_path / "d.jsonl", tmp_path, "c4.json",
-                      Slo(ttft_ms_p99=2000, tpot_ms_p99=100), requests=16)  # fmt: skip
+    argv = bench_argv(server, Load(concurrency=4), tmp_path / "d.jsonl", tmp_path, "c4.json",
+                      SloTargets(ttft_ms_p99=2000, tpot_ms_p99=100), requests=16)  # fmt: skip
     joined = " ".join(argv)
     assert argv[argv.index("bench") + 1] == "serve"
     for part in (

@@ -33,7 +33,8 @@ import pytest
 
 from harness.modes.serving.device.loadgen import parse_bench_json
 from harness.modes.serving.device.server import group_members, port_in_use
-from harness.modes.serving.slo import Slo, attainment
+from harness.modes.serving.slo import attainment
+from harness.modes.serving.spec import SloTargets
 from harness.results.aggregate import aggregate_run
 from harness.row import ResultRow
 from harness.run import store, sweep
@@ -47,7 +48,7 @@ pytestmark = [
 REPO = Path(__file__).resolve().parents[4]
 SCENARIO = REPO / "tests" / "fixtures" / "serving.yaml"
 REQUESTS = 16
-SLO = Slo(ttft_ms_p99=2000, tpot_ms_p99=200, attainment=0.9)
+SLO = SloTargets(ttft_ms_p99=2000, tpot_ms_p99=200)
 KILLED_LEVEL = "r1"
 
 

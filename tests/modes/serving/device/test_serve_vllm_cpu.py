@@ -20,16 +20,15 @@ from typing import Any
 import pytest
 
 from harness.modes.serving.device.loadgen import (
-    LengthDist,
     LevelResult,
-    LoadLevel,
     cut_prompts,
     parse_bench_json,
     run_levels,
     write_dataset,
 )
 from harness.modes.serving.device.server import ServerConfig, VllmServer, group_members, port_in_use
-from harness.modes.serving.slo import Slo, attainment, choose_at_slo
+from harness.modes.serving.slo import attainment, choose_at_slo
+from harness.modes.serving.spec import Lengths, Load, SloTargets
 
 pytestmark = [
     pytest.mark.slow,
@@ -42,7 +41,8 @@ TINY_MODEL = str(REPO / "harness" / "data" / "tiny-llama")
 MAX_MODEL_LEN = 256
 REQUESTS = 16
 KILL_REQUESTS = 200  # long enough (≈ 7-20 s of work) that the kill lands mid-level
-SLO = Slo(ttft_ms_p99=2000, tpot_ms_p99=200, attainment=0.9)
+SLO = SloTargets(ttft_ms_p99=2000, tpot_ms_p99=200)
+TARGET_ATTAINMENT = 0.9
 
 
 def kill_when_the_level_runs(server: VllmServer, bench_log: Path, done: threading.Event) -> None:
@@ -62,7 +62,7 @@ def kill_when_the_level_runs(server: VllmServer, bench_log: Path, done: threadin
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     out = tmp_path_factory.mktemp("serve")
-    lengths = LengthDist(mean=48, sd=12), LengthDist(mean=16, sd=4)
+    lengths = Lengths(mean=48, sd=12), Lengths(mean=16, sd=4)
     prompts = cut_prompts(TINY_MODEL, KILL_REQUESTS, *lengths, seed=0, max_model_len=MAX_MODEL_LEN)
     dataset = write_dataset(prompts, out / "prompts.jsonl")
     config = ServerConfig(
@@ -72,7 +72,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     server = VllmServer(config, log_path=out / "server.log", startup_timeout_s=400, grace_s=15)
     killed = threading.Event()
     with server:
-        levels = run_levels(server, [LoadLevel(concurrency=1), LoadLevel(concurrency=4)],
+        levels = run_levels(server, [Load(concurrency=1), Load(concurrency=4)],
                             dataset, out / "levels", SLO, requests=REQUESTS)  # fmt: skip
         killer = threading.Thread(
             target=kill_when_the_level_runs,
@@ -80,7 +80,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
             daemon=True,
         )
         killer.start()
-        after_kill = run_levels(server, [LoadLevel(concurrency=4), LoadLevel(concurrency=8)],
+        after_kill = run_levels(server, [Load(concurrency=4), Load(concurrency=8)],
                                 dataset, out / "killed", SLO, requests=KILL_REQUESTS)  # fmt: skip
         killer.join(timeout=30)
     return {
@@ -104,7 +104,7 @@ def test_two_concurrency_levels_account_for_every_request(served: dict[str, Any]
         assert r.generator.startswith("vllm bench serve 0.32")
     # Four clients keep the engine busier than one: more requests per second.
     assert levels[1].request_throughput > levels[0].request_throughput  # type: ignore[operator]
-    chosen = choose_at_slo(levels, SLO.attainment)
+    chosen = choose_at_slo(levels, TARGET_ATTAINMENT)
     assert chosen is None or chosen.concurrency in (1, 4)
 
 

@@ -1,0 +1,257 @@
+"""Every column a published table or `harness compare` shows, declared once.
+
+A column is the frame's field ``name``, the ``label`` a person reads (unit included: "decode
+tok/s", "$/Mtok out"), its ``unit`` spelled out ("" where it has none: a model, a class), the
+formatter of its cells, and its ``direction``: +1 higher is better, −1 lower is better, 0 neither
+(an identity, a setting, a prediction, a bound). The report tables (``results.publish``, each
+mode's ``report``) take their columns from here by name (``table_columns``, ``headers``), and
+``results.compare`` takes each compared metric's direction from here.
+
+Cheap to import (the CLI reads labels as it starts): a formatter is named here, one of
+``harness.results.publish.format``'s functions, and looked up there when a table is built.
+A new metric: one line in ``COLUMNS``, then its name in the tables that show it.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from harness.modes.base import Column
+
+Direction = Literal[-1, 0, 1]
+# the formatters of harness.results.publish.format a column may name (None: text, as is)
+Format = Literal["fmt_float", "fmt_int", "fmt_usd", "fmt_count", "fmt_value", "fmt_interval"]
+FORMAT_MODULE = "harness.results.publish.format"
+
+# units said once (the labels abbreviate them)
+MTOK_OUT_USD = "USD per 1e6 output tokens"
+MTOK_OUT_J = "J per 1e6 output tokens"
+NATS = "nats/token"
+
+
+@dataclass(frozen=True)
+class ColumnSpec:
+    """One published column: its field, label, unit, formatter (by name) and good direction."""
+
+    name: str
+    label: str
+    unit: str = ""
+    fmt: Format | None = None
+    direction: Direction = 0
+
+    def formatter(self) -> Callable[[Any], str] | None:
+        """The cell formatter (``harness.results.publish.format``), None for text."""
+        if self.fmt is None:
+            return None
+        found: Callable[[Any], str] = getattr(importlib.import_module(FORMAT_MODULE), self.fmt)
+        return found
+
+    def column(self) -> Column:
+        """The (field, header, formatter) triple the table builders take."""
+        return (self.name, self.label, self.formatter())
+
+
+def _c(
+    name: str, label: str, unit: str = "", fmt: Format | None = None, direction: Direction = 0
+) -> ColumnSpec:
+    return ColumnSpec(name, label, unit, fmt, direction)
+
+
+_SPECS: tuple[ColumnSpec, ...] = (
+    # --- what a configuration is (text or settings: no better direction) ----------------------
+    _c("model", "model"),
+    _c("backend", "backend"),
+    _c("quantization", "quant"),
+    _c("kv_cache_dtype", "KV"),
+    _c("weights", "weights"),
+    _c("batch", "batch", "sequences", "fmt_int"),
+    _c("context", "context", "tokens", "fmt_int"),
+    _c("target", "target"),
+    _c("device", "device"),
+    _c("configuration", "config"),  # the one configuration label (harness.spec.labels)
+    _c("status", "status"),
+    _c("error", "error"),
+    _c("note", "note"),
+    _c("quality_class", "class"),
+    # --- the equal-quality verdict's undecided table (harness.results.publish.verdicts) -------
+    _c("undecided_on", "undecided on"),  # the gated metrics whose interval straddles the margin
+    _c("deciding_bounds", "bound vs margin"),
+    _c("to_decide", "to decide"),  # the windows / items that would decide it
+    # --- where it was priced ------------------------------------------------------------------
+    _c("gpu", "GPU"),
+    _c("gpu_a", "GPU a"),
+    _c("gpu_b", "GPU b"),
+    _c("provider", "provider"),
+    _c("package_days", "days", "days", "fmt_int"),
+    _c("gpus_per_node", "cards", "GPUs per node", "fmt_int"),
+    # --- speed and memory ---------------------------------------------------------------------
+    _c("decode_tok_s", "decode tok/s", "tok/s", "fmt_float", +1),
+    _c("total_tok_s", "total tok/s", "tok/s", "fmt_float", +1),
+    _c("tpot_ms_p50", "TPOT ms", "ms", "fmt_float", -1),
+    _c("ttft_ms_p50", "TTFT ms", "ms", "fmt_float", -1),
+    _c("peak_mib_decode", "peak MiB", "MiB", "fmt_float", -1),
+    _c("predicted_peak_mib", "predicted MiB", "MiB", "fmt_float"),
+    _c("roofline_fraction", "roofline frac.", "share of the roofline ceiling", "fmt_float"),
+    _c("exceeds_roofline", "above roofline"),
+    # --- quality ------------------------------------------------------------------------------
+    _c("ppl", "ppl", "perplexity", "fmt_float", -1),
+    _c("dppl_pct", "Δppl %", "%", "fmt_float", -1),
+    _c("dppl_pct_ci_low", "CI low", "%", "fmt_float"),
+    _c("dppl_pct_ci_high", "CI high", "%", "fmt_float"),
+    # dppl_pct with its 95 % CI in one cell: the value is (dppl_pct, ci_low, ci_high)
+    _c("dppl_pct_with_ci", "Δppl % [95 % CI]", "%", "fmt_interval", -1),
+    # --- cost ---------------------------------------------------------------------------------
+    _c("usd_per_mtok_output", "$/Mtok out", MTOK_OUT_USD, "fmt_usd", -1),
+    _c("usd_per_mtok_total", "$/Mtok total", "USD per 1e6 tokens (prompt + output)", "fmt_usd", -1),
+    _c("usd_per_mtok_output_hourly", "$/Mtok out, hourly", MTOK_OUT_USD, "fmt_usd", -1),
+    _c("tokens_per_package", "tokens/package", "output tokens", "fmt_count", +1),
+    _c("breakeven_utilisation", "breakeven util.", "share of the package's hours", "fmt_float"),
+    _c("ratio_to_cheapest_gpu", "× cheapest GPU", "ratio", "fmt_float", -1),
+    _c("cost_ratio_a_over_b", "cost a ÷ b", "ratio", "fmt_float"),
+    # --- factor effects -----------------------------------------------------------------------
+    _c("axis", "axis"),
+    _c("level", "level"),  # a factor's level (effects), a load level (serving)
+    _c("metric", "metric"),
+    _c("mean", "mean", "the metric's", "fmt_float"),
+    _c("effect", "effect", "the metric's", "fmt_float"),
+    _c("n", "n", "count", "fmt_int"),
+    # --- energy -------------------------------------------------------------------------------
+    _c("energy_source", "counter"),
+    _c("energy_j_prefill", "J / prefill pass", "J", "fmt_float", -1),
+    _c("energy_j_decode", "J / decode (one generation)", "J", "fmt_float", -1),
+    _c("energy_j_quality", "J quality scoring", "J", "fmt_float", -1),
+    _c("j_per_mtok_output", "J/Mtok out", MTOK_OUT_J, "fmt_float", -1),
+    _c("j_per_token_decode", "decode J/token", "J/token", "fmt_float", -1),
+    _c("avg_power_w_decode", "decode W per card", "W", "fmt_float", -1),
+    _c("usd_per_mtok_electricity", "electricity $/Mtok", MTOK_OUT_USD, "fmt_usd", -1),
+    _c("hourly_usd", "rent $/node-hour", "USD per node-hour", "fmt_usd", -1),
+    _c("own_usd_per_hour", "electricity $/node-hour", "USD per node-hour", "fmt_usd", -1),
+    _c("purchase_usd", "purchase $", "USD", "fmt_usd", -1),
+    _c("breakeven_hours", "break-even busy hours", "h", "fmt_float"),
+    _c("breakeven_days", "break-even days at utilisation", "days", "fmt_float"),
+    # --- error analysis against the reference -------------------------------------------------
+    _c("arc_items_paired", "ARC items paired", "items", "fmt_int"),
+    _c("right_to_wrong", "right→wrong", "items", "fmt_int", -1),
+    _c("wrong_to_right", "wrong→right", "items", "fmt_int", +1),
+    _c("mcnemar_p_exact", "McNemar exact p", "probability", "fmt_float"),
+    _c("windows_paired", "windows paired", "windows", "fmt_int"),
+    _c("dnll_nats_per_token", "ΔNLL nats/token", NATS, "fmt_float", -1),
+    _c("worst_window", "worst window"),
+    _c("worst_dnll_nats_per_token", "worst ΔNLL nats/token", NATS, "fmt_float", -1),
+    _c("item", "item"),
+    _c("change", "change"),
+    _c("excerpt", "excerpt"),
+    # --- serving (modes/serving/report.py) ----------------------------------------------------
+    _c("level_at_slo", "level at SLO"),
+    _c("output_tok_s", "output tok/s", "tok/s", "fmt_float", +1),
+    _c("output_tok_s_at_slo", "output tok/s at SLO", "tok/s", "fmt_float", +1),
+    _c("usd_per_mtok_output_at_slo", "$/Mtok out at SLO", MTOK_OUT_USD, "fmt_usd", -1),
+    _c("j_per_mtok_output_at_slo", "J/Mtok out at SLO", MTOK_OUT_J, "fmt_float", -1),
+    _c("goodput_rps", "goodput req/s", "req/s", "fmt_float", +1),
+    _c("goodput_rps_at_slo", "goodput req/s", "req/s", "fmt_float", +1),
+    _c("slo_attainment", "attainment", "share of requests", "fmt_float", +1),
+    _c("slo_attainment_at_slo", "attainment", "share of requests", "fmt_float", +1),
+    _c("levels_meeting_slo", "levels meeting SLO", "levels", "fmt_int", +1),
+    _c("levels_measured", "levels ok", "levels", "fmt_int"),
+    _c("requests_ok", "ok", "requests", "fmt_int", +1),
+    _c("requests_failed", "failed", "requests", "fmt_int", -1),
+    _c("j_per_token_serving", "J/token out", "J/token", "fmt_float", -1),
+    _c("request_throughput", "req/s", "req/s", "fmt_float", +1),
+    _c("ttft_ms_p99", "TTFT p99 ms", "ms", "fmt_float", -1),
+    _c("tpot_ms_p99", "TPOT p99 ms", "ms", "fmt_float", -1),
+    _c("saturated", "saturated"),
+    # --- training (modes/training/report.py; its cells as fmt_value writes them) --------------
+    _c("train_method", "method"),
+    _c("micro_batch", "micro-batch", "sequences", "fmt_value"),
+    _c("grad_accum", "accum.", "micro-batches per step", "fmt_value"),
+    _c("seq_len", "seq len", "tokens", "fmt_value"),
+    _c("optimizer", "optimizer"),
+    _c("trainable_params", "trainable params", "parameters", "fmt_value"),
+    _c("train_tok_s", "train tok/s", "tok/s", "fmt_value", +1),
+    _c("usd_per_mtok_train", "$/1M train tok", "USD per 1e6 training tokens", "fmt_value", -1),
+    _c("j_per_mtok_train", "J/1M train tok", "J per 1e6 training tokens", "fmt_value", -1),
+    _c("target_eval_loss", "target loss", NATS, "fmt_value"),
+    _c("steps_to_target", "steps to target", "optimizer steps", "fmt_value", -1),
+    _c("usd_to_target", "$ to target", "USD", "fmt_value", -1),
+    _c("train_peak_mib_forward", "fwd MiB", "MiB", "fmt_value", -1),
+    _c("predicted_train_mib_forward", "fwd MiB plan", "MiB", "fmt_value"),
+    _c("train_peak_mib_backward", "bwd MiB", "MiB", "fmt_value", -1),
+    _c("predicted_train_mib_backward", "bwd MiB plan", "MiB", "fmt_value"),
+    _c("train_peak_mib_optimizer", "opt MiB", "MiB", "fmt_value", -1),
+    _c("predicted_train_mib_optimizer", "opt MiB plan", "MiB", "fmt_value"),
+    _c("step_s", "step s", "s", "fmt_value", -1),
+    _c("loss_first", "loss first", NATS, "fmt_value"),
+    _c("loss_last", "loss last", NATS, "fmt_value", -1),
+    _c("grad_norm_last", "grad norm", "L2 norm", "fmt_value"),
+    _c("eval_loss", "held-out loss", NATS, "fmt_value", -1),
+    _c("eval_loss_ci_low", "CI low", NATS, "fmt_value"),
+    _c("eval_loss_ci_high", "CI high", NATS, "fmt_value"),
+    _c("dloss_vs_full", "Δ vs full", NATS, "fmt_value", -1),
+    _c("dloss_vs_full_ci_high", "Δ CI high", NATS, "fmt_value"),
+    _c("train_pass_99", "pass 99", "", "fmt_value", +1),
+    _c("split_a", "mb×acc a"),
+    _c("split_b", "mb×acc b"),
+    _c("tokens_per_step", "tokens/step", "tokens", "fmt_value"),
+    _c("max_abs_dloss_curve", "max abs Δ train loss", NATS, "fmt_value", -1),
+    _c("abs_deval_loss", "abs Δ held-out loss", NATS, "fmt_value", -1),
+    _c("tolerance", "tolerance", NATS, "fmt_value"),
+    _c("equivalent", "equivalent"),
+    # leakage (the run's manifest)
+    _c("seen", "text seen (training, calibration)"),
+    _c("eval", "text scored"),
+    _c("shared", "shared n-grams", "n-grams", "fmt_value", -1),
+    _c("eval_ngrams", "eval n-grams", "n-grams", "fmt_value"),
+    _c("overlap", "overlap", "share of the scored text's n-grams", "fmt_value", -1),
+    # --- a site across runs (results/site.py, publish/site_html.py) ---------------------------
+    _c("run", "run"),
+    _c("folder", "folder"),
+    _c("rows", "rows"),
+    _c("ok", "ok"),
+    _c("unreadable", "unreadable"),
+    _c("hostnames", "host"),
+    _c("devices", "device"),
+    _c("harness", "harness"),
+    _c("git_sha", "git sha"),
+    _c("corpus_hash", "corpus hash"),
+    _c("reference", "reference"),
+    _c("schema_version", "schema"),
+    _c("provenance_hostname", "host"),
+    _c("provenance_device_name", "device"),
+    _c("provenance_harness", "harness"),
+    _c("provenance_git_sha", "git sha"),
+)
+
+COLUMNS: dict[str, ColumnSpec] = {c.name: c for c in _SPECS}
+
+# The metrics `harness compare` compares, in its order (methods: harness.results.compare).
+COMPARED: tuple[str, ...] = ("decode_tok_s", "ppl", "peak_mib_decode", "j_per_token_decode")
+
+
+def spec(name: str) -> ColumnSpec:
+    """The declared column ``name``; KeyError saying where to declare it and what is close."""
+    try:
+        return COLUMNS[name]
+    except KeyError:
+        close = difflib.get_close_matches(name, COLUMNS, n=3)
+        hint = f" (did you mean {', '.join(close)}?)" if close else ""
+        raise KeyError(
+            f"column {name!r} is not declared in harness.results.columns.COLUMNS{hint}"
+        ) from None
+
+
+def label(name: str) -> str:
+    return spec(name).label
+
+
+def table_columns(names: Iterable[str]) -> list[Column]:
+    """The (field, header, formatter) list of a table showing ``names``, in that order."""
+    return [spec(n).column() for n in names]
+
+
+def headers(names: Iterable[str]) -> dict[str, str]:
+    """field → header of a table showing ``names``, in that order."""
+    return {n: spec(n).label for n in names}

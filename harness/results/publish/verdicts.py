@@ -1,0 +1,153 @@
+"""The equal-quality verdict as a reader meets it: the rule in one line, the count of pass /
+fail / undecided per class, and the undecided configurations with what would decide them.
+
+The rule's words live in ``harness.measure.verdict.METHOD`` (the page and the code read the
+same sentences); the columns come from ``harness.results.gate``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pandas as pd
+
+from harness.measure.verdict import QUALITY_CLASSES, VERDICTS
+from harness.modes.base import HtmlTable, MdTable
+from harness.results.columns import headers, table_columns
+from harness.results.gate import UNITS, metric_column
+from harness.results.pricing import verdict_column
+from harness.results.publish.format import fmt_count, fmt_float, fmt_int
+from harness.spec.labels import CONFIGURATION, configuration_label
+
+if TYPE_CHECKING:
+    from harness.results.aggregate import Aggregate
+
+# Beyond this many more units (windows, items) the advice is "no practical sample": the shipped
+# corpus holds 1,100-1,500 windows of 256 tokens (by tokenizer) and 2,376 ARC items.
+PRACTICAL_UNITS = 1e6
+UNDECIDED = (
+    "model", "configuration", "device", "quality_class", "undecided_on", "deciding_bounds",
+    "to_decide",
+)  # fmt: skip
+
+
+def rule_line(quality_class: str, gated: tuple[str, ...]) -> str:
+    """One line: the class, its margins, the test and the metrics it reads."""
+    share = QUALITY_CLASSES[quality_class]
+    margins = {
+        "ppl": f"ΔNLL ≤ {-np.log(share):.5g} nats/token",
+        "arc": f"ARC accuracy drop ≤ {1 - share:.3g} × acc_ref",
+    }
+    metrics = " and ".join(margins[m] for m in gated)
+    return (
+        f"class {quality_class}: pass when the one-sided 95 % bound of each gated degradation "
+        f"({metrics}) clears its margin, fail when the whole 90 % interval is beyond it, "
+        "undecided otherwise; only pass is priced"
+    )
+
+
+def verdict_counts(result: Aggregate) -> dict[str, dict[str, int]]:
+    """Per class: how many measured configurations (ok rows with a reference) pass, fail and
+    stay undecided."""
+    points = result.points
+    known = (points["status"] == "ok").to_numpy(dtype=bool) & points["ppl_ref"].notna().to_numpy(
+        dtype=bool
+    )
+    out: dict[str, dict[str, int]] = {}
+    for name in QUALITY_CLASSES:
+        values = points.loc[known, verdict_column(name)].astype("object")
+        out[name] = {v: int((values == v).sum()) for v in VERDICTS}
+    return out
+
+
+def _to_decide(row: dict[str, Any], metrics: list[str], quality_class: str) -> str:
+    """'score N more windows' per undecided metric ('no finite sample' where d = m)."""
+    parts = []
+    for metric in metrics:
+        more = row.get(metric_column(metric, "more", quality_class))
+        if more is None or (isinstance(more, float) and np.isnan(more)):
+            parts.append(f"{metric}: no sample size decides it at the observed mean")
+        elif more > PRACTICAL_UNITS:
+            parts.append(
+                f"{metric}: no practical sample decides it (needs {fmt_count(more)} more "
+                f"{UNITS[metric]} at the observed mean: it sits on the margin)"
+            )
+        else:
+            parts.append(f"{metric}: score {fmt_int(more)} more {UNITS[metric]}")
+    return "; ".join(parts)
+
+
+def _bounds(row: dict[str, Any], metrics: list[str], quality_class: str) -> str:
+    return "; ".join(
+        f"{m} bound {fmt_float(row.get(metric_column(m, 'bound', quality_class)))} vs margin "
+        f"{fmt_float(row.get(metric_column(m, 'margin', quality_class)))}"
+        for m in metrics
+    )
+
+
+def undecided_table(result: Aggregate, quality_class: str) -> pd.DataFrame:
+    """One row per configuration left undecided for the class: the metric(s) that left it so,
+    their deciding bound against the margin, and the items / windows that would decide."""
+    points = result.points
+    column = verdict_column(quality_class)
+    if column not in points.columns:
+        return pd.DataFrame(columns=list(UNDECIDED))
+    chosen = points[(points[column] == "undecided") & (points["status"] == "ok")]
+    by = "undecided_by_" + quality_class.replace(".", "_")
+    rows = []
+    seen: set[tuple[Any, ...]] = set()
+    for record in chosen.astype("object").to_dict(orient="records"):
+        r = {str(k): v for k, v in record.items()}
+        ident = (r.get("model"), r.get("device"), *(r.get(f) for f in CONFIGURATION[:3]))
+        if ident in seen:  # one line per configuration: quality is measured once per group
+            continue
+        seen.add(ident)
+        metrics = [m for m in str(r.get(by) or "").split(",") if m]
+        rows.append(
+            {
+                "model": str(r.get("model")),
+                "configuration": configuration_label(r, CONFIGURATION[:3]),
+                "device": str(r.get("device")),
+                "quality_class": quality_class,
+                "undecided_on": ", ".join(metrics),
+                "deciding_bounds": _bounds(r, metrics, quality_class),
+                "to_decide": _to_decide(r, metrics, quality_class),
+            }
+        )
+    return pd.DataFrame(rows, columns=list(UNDECIDED))
+
+
+def markdown_section(result: Aggregate, quality_class: str, table: MdTable) -> list[str]:
+    counts = verdict_counts(result)[quality_class]
+    undecided = undecided_table(result, quality_class)
+    lines = [
+        f"\n## Equal quality: the verdict, class {quality_class}\n",
+        rule_line(quality_class, result.gated) + ".",
+        "",
+        f"Configurations: {counts['pass']} pass, {counts['fail']} fail, "
+        f"{counts['undecided']} undecided (gated on {', '.join(result.gated)}).",
+    ]
+    if not undecided.empty:
+        lines += ["", "Undecided, and what would decide them:", ""]
+        named = headers(UNDECIDED)
+        records = undecided.to_dict("records")
+        lines.append(table([{named[str(k)]: str(v) for k, v in r.items()} for r in records]))
+    return lines
+
+
+def html_section(result: Aggregate, quality_class: str, table: HtmlTable) -> list[str]:
+    counts = verdict_counts(result)[quality_class]
+    undecided = undecided_table(result, quality_class)
+    from harness.results.publish.format import escape
+
+    parts = [
+        f"<h2>Equal quality: the verdict, class {escape(quality_class)}</h2>",
+        f"<p>{escape(rule_line(quality_class, result.gated))}.</p>",
+        f"<p>Configurations: {counts['pass']} pass, {counts['fail']} fail, "
+        f"{counts['undecided']} undecided (gated on {escape(', '.join(result.gated))}).</p>",
+    ]
+    if not undecided.empty:
+        parts.append("<p>Undecided, and what would decide them:</p>")
+        parts.append(table(undecided, table_columns(UNDECIDED), "undecided"))
+    return parts
