@@ -19,3 +19,25 @@ if "RAY_AUTH_TOKEN_PATH" not in os.environ and "RAY_AUTH_TOKEN" not in os.enviro
 from harness.run import auth
 
 auth.ensure_token()
+
+
+import pytest  # noqa: E402
+
+# Lines the equal-quality gate's calibration tests report (tests/measure/test_calibration.py):
+# printed at the end of every run, `make test` included, whatever pytest captures.
+CALIBRATION = pytest.StashKey[list[str]]()
+
+
+@pytest.fixture
+def calibration_report(request: pytest.FixtureRequest) -> list[str]:
+    return request.config.stash.setdefault(CALIBRATION, [])
+
+
+def pytest_terminal_summary(
+    terminalreporter: object, exitstatus: int, config: pytest.Config
+) -> None:
+    lines = config.stash.get(CALIBRATION, [])
+    if lines:
+        terminalreporter.section("equal-quality gate calibration")  # type: ignore[attr-defined]
+        for line in lines:
+            terminalreporter.write_line(line)  # type: ignore[attr-defined]

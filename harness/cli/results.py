@@ -83,7 +83,7 @@ def print_verdicts(result: Any, quality_class: str) -> None:
     )
     for r in verdicts.undecided_table(result, quality_class).to_dict("records"):
         console.print(
-            f"  undecided: {r['model']} {r['configuration']} on {r['device']}: {r['to decide']}",
+            f"  undecided: {r['model']} {r['configuration']} on {r['device']}: {r['to_decide']}",
             highlight=False,
         )
 

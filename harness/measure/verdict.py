@@ -93,8 +93,9 @@ METHOD: dict[str, str] = {
     "for both), its 5th and 95th percentiles. Accuracy: Newcombe's hybrid score interval for "
     "paired proportions (method 10, Stat Med 1998;17:2635) at z = 1.645.",
     "sample size": "The units (windows, items) that would decide an undecided metric at the "
-    "observed mean d and per-unit standard deviation s of the paired difference: "
-    "n = ⌈(1.645 × s ÷ |m − d|)²⌉; none when d = m.",
+    "observed mean d, assuming its interval narrows as 1/√n: n' = ⌈n × (h ÷ |m − d|)²⌉, h the "
+    "interval's half-width on the margin's side (for a normal interval h = 1.645 × s ÷ √n, so "
+    "n' = ⌈(1.645 × s ÷ |m − d|)²⌉ with s the per-unit standard deviation); none when d = m.",
 }
 """The method as the report states it: each sentence once, read by the page."""
 
@@ -126,14 +127,28 @@ def decide_codes(low: ArrayLike, high: ArrayLike, margin: ArrayLike) -> NDArray[
     return np.select([passes, fails], [0, 1], default=2).astype(np.int64)
 
 
-def needed_units(estimate: ArrayLike, sd: ArrayLike, margin: ArrayLike) -> NDArray[np.float64]:
-    """``needed_n`` over arrays: NaN where no finite n decides (d = m, or a NaN)."""
-    d, sds, m = (np.asarray(x, dtype=np.float64) for x in (estimate, sd, margin))
+def needed_units(
+    estimate: ArrayLike, low: ArrayLike, high: ArrayLike, margin: ArrayLike, units: ArrayLike
+) -> NDArray[np.float64]:
+    """The units (windows, items) at which the interval would clear the margin, from the
+    interval itself: its half-width on the margin's side, h = high − d for d < m (toward pass),
+    d − low for d > m (toward fail), shrinks as 1/√n, so it clears the gap |m − d| at
+
+        n' = ceil(n · (h / |m − d|)²)      (at least 1)
+
+    — for a normal interval h = z·s/√n, and n' = ceil((z·s/|m − d|)²), the per-unit form
+    (``needed_n``). Read from the interval, it also holds where s says nothing: a paired
+    proportion with no discordant item has s = 0 yet Newcombe's interval keeps a width. NaN
+    where no finite n decides (d = m, or a NaN)."""
+    d, lo, hi, m, n = (
+        np.asarray(x, dtype=np.float64) for x in (estimate, low, high, margin, units)
+    )
     gap = np.abs(m - d)
+    half = np.where(d < m, hi - d, d - lo)
     with np.errstate(invalid="ignore", divide="ignore"):
-        n = np.ceil((Z * sds / gap) ** 2)
-    n = np.where(gap > 0, np.maximum(n, 1.0), np.nan)
-    return np.asarray(n, dtype=np.float64)
+        needed = np.ceil(n * (half / gap) ** 2)
+    needed = np.where(gap > 0, np.maximum(needed, 1.0), np.nan)
+    return np.asarray(needed, dtype=np.float64)
 
 
 def combine(verdicts: Iterable[Verdict]) -> Verdict:
@@ -322,10 +337,10 @@ def needed_n(estimate: float, sd: float, margin: float, *, z: float = Z) -> int 
     d or s is not known (NaN)."""
     if sd < 0:
         raise ValueError(f"a standard deviation is >= 0, got {sd}")
-    if z != Z:  # another confidence level than the gate's
-        gap = abs(margin - estimate)
-        return None if math.isnan(gap) or gap == 0 else max(1, math.ceil((z * sd / gap) ** 2))
-    n = needed_units(np.array([estimate]), np.array([sd]), np.array([margin]))[0]
+    # a normal interval over one unit: half-width z·s on both sides (needed_units' formula)
+    one = np.array([1.0])
+    n = needed_units(np.array([estimate]), estimate - z * sd * one, estimate + z * sd * one,
+                     np.array([margin]), one)[0]  # fmt: skip
     return None if math.isnan(n) else int(n)
 
 
@@ -355,7 +370,11 @@ def judge(metric: Metric, interval: Interval, margin: float) -> Decision:
         bound = interval.low
     else:
         bound = interval.low if interval.estimate > margin else interval.high
-    needed = None if verdict != "undecided" else needed_n(interval.estimate, interval.sd, margin)
+    needed = None
+    if verdict == "undecided":
+        i = interval
+        n = needed_units(i.estimate, i.low, i.high, margin, i.n)
+        needed = None if math.isnan(float(n)) else int(n)
     return Decision(metric, verdict, interval, margin, bound, needed)
 
 

@@ -118,16 +118,10 @@ def references(
     return References(eligible, among, has_reference[among.fine])
 
 
-# metric → (estimate, low, high, sd, units) columns of the row (harness.row.Quality)
-METRIC_COLUMNS: dict[str, tuple[str, str, str, str, str]] = {
-    "ppl": ("dnll_vs_ref", "dnll_ci90_low", "dnll_ci90_high", "dnll_sd", "quality_windows"),
-    "arc": (
-        "arc_diff",
-        "arc_diff_ci90_low",
-        "arc_diff_ci90_high",
-        "arc_diff_sd",
-        "arc_paired_items",
-    ),
+# metric → (estimate, low, high, units) columns of the row (harness.row.Quality)
+METRIC_COLUMNS: dict[str, tuple[str, str, str, str]] = {
+    "ppl": ("dnll_vs_ref", "dnll_ci90_low", "dnll_ci90_high", "quality_windows"),
+    "arc": ("arc_diff", "arc_diff_ci90_low", "arc_diff_ci90_high", "arc_paired_items"),
 }
 UNITS = {"ppl": "windows", "arc": "ARC items"}
 NOT_MEASURED = "not measured"  # a metric's verdict column where the row did not measure it
@@ -144,7 +138,8 @@ def quality_gate(
 ) -> pd.DataFrame:
     """Adds ppl_ref, arc_acc_ref, quality_pct, the verdict columns of every class (module
     docstring), pass_<class>, quality_class and dppl_pct (+CI). ``gated``: the metrics that
-    take part (the scenario's ``quality.gate``; default every one)."""
+    decide (the scenario's ``quality.gate``; default every one); the others are judged and
+    shown all the same."""
     out = frame
     codes = codes or Codes(frame)
     ppl = np.where(random_weights(out), np.nan, out["ppl"].to_numpy(dtype=np.float64))
@@ -163,10 +158,9 @@ def quality_gate(
     )
     for name, share in QUALITY_CLASSES.items():
         margins = {"ppl": np.full(len(out), -math.log(share)), "arc": (1 - share) * arc_ref}
-        codes_by_metric = {
-            m: _judge_metric(out, m, margins[m], name, measured=known) for m in gated
-        }
-        _combine(out, name, codes_by_metric, reference)
+        # every metric is judged and shown; only the gated ones decide the configuration
+        judged = {m: _judge_metric(out, m, margins[m], name, measured=known) for m in margins}
+        _combine(out, name, {m: judged[m] for m in gated}, reference)
     passes = [out[pass_column(name)].to_numpy(dtype=bool) for name in PASSING]
     verdict_99 = out[verdict_column(LOOSEST)].to_numpy()
     below = [verdict_99 == "undecided", verdict_99 == "fail"]
@@ -195,13 +189,13 @@ def _judge_metric(
 ) -> Array:
     """One metric's verdict codes (VERDICTS' indices; -1: not measured on the row) for one
     class, with its bound, margin and the units that would decide it as columns."""
-    est, low, high, sd, units = (_floats(out, c) for c in METRIC_COLUMNS[metric])
+    est, low, high, units = (_floats(out, c) for c in METRIC_COLUMNS[metric])
     present = measured & ~np.isnan(est)
     codes = np.where(present, verdict.decide_codes(low, high, margin), -1)
     undecided = codes == VERDICTS.index("undecided")
     bound = np.where(codes == VERDICTS.index("fail"), low, high)
     bound = np.where(undecided & (est > margin), low, bound)
-    needed = np.where(undecided, verdict.needed_units(est, sd, margin), np.nan)
+    needed = np.where(undecided, verdict.needed_units(est, low, high, margin, units), np.nan)
     names = np.array([*VERDICTS, NOT_MEASURED], dtype=object)
     out[metric_column(metric, "verdict", quality_class)] = names[codes]  # -1: NOT_MEASURED
     out[metric_column(metric, "bound", quality_class)] = np.where(present, bound, np.nan)

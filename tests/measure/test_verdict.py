@@ -159,10 +159,13 @@ def test_newcombe_by_hand_on_the_one_flipped_arc_item_of_issue_21() -> None:
     assert got.high == pytest.approx(0.036099, abs=1e-6)
     decision = judge("arc", got, accuracy_margin(0.99, 0.28))
     assert decision.verdict == "undecided"
-    # s = √((1/100 − 0.01²)·100/99) = 0.1; the observed 1-point drop would be shown (fail) at
-    # n = ceil((1.644854·0.1 / (0.01 − 0.0028))²) = ceil(22.8452²) = ceil(521.903) = 522 items
+    # the observed 1-point drop would be shown (fail) once the lower half-width
+    # d − L = 0.01 + 0.015461 = 0.025461 shrinks (as 1/√n) to the gap d − m = 0.01 − 0.0028:
+    # n' = ceil(100 · (0.025461 / 0.0072)²) = ceil(100 · 3.536250²) = ceil(1250.51) = 1251 items
+    # (the per-item sd, s = √((1/100 − 0.01²)·100/99) = 0.1, would say 522: it ignores that
+    # Newcombe's interval is wider than the normal one at a 1-flip table)
     assert got.sd == pytest.approx(0.1)
-    assert decision.needed == 522 and decision.bound == got.low
+    assert decision.needed == 1251 and decision.bound == got.low
 
 
 def test_paired_hits_give_pass_fail_and_undecided() -> None:
@@ -332,7 +335,7 @@ def test_the_one_flipped_item_of_issue_21_is_undecided_not_fail() -> None:
     cand = ref.copy()
     cand[0] = False  # one right→wrong, none back
     verdict, (decision,) = gate(0.99, items=PairedItems(ref, cand))
-    assert verdict == "undecided" and decision.needed == 522
+    assert verdict == "undecided" and decision.needed == 1251
     # Even the resamples with no flip at all leave ±0.020 around 0 at 100 items, seven
     # times the margin: this metric cannot pass class 99 at this size, whatever the candidate.
     rates = simulate_verdicts(0.99, items=PairedItems(ref, cand), replications=REPLICATIONS)

@@ -30,6 +30,11 @@ def test_the_undecided_table_says_which_metric_and_how_many_more_windows() -> No
     # on the margin no practical sample decides: said so, not advised as a number to score
     assert "no practical sample decides it" in table["to_decide"].iloc[0]
     assert verdicts.verdict_counts(result)["99"] == {"pass": 2, "fail": 1, "undecided": 1}
+    # configurations, not rows: a second point of the same group counts once
+    twice = aggregate(
+        frame_from_rows([*rows(), F.row(quantization="bnb-fp4", batch=8, **F.quality(101.5))])
+    )
+    assert verdicts.verdict_counts(twice)["99"]["fail"] == 1
 
 
 def test_a_near_miss_gets_the_windows_that_would_decide_it_by_the_formula() -> None:
@@ -46,7 +51,7 @@ def test_readme_and_report_state_the_rule_and_the_undecided_table() -> None:
     text = readme(result, F.tariffs(), "99")
     assert verdicts.rule_line("99", ("ppl", "arc")) in text
     assert "1 pass" not in text and "2 pass, 1 fail, 1 undecided" in text
-    assert "Undecided, and what would decide them" in text
+    assert "Undecided in class 99, and what would decide them" in text
     assert "one-sided 95 %" in text  # the method section, from measure.verdict.METHOD
     page = report_html(result, F.tariffs(), "99")
     assert 'id="undecided"' in page and "2 pass, 1 fail, 1 undecided" in page

@@ -17,7 +17,7 @@ from harness.modes.base import HtmlTable, MdTable
 from harness.results.columns import headers, table_columns
 from harness.results.gate import UNITS, metric_column
 from harness.results.pricing import verdict_column
-from harness.results.publish.format import fmt_count, fmt_float, fmt_int
+from harness.results.publish.format import escape, fmt_count, fmt_float, fmt_int
 from harness.spec.labels import CONFIGURATION, configuration_label
 
 if TYPE_CHECKING:
@@ -26,6 +26,10 @@ if TYPE_CHECKING:
 # Beyond this many more units (windows, items) the advice is "no practical sample": the shipped
 # corpus holds 1,100-1,500 windows of 256 tokens (by tokenizer) and 2,376 ARC items.
 PRACTICAL_UNITS = 1e6
+# what makes a configuration one group (harness.spec.scenario.GroupKey), within one run
+GROUP_FIELDS = (
+    "run", "model", "revision", "weights", "backend", "quantization", "kv_cache_dtype", "target",
+)  # fmt: skip
 UNDECIDED = (
     "model", "configuration", "device", "quality_class", "undecided_on", "deciding_bounds",
     "to_decide",
@@ -48,15 +52,17 @@ def rule_line(quality_class: str, gated: tuple[str, ...]) -> str:
 
 
 def verdict_counts(result: Aggregate) -> dict[str, dict[str, int]]:
-    """Per class: how many measured configurations (ok rows with a reference) pass, fail and
-    stay undecided."""
+    """Per class: how many measured configurations (a run's group: quality is measured once
+    per group, every point of it shares the verdict) pass, fail and stay undecided."""
     points = result.points
     known = (points["status"] == "ok").to_numpy(dtype=bool) & points["ppl_ref"].notna().to_numpy(
         dtype=bool
     )
+    identity = [c for c in GROUP_FIELDS if c in points.columns]
+    groups = points.loc[known].drop_duplicates(identity)
     out: dict[str, dict[str, int]] = {}
     for name in QUALITY_CLASSES:
-        values = points.loc[known, verdict_column(name)].astype("object")
+        values = groups[verdict_column(name)].astype("object")
         out[name] = {v: int((values == v).sum()) for v in VERDICTS}
     return out
 
@@ -74,7 +80,8 @@ def _to_decide(row: dict[str, Any], metrics: list[str], quality_class: str) -> s
                 f"{UNITS[metric]} at the observed mean: it sits on the margin)"
             )
         else:
-            parts.append(f"{metric}: score {fmt_int(more)} more {UNITS[metric]}")
+            unit = UNITS[metric] if more != 1 else UNITS[metric].removesuffix("s")
+            parts.append(f"{metric}: score {fmt_int(more)} more {unit}")
     return "; ".join(parts)
 
 
@@ -99,7 +106,7 @@ def undecided_table(result: Aggregate, quality_class: str) -> pd.DataFrame:
     seen: set[tuple[Any, ...]] = set()
     for record in chosen.astype("object").to_dict(orient="records"):
         r = {str(k): v for k, v in record.items()}
-        ident = (r.get("model"), r.get("device"), *(r.get(f) for f in CONFIGURATION[:3]))
+        ident = tuple(r.get(f) for f in GROUP_FIELDS)
         if ident in seen:  # one line per configuration: quality is measured once per group
             continue
         seen.add(ident)
@@ -118,36 +125,42 @@ def undecided_table(result: Aggregate, quality_class: str) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=list(UNDECIDED))
 
 
+def classes_from(quality_class: str) -> list[str]:
+    """Every class, the report's own first."""
+    return [quality_class, *(c for c in QUALITY_CLASSES if c != quality_class)]
+
+
 def markdown_section(result: Aggregate, quality_class: str, table: MdTable) -> list[str]:
-    counts = verdict_counts(result)[quality_class]
-    undecided = undecided_table(result, quality_class)
-    lines = [
-        f"\n## Equal quality: the verdict, class {quality_class}\n",
-        rule_line(quality_class, result.gated) + ".",
-        "",
-        f"Configurations: {counts['pass']} pass, {counts['fail']} fail, "
-        f"{counts['undecided']} undecided (gated on {', '.join(result.gated)}).",
-    ]
-    if not undecided.empty:
-        lines += ["", "Undecided, and what would decide them:", ""]
-        named = headers(UNDECIDED)
-        records = undecided.to_dict("records")
-        lines.append(table([{named[str(k)]: str(v) for k, v in r.items()} for r in records]))
+    """The verdict of every class: its rule, its counts, its undecided table."""
+    lines = [f"\n## Equal quality: the verdict (gated on {', '.join(result.gated)})\n"]
+    for name in classes_from(quality_class):
+        counts = verdict_counts(result)[name]
+        undecided = undecided_table(result, name)
+        lines += [
+            f"- {rule_line(name, result.gated)}.",
+            f"  Configurations: {counts['pass']} pass, {counts['fail']} fail, "
+            f"{counts['undecided']} undecided.",
+        ]
+        if not undecided.empty:
+            named = headers(UNDECIDED)
+            records = undecided.to_dict("records")
+            lines += [f"\nUndecided in class {name}, and what would decide them:\n"]
+            lines.append(table([{named[str(k)]: str(v) for k, v in r.items()} for r in records]))
     return lines
 
 
 def html_section(result: Aggregate, quality_class: str, table: HtmlTable) -> list[str]:
-    counts = verdict_counts(result)[quality_class]
-    undecided = undecided_table(result, quality_class)
-    from harness.results.publish.format import escape
-
-    parts = [
-        f"<h2>Equal quality: the verdict, class {escape(quality_class)}</h2>",
-        f"<p>{escape(rule_line(quality_class, result.gated))}.</p>",
-        f"<p>Configurations: {counts['pass']} pass, {counts['fail']} fail, "
-        f"{counts['undecided']} undecided (gated on {escape(', '.join(result.gated))}).</p>",
-    ]
-    if not undecided.empty:
-        parts.append("<p>Undecided, and what would decide them:</p>")
-        parts.append(table(undecided, table_columns(UNDECIDED), "undecided"))
+    """The verdict of every class: its rule, its counts, its undecided table."""
+    parts = [f"<h2>Equal quality: the verdict (gated on {escape(', '.join(result.gated))})</h2>"]
+    for name in classes_from(quality_class):
+        counts = verdict_counts(result)[name]
+        undecided = undecided_table(result, name)
+        parts += [
+            f"<p>{escape(rule_line(name, result.gated))}. Configurations: {counts['pass']} "
+            f"pass, {counts['fail']} fail, {counts['undecided']} undecided.</p>",
+        ]
+        if not undecided.empty:
+            parts.append(f"<p>Undecided in class {escape(name)}, and what would decide them:</p>")
+            table_id = "undecided" + ("" if name == quality_class else "-" + name.replace(".", "_"))
+            parts.append(table(undecided, table_columns(UNDECIDED), table_id))
     return parts
