@@ -19,6 +19,7 @@ activations + the KV cache it needs fit inside that share.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Protocol
 
 from pydantic import BaseModel, ConfigDict
@@ -201,31 +202,30 @@ def default_card(target: str, gpu: str | None = None) -> GpuSpec:
     return catalog.gpu(gpu or DEFAULT_CARDS[target])
 
 
+@dataclass(frozen=True)
+class PlanOptions:
+    """What a mode's plan is given besides the point, its card and the model's architecture: the
+    share of the card's memory vLLM pre-allocates (the scenario's ``vllm.gpu_memory_utilization``)
+    and the untimed warm-up runs before each point's timed repeats (its ``warmups``)."""
+
+    gpu_memory_utilization: float
+    warmups: int
+
+
 def plan_point(
     point: Point, card: GpuSpec, *, gpu_memory_utilization: float = 0.9, warmups: int = 1
 ) -> PointPlan:
     """The point's plan by its mode's plan part (harness.modes): memory per phase, fit, seconds."""
     plan_mode: ModePlan = modes.get(point.mode).load("plan")
-    return plan_mode(
-        point,
-        card,
-        catalog.model(point.model),
-        gpu_memory_utilization=gpu_memory_utilization,
-        warmups=warmups,
-    )
+    options = PlanOptions(gpu_memory_utilization=gpu_memory_utilization, warmups=warmups)
+    return plan_mode(point, card, catalog.model(point.model), options)
 
 
 class ModePlan(Protocol):
     """A mode's plan part: one point on one card."""
 
     def __call__(
-        self,
-        point: Point,
-        card: GpuSpec,
-        arch: ModelArch,
-        *,
-        gpu_memory_utilization: float,
-        warmups: int,
+        self, point: Point, card: GpuSpec, arch: ModelArch, options: PlanOptions
     ) -> PointPlan: ...
 
 

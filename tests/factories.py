@@ -180,3 +180,27 @@ COST_CSV_CONTRACT = (
     "decode_tok_s", "total_tok_s", "usd_per_mtok_output", "usd_per_mtok_total",
     "tokens_per_package", "breakeven_utilisation",
 )  # fmt: skip
+
+
+def write_manifest(run_dir: Path, rows: list[ResultRow], **entry: Any) -> Path:
+    """A manifest as ``harness.run.sweep.start_manifest`` writes it (through the store): one run
+    entry recording the rows' corpus hash, harness version and groups (override any field)."""
+    from harness.run.store import MANIFEST
+    from harness.run.store import write_manifest as store_write_manifest
+
+    hashes = {r.provenance.corpus_hash for r in rows if r.provenance.corpus_hash}
+    versions = {r.provenance.harness for r in rows if r.provenance.harness}
+    fields: dict[str, Any] = {
+        "started": "2026-05-01T00:00:00+0000",
+        "mode": "in-process",
+        "scenario": "scenarios/test.yaml",
+        "scenario_hash": "5ce4a110",
+        "groups": sorted({r.group for r in rows if r.group}),
+        "added_reference_groups": [],
+        "skipped": [],
+        **({"corpus_hash": min(hashes)} if hashes else {}),
+        **({"harness": min(versions)} if versions else {}),
+    }
+    fields.update(entry)
+    store_write_manifest(run_dir, {"name": run_dir.name, "runs": [fields]})
+    return run_dir / MANIFEST

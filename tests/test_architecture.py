@@ -27,7 +27,10 @@ ENGINES = (
     "torch", "transformers", "vllm", "bitsandbytes", "gptqmodel", "optimum", "ray", "peft",
     "pynvml", "amdsmi", "accelerate",
 )  # fmt: skip
-BASE = ("harness", "harness.errors", "harness.units", "harness.atomic", "harness.console")
+BASE = (
+    "harness", "harness.errors", "harness.units", "harness.atomic", "harness.files",
+    "harness.console",
+)  # fmt: skip
 RESULTS_READS = ("harness.spec", "harness.row", "harness.run.store", "harness.measure")
 RUN_READS = (
     "harness.spec", "harness.plan", "harness.measure", "harness.backends", "harness.row",

@@ -8,7 +8,7 @@ import time
 import pytest
 from typer.testing import CliRunner
 
-from harness import plan
+from harness import modes, plan
 from harness.cli.main import app
 from harness.spec import catalog
 from harness.spec.scenario import Point
@@ -105,6 +105,19 @@ def test_vllm_fits_inside_its_preallocated_share() -> None:
     card = catalog.gpu("H100-SXM-80GB")
     result = plan.plan_point(point(backend="vllm"), card, gpu_memory_utilization=0.5)
     assert result.capacity_gib == pytest.approx(card.memory_gib * 0.5)
+
+
+def test_a_mode_plan_is_given_its_options_as_one_argument() -> None:
+    """plan_point hands the mode's plan part one PlanOptions: the offline seconds are (warm-ups +
+    repeats) runs, a vLLM point's capacity is the pre-allocated share."""
+    card, arch = catalog.gpu("H100-SXM-80GB"), catalog.model(LLAMA8B)
+    offline = modes.get("offline").load("plan")
+    p = point(backend="vllm")
+    cold = offline(p, card, arch, plan.PlanOptions(gpu_memory_utilization=0.5, warmups=0))
+    warm = offline(p, card, arch, plan.PlanOptions(gpu_memory_utilization=0.5, warmups=2))
+    assert warm.est_seconds == pytest.approx(cold.est_seconds * (2 + p.repeats) / p.repeats)
+    assert cold.capacity_gib == pytest.approx(card.memory_gib * 0.5)
+    assert plan.plan_point(p, card, gpu_memory_utilization=0.5, warmups=2) == warm
 
 
 def test_total_is_the_peak_phase_and_sums_its_terms() -> None:

@@ -75,8 +75,8 @@ def plan(
     gpu: Annotated[str | None, typer.Option(help="catalog GPU to plan GPU targets on")] = None,
     tariffs: Annotated[Path | None, typer.Option(help="tariff YAML: prices the budget")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
-    all_skips: Annotated[
-        bool, typer.Option("--all-skips", help="list every skipped point, not one line a reason")
+    show_skipped: Annotated[
+        bool, typer.Option("--show-skipped", help="list every skipped point, not one line a reason")
     ] = False,
 ) -> None:
     """Every point with its memory plan and fit verdict, the skips by reason, the budget."""
@@ -92,16 +92,16 @@ def plan(
     if as_json:
         sys.stdout.write(json.dumps(result.contract()) + "\n")
         return
-    print_plan(result, all_skips=all_skips)
+    print_plan(result, show_skipped=show_skipped)
 
 
 def print_skip_reasons(skipped: list[Any]) -> None:
-    """One line per reason: how many points it skips and which configurations (--all-skips
+    """One line per reason: how many points it skips and which configurations (--show-skipped
     lists every point)."""
     by_reason: dict[str, list[Any]] = {}
     for skip, _ in skipped:
         by_reason.setdefault(skip.reason, []).append(skip.point)
-    table = Table(title=f"skipped: {len(skipped)} points (--all-skips lists each)")
+    table = Table(title=f"skipped: {len(skipped)} points (--show-skipped lists each)")
     for col in ("points", "configurations", "reason"):
         table.add_column(col, overflow="fold", justify="right" if col == "points" else "left")
     for reason, points in by_reason.items():
@@ -113,7 +113,7 @@ def print_skip_reasons(skipped: list[Any]) -> None:
     console.print(table)
 
 
-def print_plan(result: Any, *, all_skips: bool = False) -> None:
+def print_plan(result: Any, *, show_skipped: bool = False) -> None:
     table = Table(title="plan: memory in GiB (2^30 bytes), time in s")
     for col in ("point", "gpu", "weights", "KV", "activ.", "reserve", "total", "est s"):
         table.add_column(
@@ -131,7 +131,7 @@ def print_plan(result: Any, *, all_skips: bool = False) -> None:
             f"{p.est_seconds:.1f}",
         )  # fmt: skip
     console.print(table)
-    if result.skipped and not all_skips:
+    if result.skipped and not show_skipped:
         print_skip_reasons(result.skipped)
     elif result.skipped:
         skips = Table(title=f"skipped ({len(result.skipped)})")

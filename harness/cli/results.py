@@ -1,13 +1,16 @@
 """`harness aggregate`, `report`, `compare`, `site`: typer-annotated plain functions.
 
-They are registered on the app by ``harness.cli.main``; each raises UserInputError on bad input
+They are registered on the app by ``harness.cli.main``; `aggregate` and `report` are built by
+``run_command`` from the options they share; each raises UserInputError on bad input
 (the CLI turns it into one line and exit code 2) and prints rich tables.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.markup import escape as markup_escape
@@ -18,6 +21,10 @@ from harness.console import console
 from harness.errors import UserInputError
 from harness.results.columns import COLUMNS, COMPARED
 from harness.spec.labels import configuration_label
+
+if TYPE_CHECKING:
+    from harness.results.aggregate import Aggregate
+    from harness.spec.tariffs import TariffTable
 
 QUALITY_CLASS_HELP = "quality class: 99 (within 1 % of the reference) or 99.9 (within 0.1 %)"
 
@@ -105,7 +112,7 @@ def print_counts(result: Any) -> None:
     if c.get("mixed_scenarios"):
         console.print(
             "[yellow]rows from several scenarios, aggregated as one (--allow-mixed):[/] "
-            + ", ".join(c["mixed_scenarios"]),
+            + markup_escape(", ".join(c["mixed_scenarios"])),
             highlight=False,
         )
     if c["models_without_reference"]:
@@ -115,7 +122,9 @@ def print_counts(result: Any) -> None:
             highlight=False,
         )
     for path, why in result.unreadable:
-        console.print(f"[yellow]unreadable, skipped:[/] {path}: {why}", highlight=False)
+        console.print(
+            f"[yellow]unreadable, skipped:[/] {markup_escape(f'{path}: {why}')}", highlight=False
+        )
 
 
 RunArg = Annotated[Path, typer.Argument(help="run folder (results/<run>)")]
@@ -126,26 +135,57 @@ UtilisationOpt = Annotated[
 ]
 AllowMixedOpt = Annotated[
     bool,
-    typer.Option("--allow-mixed", help="aggregate a folder whose rows come from several scenarios"),
+    typer.Option(
+        "--allow-mixed",
+        help="aggregate a folder whose rows come from several scenarios or runs (each stated)",
+    ),
 ]
 
 
-def aggregate_cmd(
-    run: RunArg,
-    tariffs: TariffsOpt = None,
-    quality_class: QualityClassOpt = "99",
-    utilisation: UtilisationOpt = 1.0,
-    allow_mixed: AllowMixedOpt = False,
-) -> None:
-    """Equal-quality gate, cost per tariff package, cheapest configurations: printed."""
-    from harness.results.aggregate import aggregate_run
-    from harness.results.pricing import check_utilisation
+@dataclass(frozen=True)
+class Aggregated:
+    """One run folder aggregated with the options `aggregate` and `report` share."""
 
-    _check_class(quality_class)
-    check_utilisation(utilisation)
-    result = aggregate_run(_check_run(run), _tariffs(tariffs), utilisation, allow_mixed)
+    folder: Path
+    tariffs: TariffTable | None
+    quality_class: str
+    utilisation: float
+    result: Aggregate
+
+
+def run_command(action: Callable[[Aggregated], None]) -> Callable[..., None]:
+    """A command over one run folder with the options `aggregate` and `report` share, stated once
+    here (typer reads them from this signature): it checks them, aggregates the run and hands the
+    result to ``action``, whose name and docstring the command takes."""
+
+    def command(
+        run: RunArg,
+        tariffs: TariffsOpt = None,
+        quality_class: QualityClassOpt = "99",
+        utilisation: UtilisationOpt = 1.0,
+        allow_mixed: AllowMixedOpt = False,
+    ) -> None:
+        from harness.results.aggregate import aggregate_run
+        from harness.results.pricing import check_utilisation
+
+        _check_class(quality_class)
+        check_utilisation(utilisation)
+        folder = _check_run(run)
+        table = _tariffs(tariffs)
+        result = aggregate_run(folder, table, utilisation, allow_mixed)
+        action(Aggregated(folder, table, quality_class, utilisation, result))
+
+    command.__name__ = command.__qualname__ = action.__name__
+    command.__doc__ = action.__doc__
+    return command
+
+
+@run_command
+def aggregate_cmd(aggregated: Aggregated) -> None:
+    """Equal-quality gate, cost per tariff package, cheapest configurations: printed."""
+    result, quality_class = aggregated.result, aggregated.quality_class
     print_counts(result)
-    if tariffs is None:
+    if aggregated.tariffs is None:
         console.print("no --tariffs given: nothing priced (try --tariffs tariffs/example.yaml)")
         return
     print_headline(result, quality_class)
@@ -166,24 +206,20 @@ def aggregate_cmd(
         console.print(_table("GPU against GPU at equal quality", rows, {"days", "cost a ÷ b"}))
 
 
-def report_cmd(
-    run: RunArg,
-    tariffs: TariffsOpt = None,
-    quality_class: QualityClassOpt = "99",
-    utilisation: UtilisationOpt = 1.0,
-    allow_mixed: AllowMixedOpt = False,
-) -> None:
+@run_command
+def report_cmd(aggregated: Aggregated) -> None:
     """Write results/<run>/published/ (CSV, Parquet, JSON, README, report.html) and print the
     headline table."""
-    from harness.results.aggregate import aggregate_run
-    from harness.results.pricing import check_utilisation
     from harness.results.publish import report
 
-    _check_class(quality_class)
-    check_utilisation(utilisation)
-    table = _tariffs(tariffs)
-    result = aggregate_run(_check_run(run), table, utilisation, allow_mixed)
-    out = report(run, table, utilisation=utilisation, quality_class=quality_class, result=result)
+    result, quality_class = aggregated.result, aggregated.quality_class
+    out = report(
+        aggregated.folder,
+        aggregated.tariffs,
+        utilisation=aggregated.utilisation,
+        quality_class=quality_class,
+        result=result,
+    )
     print_counts(result)
     print_headline(result, quality_class)
     console.print(f"published: {out}/ (report.html, README.md, cost.csv, points.csv, …)")
@@ -284,4 +320,6 @@ def compare_cmd(
         highlight=False,
     )
     for path, why in result.unreadable:
-        console.print(f"[yellow]unreadable, skipped:[/] {path}: {why}", highlight=False)
+        console.print(
+            f"[yellow]unreadable, skipped:[/] {markup_escape(f'{path}: {why}')}", highlight=False
+        )

@@ -33,6 +33,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
+from harness.errors import UserInputError
+from harness.files import read_capped
 from harness.measure import cuda_index, device_kind
 
 T = TypeVar("T")
@@ -447,11 +449,14 @@ def rapl_domains(powercap: Path = POWERCAP) -> tuple[list[Path], str | None]:
     """The package domains' folders, or why there are none to read."""
     if not powercap.is_dir():
         return [], f"rapl: {powercap} does not exist (no powercap driver, or a container)"
-    found = [
-        path
-        for path in sorted(powercap.iterdir())
-        if PACKAGE_DOMAIN.match(path.name) and _text(path / "name").startswith("package")
-    ]
+    try:
+        found = [
+            path
+            for path in sorted(powercap.iterdir())
+            if PACKAGE_DOMAIN.match(path.name) and _text(path / "name").startswith("package")
+        ]
+    except (OSError, ValueError) as exc:
+        return [], f"rapl: {exc}"
     if not found:
         return [], f"rapl: no intel-rapl:N package domain under {powercap}"
     return found, None
@@ -475,11 +480,20 @@ def open_rapl(powercap: Path = POWERCAP) -> EnergyMeter[Any]:
     return rapl_meter(lambda: read_rapl(domains))
 
 
+MAX_COUNTER_BYTES = 256  # a sysfs counter is a number or a name on one line
+
+
 def _text(path: Path) -> str:
+    """A sysfs file's text ('' when it is not there); one that is not a regular file (a FIFO, a
+    device) or longer than a counter is a ValueError naming it, never a hang."""
     try:
-        return path.read_text().strip()
+        return read_capped(path, MAX_COUNTER_BYTES, "RAPL file").decode().strip()
     except FileNotFoundError:
         return ""
+    except UserInputError as exc:
+        raise ValueError(str(exc)) from None
+    except UnicodeDecodeError:
+        raise ValueError(f"{path}: not text") from None
 
 
 def _shutdown(fn: Callable[[], object]) -> None:

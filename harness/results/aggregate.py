@@ -30,14 +30,14 @@ from harness.results import effects, gate, pareto, pricing
 from harness.results import energy as en
 from harness.results import frame as frames
 from harness.results import regressions as reg
+from harness.results.columns import CONFIGURATION, PEAK_MEMORY
 from harness.run.store import read_manifest
 from harness.spec.scenario import GATE_METRICS
 from harness.spec.tariffs import TariffTable
 
 SPEED_ONLY_COLUMNS = (
-    "model", "backend", "quantization", "kv_cache_dtype", "batch", "context", "output_tokens",
-    "device", "prefill_tok_s", "decode_tok_s", "ttft_ms_p50", "tpot_ms_p50", "peak_mib_decode",
-    "predicted_peak_mib", "key",
+    "model", *CONFIGURATION, "output_tokens", "device", "prefill_tok_s", "decode_tok_s",
+    "ttft_ms_p50", "tpot_ms_p50", *PEAK_MEMORY, "key",
 )  # fmt: skip
 
 
@@ -162,11 +162,20 @@ def aggregate_run(
     utilisation: float = 1.0,
     allow_mixed: bool = False,
 ) -> Aggregate:
-    """``aggregate`` of a run folder, with its scenario mix, error analysis and leakage table."""
-    frame, bad = frames.load_run(run_dir)
+    """``aggregate`` of a run folder (its rows admitted by harness.results.admission: foreign
+    rows refused unless ``allow_mixed``), with its scenario mix, error analysis and leakage."""
+    loaded = frames.read_run(Path(run_dir), allow_mixed)
     mixed = frames.scenario_mix(Path(run_dir), allow_mixed)
-    result = aggregate(frame, tariffs, utilisation, bad, gated_metrics(Path(run_dir)))
-    result.counts["mixed_scenarios"] = mixed
+    result = aggregate(
+        loaded.frame, tariffs, utilisation, loaded.unreadable, gated_metrics(Path(run_dir))
+    )
+    # foreign rows admitted by allow_mixed: counted, and each one stated where the report and
+    # the CLI state the mix (the "rows from several scenarios" note)
+    result.counts["mixed_rows"] = [{"file": f, "why": why} for f, why in loaded.mixed]
+    result.counts["mixed_scenarios"] = [
+        *mixed,
+        *(f"{Path(f).name} admitted: {why}" for f, why in loaded.mixed),
+    ]
     result.regressions = reg.analyse(Path(run_dir), result.points)
     result.leakage = frames.manifest_leakage(Path(run_dir))
     return result

@@ -10,6 +10,10 @@ mode's ``report``) take their columns from here by name (``table_columns``, ``he
 Cheap to import (the CLI reads labels as it starts): a formatter is named here, one of
 ``harness.results.publish.format``'s functions, and looked up there when a table is built.
 A new metric: one line in ``COLUMNS``, then its name in the tables that show it.
+
+The runs of columns that several tables show together are named once below the registry (the
+configuration, the package a row is priced on, its price, the perplexity change with its CI);
+each table's list is built from those groups and its own columns.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from harness.modes.base import Column
+from harness.spec import labels
 
 Direction = Literal[-1, 0, 1]
 # the formatters of harness.results.publish.format a column may name (None: text, as is)
@@ -226,6 +231,37 @@ _SPECS: tuple[ColumnSpec, ...] = (
 )
 
 COLUMNS: dict[str, ColumnSpec] = {c.name: c for c in _SPECS}
+
+# --- column groups: runs of columns several tables show together, named once -----------------
+# a configuration within a model: engine, weights, KV cache, batch, context (the fields of its
+# one label, harness.spec.labels), and the same over every batch and context
+CONFIGURATION: tuple[str, ...] = labels.CONFIGURATION
+ENGINE_WEIGHTS_KV: tuple[str, ...] = labels.ENGINE_WEIGHTS_KV
+# the package a published table's row is priced on, as the tables show it: its length first
+PACKAGE: tuple[str, ...] = ("package_days", "gpu", "provider")
+# what a cheapest table's row is the cheapest of: a model in a quality class on one package
+CHEAPEST_OF: tuple[str, ...] = ("model", "quality_class", *PACKAGE)
+# the package a cost frame's row is priced on (cost.csv, the modes' priced tables)
+PRICED_ON: tuple[str, ...] = (
+    "gpu",
+    "provider",
+    "package_days",
+    "package_price_usd",
+    "gpus_in_package",
+)
+# a configuration's price on a package: $ per million output tokens and per million tokens
+USD_PER_MTOK: tuple[str, ...] = ("usd_per_mtok_output", "usd_per_mtok_total")
+# what the package buys, the utilisation above which it beats hourly billing, and its cost
+# against the cheapest GPU's
+PACKAGE_TERMS: tuple[str, ...] = (
+    "tokens_per_package",
+    "breakeven_utilisation",
+    "ratio_to_cheapest_gpu",
+)
+# the perplexity change against the reference, with its paired 95 % CI
+DPPL_WITH_CI: tuple[str, ...] = ("dppl_pct", "dppl_pct_ci_low", "dppl_pct_ci_high")
+# the decode peak memory, measured and planned
+PEAK_MEMORY: tuple[str, ...] = ("peak_mib_decode", "predicted_peak_mib")
 
 # The metrics `harness compare` compares, in its order (methods: harness.results.compare).
 COMPARED: tuple[str, ...] = ("decode_tok_s", "ppl", "peak_mib_decode", "j_per_token_decode")

@@ -28,11 +28,10 @@ import pandas as pd
 from harness.spec.tariffs import HOURS_PER_DAY, TariffTable
 
 J_PER_KWH = 3.6e6
+# a rent-vs-own row: one per (model, class, GPU, provider) of the cheapest table
+RENT_VS_OWN_KEY = ("model", "quality_class", "gpu", "provider")
 RENT_VS_OWN_COLUMNS = [
-    "model",
-    "quality_class",
-    "gpu",
-    "provider",
+    *RENT_VS_OWN_KEY,
     "gpus_per_node",
     "avg_power_w_decode",
     "j_per_mtok_output",
@@ -90,8 +89,7 @@ def rent_vs_own(
     measured = cheapest[pd.to_numeric(cheapest["avg_power_w_decode"], errors="coerce").notna()]
     purchases = {(t.provider, t.gpu, t.gpus_per_node): t.purchase_usd for t in tariffs.tariffs}
     rows: list[dict[str, Any]] = []
-    keys = ["model", "quality_class", "gpu", "provider"]
-    for _, row in measured.drop_duplicates(keys).iterrows():
+    for _, row in measured.drop_duplicates(list(RENT_VS_OWN_KEY)).iterrows():
         cards = int(row["gpus_in_package"])
         power_w = float(row["avg_power_w_decode"])
         own = power_w * cards / 1000 * price
@@ -99,7 +97,7 @@ def rent_vs_own(
         hours = None if purchase is None else breakeven_hours(purchase, row["hourly_usd"], own)
         j_per_mtok = float(row.get("j_per_mtok_output", np.nan))
         rows.append({
-            **{k: row[k] for k in keys},
+            **{k: row[k] for k in RENT_VS_OWN_KEY},
             "gpus_per_node": cards,
             "avg_power_w_decode": power_w,
             "j_per_mtok_output": j_per_mtok,

@@ -1,6 +1,10 @@
 """Result rows as one frame: read, normalised to one dtype per column, flagged, split by mode,
 and its columns as integer codes (each string column hashed once, then plain numpy).
 
+A run folder is read through ``read_run``/``load_run``: the store's rows, each admitted by
+``harness.results.admission`` (schema, foreign, consistent); a refused row is unreadable, named
+with its cause.
+
 Column kinds come from the ``ResultRow`` schema: an optional int is a float column here (NaN =
 not measured); the plain ints are ``INT_COLUMNS``; a bool is a bool; the rest is text.
 
@@ -15,6 +19,7 @@ from __future__ import annotations
 import types
 import typing
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +28,7 @@ import pandas as pd
 from numpy.typing import NDArray
 
 from harness.errors import UserInputError
+from harness.results import admission
 from harness.row import ResultRow
 from harness.run.store import read_manifest, read_rows
 from harness.spec.scenario import CONFIGURATION_FIELDS
@@ -105,8 +111,19 @@ def normalise(frame: pd.DataFrame) -> pd.DataFrame:
     return out.reset_index(drop=True)
 
 
-def load_run(run_dir: Path) -> tuple[pd.DataFrame, list[tuple[str, str]]]:
-    """The run's rows as a frame, and every unreadable point file with why (named, skipped)."""
+@dataclass
+class LoadedRun:
+    """A run folder read through ``admission.admit``: its rows as a frame, every unreadable or
+    refused point file with why, and the foreign rows ``allow_mixed`` admitted (file, why)."""
+
+    frame: pd.DataFrame
+    unreadable: list[tuple[str, str]]
+    mixed: list[tuple[str, str]] = field(default_factory=list)
+
+
+def read_run(run_dir: Path, allow_mixed: bool = False) -> LoadedRun:
+    """The run's admitted rows (harness.results.admission: schema, foreign, consistent); a folder
+    whose manifest claims a newer result schema, or whose files are all unreadable, is refused."""
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise UserInputError("run folder not found", file=str(run_dir))
@@ -115,13 +132,26 @@ def load_run(run_dir: Path) -> tuple[pd.DataFrame, list[tuple[str, str]]]:
         raise UserInputError(
             "no point files under points/ (is this a run folder?)", file=str(run_dir)
         )
-    if not rows:
-        path, why = bad[0]
+    admitted = admission.admit(
+        run_dir, rows, [(str(p), why) for p, why in bad], read_manifest(run_dir), allow_mixed
+    )
+    if not admitted.rows:
+        path, why = admitted.unreadable[0]
         raise UserInputError(
-            f"none of the {len(bad)} point files is readable (first: {path.name}: {why})",
+            f"none of the {len(admitted.unreadable)} point files is readable "
+            f"(first: {Path(path).name}: {why})",
             file=str(run_dir),
         )
-    return frame_from_rows(rows), [(str(path), why) for path, why in bad]
+    return LoadedRun(frame_from_rows(admitted.rows), admitted.unreadable, admitted.mixed)
+
+
+def load_run(
+    run_dir: Path, allow_mixed: bool = False
+) -> tuple[pd.DataFrame, list[tuple[str, str]]]:
+    """The run's rows as a frame, and every unreadable or refused point file with why (named,
+    skipped): ``read_run`` without its list of admitted foreign rows."""
+    loaded = read_run(run_dir, allow_mixed)
+    return loaded.frame, loaded.unreadable
 
 
 def scenario_mix(run_dir: Path, allow_mixed: bool) -> list[str]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from harness.results.columns import CONFIGURATION, PACKAGE
 from harness.results.frame import Array, Codes, column_codes, joint_key
 from harness.results.pricing import cost_table, gpus_used, package_pairs, priceable
 
@@ -62,14 +63,8 @@ def pareto_cost_quality(
     """
     columns = [
         "model",
-        "package_days",
-        "gpu",
-        "provider",
-        "backend",
-        "quantization",
-        "kv_cache_dtype",
-        "batch",
-        "context",
+        *PACKAGE,
+        *CONFIGURATION,
         "target",
         "usd_per_mtok_output",
         "ppl",
@@ -105,18 +100,7 @@ def pareto_cost_quality(
 
 def pareto_throughput_latency(points: pd.DataFrame, codes: Codes | None = None) -> pd.DataFrame:
     """Per (model, device): points no other beats on both decode tok/s (max) and TPOT (min)."""
-    columns = [
-        "model",
-        "device",
-        "backend",
-        "quantization",
-        "kv_cache_dtype",
-        "batch",
-        "context",
-        "decode_tok_s",
-        "tpot_ms_p50",
-        "key",
-    ]
+    columns = ["model", "device", *CONFIGURATION, "decode_tok_s", "tpot_ms_p50", "key"]
     codes = codes or Codes(points)
     group = joint_key(codes("model"), codes("device"))
     group = np.where(points["cost_eligible"].to_numpy(dtype=bool), group, -1)

@@ -33,6 +33,7 @@ import pandas as pd
 
 from harness.errors import UserInputError
 from harness.measure.verdict import QUALITY_CLASSES
+from harness.results.columns import PRICED_ON
 from harness.results.frame import Array, Codes, best_per_group, column_codes, joint_key
 from harness.spec.scenario import CONFIGURATION_FIELDS
 from harness.spec.tariffs import HOURS_PER_DAY, TariffTable
@@ -134,11 +135,7 @@ def packages_frame(tariffs: TariffTable | None) -> pd.DataFrame:
 COST_COLUMNS = [
     "model",
     "quality_class",
-    "gpu",
-    "provider",
-    "package_days",
-    "package_price_usd",
-    "gpus_in_package",
+    *PRICED_ON,
     "gpus_used",
     "utilisation",
     *(f for f in CONFIGURATION_FIELDS if f not in ("model", "revision")),

@@ -41,6 +41,7 @@ import pandas as pd
 from numpy.typing import NDArray
 
 from harness import corpus
+from harness.results.columns import ENGINE_WEIGHTS_KV
 from harness.results.gate import references
 from harness.run.store import load_window_arc, load_window_nll
 
@@ -51,8 +52,7 @@ TEST = (
     "McNemar exact: two-sided binomial on the discordant pairs, "
     "p = min(1, 2·P(X ≤ min(b, c))), X ~ Binomial(b + c, 1/2)"
 )
-CONFIG_COLUMNS = ["model", "backend", "quantization", "kv_cache_dtype", "target", "group",
-                  "reference_group"]  # fmt: skip
+CONFIG_COLUMNS = ["model", *ENGINE_WEIGHTS_KV, "target", "group", "reference_group"]
 SUMMARY_COLUMNS = [
     *CONFIG_COLUMNS,
     "arc_items_paired",

@@ -8,11 +8,12 @@
 Every write is atomic (harness.atomic), so a killed process leaves either the old file or the
 new one, never half of one. Resume reads what is there.
 
-Reading is as strict as the inputs: a row file over ``MAX_ROW_BYTES``, one that is not a
-``ResultRow``, or one whose measured values are non-finite, negative or out of range (see
-``row_problem``) is unreadable, named with its cause; two files holding the same point key are a
-conflict (UserInputError naming both), never a silent choice; a manifest that is not JSON or not a
-harness manifest is refused with what to do.
+Reading is as strict as the inputs: every file is read through ``harness.files`` (a regular file
+only, capped: a FIFO or a link to a device is never opened); a row file over ``MAX_ROW_BYTES``, one
+that is not a regular file, one that is not a ``ResultRow``, or one whose measured values are
+non-finite, negative or out of range (see ``row_problem``) is unreadable, named with its cause; two
+files holding the same point key are a conflict (UserInputError naming both), never a silent choice;
+a manifest that is not JSON or not a harness manifest is refused with what to do.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from harness import corpus
 from harness.atomic import atomic_write_bytes, atomic_write_json, atomic_write_text
 from harness.backends.base import WindowScores
 from harness.errors import UserInputError
+from harness.files import FileTooLarge, open_regular, read_capped
 from harness.row import ResultRow
 from harness.run.contracts import WorkContext, is_reference
 from harness.spec.scenario import GroupKey
@@ -132,10 +134,12 @@ def validation_reason(exc: ValidationError) -> str:
 def read_row(path: Path) -> ResultRow | str:
     """A row, or why the file is unreadable."""
     try:
-        size = path.stat().st_size
-        if size > MAX_ROW_BYTES:
-            return f"{size:,} bytes; a row file is at most {MAX_ROW_BYTES:,}"
-        row = ResultRow.model_validate_json(path.read_bytes())
+        row = ResultRow.model_validate_json(read_capped(path, MAX_ROW_BYTES, "row file"))
+    except FileTooLarge as exc:
+        size = f"{exc.size:,}" if exc.size is not None else f"more than {MAX_ROW_BYTES:,}"
+        return f"{size} bytes; a row file is at most {MAX_ROW_BYTES:,}"
+    except UserInputError as exc:  # not a regular file (a FIFO, a device)
+        return exc.message
     except ValidationError as exc:
         return validation_reason(exc)
     except (ValueError, OSError) as exc:
@@ -218,29 +222,52 @@ def keep_scores(ctx: WorkContext, group: GroupKey, scores: WindowScores) -> None
         save_scores(reference_artifact(ctx, group), scores)
 
 
+MAX_WINDOW_BYTES = 64 << 20  # a group's per-window NLL and ARC answers: a few MiB at most
+
+
 def load_scores(path: Path) -> WindowScores | None:
-    if not path.is_file():
+    """A reference's full scores (streamed: the harness wrote them, and they may be large), or
+    None when there is no regular file there (a FIFO or a device is never opened)."""
+    if not path.exists():
         return None
-    with np.load(path) as data:
-        arc = "arc_index" in data.files and "arc_correct" in data.files
-        return WindowScores(
-            nll_sum=data["nll_sum"],
-            tokens=data["tokens"],
-            argmax=data["argmax"],
-            topk_ids=data["topk_ids"],
-            topk_logprobs=data["topk_logprobs"],
-            arc_index=data["arc_index"] if arc else None,
-            arc_correct=data["arc_correct"] if arc else None,
-        )
+    try:
+        with open_regular(path, "reference scores") as handle, np.load(handle) as data:
+            return _window_scores(data)
+    except UserInputError:
+        return None
+
+
+def _window_scores(data: Any) -> WindowScores:
+    arc = "arc_index" in data.files and "arc_correct" in data.files
+    return WindowScores(
+        nll_sum=data["nll_sum"],
+        tokens=data["tokens"],
+        argmax=data["argmax"],
+        topk_ids=data["topk_ids"],
+        topk_logprobs=data["topk_logprobs"],
+        arc_index=data["arc_index"] if arc else None,
+        arc_correct=data["arc_correct"] if arc else None,
+    )
+
+
+def _read_window_file(path: Path) -> bytes | None:
+    """A window-scores file's bytes, or None when it is not there or not a regular file of at
+    most ``MAX_WINDOW_BYTES``."""
+    if not path.exists():
+        return None
+    try:
+        return read_capped(path, MAX_WINDOW_BYTES, "window scores")
+    except (OSError, UserInputError):
+        return None
 
 
 def load_window_nll(run_dir: Path, group_label: str) -> tuple[NDArray[Any], NDArray[Any]] | None:
     """A group's per-window (nll_sum, tokens) as a run kept them, or None when it did not."""
-    path = window_scores_path(run_dir, group_label)
-    if not path.is_file():
+    raw = _read_window_file(window_scores_path(run_dir, group_label))
+    if raw is None:
         return None
     try:
-        with np.load(path) as data:
+        with np.load(io.BytesIO(raw)) as data:
             return np.asarray(data["nll_sum"], float), np.asarray(data["tokens"], float)
     except (OSError, KeyError, ValueError):
         return None
@@ -249,11 +276,11 @@ def load_window_nll(run_dir: Path, group_label: str) -> tuple[NDArray[Any], NDAr
 def load_window_arc(run_dir: Path, group_label: str) -> tuple[NDArray[Any], NDArray[Any]] | None:
     """A group's ARC answers as the run kept them beside its window scores: (item indices [N],
     hits [N, 2]: acc, acc_norm), or None when it kept none (no ARC items, an older run)."""
-    path = window_scores_path(run_dir, group_label)
-    if not path.is_file():
+    raw = _read_window_file(window_scores_path(run_dir, group_label))
+    if raw is None:
         return None
     try:
-        with np.load(path) as data:
+        with np.load(io.BytesIO(raw)) as data:
             if "arc_index" not in data.files or "arc_correct" not in data.files:
                 return None
             index = np.asarray(data["arc_index"], dtype=np.int64)
@@ -276,12 +303,14 @@ def read_manifest(run_dir: Path) -> dict[str, Any]:
         return {}
     todo = "move it away (or choose another --out) and run again"
     try:
-        if path.stat().st_size > MAX_MANIFEST_BYTES:
-            raise UserInputError(
-                f"larger than {MAX_MANIFEST_BYTES:,} bytes: not a harness manifest; {todo}",
-                file=str(path),
-            )
-        data = json.loads(path.read_bytes())
+        data = json.loads(read_capped(path, MAX_MANIFEST_BYTES, "manifest"))
+    except FileTooLarge:
+        raise UserInputError(
+            f"larger than {MAX_MANIFEST_BYTES:,} bytes: not a harness manifest; {todo}",
+            file=str(path),
+        ) from None
+    except UserInputError as exc:  # not a regular file (a FIFO, a device): never read
+        raise UserInputError(f"{exc.message}; {todo}", file=str(path)) from None
     except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
         cause = exc.msg if isinstance(exc, json.JSONDecodeError) else type(exc).__name__
         raise UserInputError(f"unreadable manifest ({cause}); {todo}", file=str(path)) from None

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from harness.errors import UserInputError
+from harness.files import read_capped
 
 PACKAGE_DATA = Path(__file__).resolve().parents[1] / "data"
 CATALOG_CONFIGS = Path(__file__).resolve().parent / "catalog" / "configs"  # config.json only
@@ -35,6 +36,7 @@ Need = Literal["config", "weights"]
 Source = Literal["shipped", "local", "hub"]
 
 CONFIG = "config.json"
+MAX_CONFIG_BYTES = 1 << 22  # 4 MiB: the largest configs on the hub are tens of KiB
 TOKENIZER_FILES = (
     "tokenizer.json",
     "tokenizer_config.json",
@@ -128,8 +130,18 @@ class ResolvedModel:
         return any(matches(f, ("*.bin", "*.pt", "*.pth")) for f in self.files)
 
     def config(self) -> dict[str, Any]:
-        loaded: dict[str, Any] = json.loads((self.path / CONFIG).read_text())
+        loaded: dict[str, Any] = json.loads(read_config(self.path / CONFIG))
         return loaded
+
+
+def read_config(path: Path) -> bytes:
+    """A config.json's bytes: a regular file of at most ``MAX_CONFIG_BYTES`` (never a FIFO or a
+    device, which would hang or never end), or a UserInputError naming it in its message (the
+    scenario's validator puts its own file and line in front)."""
+    try:
+        return read_capped(path, MAX_CONFIG_BYTES, str(path))
+    except UserInputError as exc:
+        raise UserInputError(exc.message) from None
 
 
 def listing(path: Path) -> tuple[str, ...]:
@@ -163,8 +175,10 @@ def resolve(
     shipped = shipped_dir(model_id)
     if shipped is not None:
         found = ResolvedModel(model_id, revision, shipped, "shipped", files=listing(shipped))
-    elif (Path(model_id).expanduser() / CONFIG).is_file():
+    elif (Path(model_id).expanduser() / CONFIG).exists():
         local = Path(model_id).expanduser().resolve()
+        if not (local / CONFIG).is_file():
+            read_config(local / CONFIG)  # a FIFO or a device: refused, naming it
         found = ResolvedModel(model_id, revision, local, "local", files=listing(local))
     elif is_hub_id(model_id):
         found = _hub(model_id, revision, need, allow_pickle, trust_remote_code, progress)

@@ -79,6 +79,10 @@ class ModelRef(Input):
     # speed and memory only, no quality, never priced.
     weights: Weights = "checkpoint"
 
+    def point_fields(self) -> dict[str, str]:
+        """What every point of this model takes from it, in every mode: model, revision, weights."""
+        return {"model": self.id, "revision": self.revision, "weights": self.weights}
+
     @field_validator("id")
     @classmethod
     def id_is_known(cls, value: str) -> str:

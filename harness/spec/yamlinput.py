@@ -4,11 +4,11 @@ Shared by scenario and tariff files: read, parse, validate; the first problem be
 UserInputError with the line of the offending node, the field path, what was expected and, for
 near misses, what was meant.
 
-One strict reading, capped before any work: at most ``MAX_INPUT_BYTES`` of text, ``MAX_DEPTH``
-levels of nesting and ``MAX_NODES`` values once aliases are expanded (an alias bomb is refused
-while it is composed, before anything is built from it); a mapping key given twice is refused
-with the line of the second one (never last-wins). Messages quote at most ``EXCERPT_CHARS`` of a
-value.
+One strict reading, capped before any work: a regular file only (``harness.files``: never a FIFO
+or a device), at most ``MAX_INPUT_BYTES`` of text, ``MAX_DEPTH`` levels of nesting and
+``MAX_NODES`` values once aliases are expanded (an alias bomb is refused while it is composed,
+before anything is built from it); a mapping key given twice is refused with the line of the
+second one (never last-wins). Messages quote at most ``EXCERPT_CHARS`` of a value.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from harness.errors import UserInputError, did_you_mean
+from harness.files import read_capped
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -113,14 +114,7 @@ def load_model(path: str | Path, model: type[M], what: str) -> M:
     """Read `path` and validate it as `model`; `what` names the file kind in errors."""
     path = Path(path)
     try:
-        size = path.stat().st_size
-        if size > MAX_INPUT_BYTES:
-            raise UserInputError(
-                f"{what} file is {size:,} bytes; the limit is {MAX_INPUT_BYTES:,}", file=str(path)
-            )
-        with path.open("rb") as handle:
-            raw = handle.read(MAX_INPUT_BYTES + 1)
-        text = raw.decode()
+        text = read_capped(path, MAX_INPUT_BYTES, f"{what} file").decode()
     except FileNotFoundError:
         raise UserInputError(f"{what} file not found", file=str(path)) from None
     except (OSError, UnicodeDecodeError) as exc:

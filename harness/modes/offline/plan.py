@@ -9,19 +9,14 @@ from harness.spec.scenario import Point
 
 
 def plan_offline_point(
-    point: Point,
-    card: GpuSpec,
-    arch: ModelArch,
-    *,
-    gpu_memory_utilization: float,
-    warmups: int,
+    point: Point, card: GpuSpec, arch: ModelArch, options: planner.PlanOptions
 ) -> planner.PointPlan:
     return planner.inference_plan(
         point,
         card,
         arch,
-        gpu_memory_utilization=gpu_memory_utilization,
+        gpu_memory_utilization=options.gpu_memory_utilization,
         seconds=lambda weights, ceiling: planner.estimate_seconds(
-            point, card, arch, weights, ceiling, warmups
+            point, card, arch, weights, ceiling, options.warmups
         ),
     )

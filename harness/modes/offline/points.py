@@ -12,9 +12,7 @@ def offline_points(scenario: Scenario, accepted: list[Point]) -> list[Point]:
     order; none in a training-only scenario (its inference axes are None)."""
     return [
         Point(
-            model=m.id,
-            revision=m.revision,
-            weights=m.weights,
+            **m.point_fields(),
             backend=backend,
             quantization=quant,
             kv_cache_dtype=kv,

@@ -11,20 +11,17 @@ from harness.spec.scenario import Point
 
 
 def plan_serving_point(
-    point: Point,
-    card: GpuSpec,
-    arch: ModelArch,
-    *,
-    gpu_memory_utilization: float,
-    warmups: int,
+    point: Point, card: GpuSpec, arch: ModelArch, options: planner.PlanOptions
 ) -> planner.PointPlan:
+    """The level's memory as its engine's inference plan; its seconds are its load's
+    (``serving_seconds``: no warm-ups, one run per round)."""
     level = point.serving
     assert level is not None
     plan = planner.inference_plan(
         point,
         card,
         arch,
-        gpu_memory_utilization=gpu_memory_utilization,
+        gpu_memory_utilization=options.gpu_memory_utilization,
         seconds=lambda _weights, ceiling: serving_seconds(point, card, arch, ceiling),
     )
     return plan.model_copy(

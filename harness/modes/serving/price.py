@@ -32,6 +32,7 @@ import pandas as pd
 from numpy.typing import NDArray
 
 from harness.modes.serving import slo
+from harness.results.columns import ENGINE_WEIGHTS_KV, PRICED_ON
 from harness.results.pricing import (
     PASS_COLUMNS,
     VERDICT_COLUMNS,
@@ -44,23 +45,13 @@ from harness.results.pricing import (
 QUALITY_COLUMNS = (
     "quality_class", *VERDICT_COLUMNS, *PASS_COLUMNS, "ppl", "ppl_ref", "dppl_pct",
 )  # fmt: skip
-CONFIG_COLUMNS = (
-    "run",
-    "group",
-    "model",
-    "weights",
-    "backend",
-    "quantization",
-    "kv_cache_dtype",
-    "target",
-    "gpu",
-    "device",
-)
+CONFIG_COLUMNS = ("run", "group", "model", "weights", *ENGINE_WEIGHTS_KV, "target", "gpu", "device")
+# a configuration's level at the SLO and its output tok/s there (every at-SLO table leads with them)
+AT_SLO = ("level_at_slo", "output_tok_s_at_slo")
 AT_SLO_COLUMNS = [
     *CONFIG_COLUMNS,
     *QUALITY_COLUMNS,
-    "level_at_slo",
-    "output_tok_s_at_slo",
+    *AT_SLO,
     "goodput_rps_at_slo",
     "slo_attainment_at_slo",
     "j_per_mtok_output_at_slo",
@@ -71,16 +62,9 @@ AT_SLO_COLUMNS = [
 CHEAPEST_AT_SLO_COLUMNS = [
     "model",
     "quality_class",
-    "gpu",
-    "provider",
-    "package_days",
-    "package_price_usd",
-    "gpus_in_package",
-    "backend",
-    "quantization",
-    "kv_cache_dtype",
-    "level_at_slo",
-    "output_tok_s_at_slo",
+    *PRICED_ON,
+    *ENGINE_WEIGHTS_KV,
+    *AT_SLO,
     "usd_per_mtok_output_at_slo",
     "j_per_mtok_output_at_slo",
     "achieved_class",

@@ -12,8 +12,9 @@ from typing import Any
 import pandas as pd
 
 from harness.modes.base import Column, HtmlTable, MdTable
+from harness.modes.serving.price import AT_SLO
 from harness.results.aggregate import Aggregate
-from harness.results.columns import headers, table_columns
+from harness.results.columns import CHEAPEST_OF, ENGINE_WEIGHTS_KV, headers, table_columns
 from harness.results.publish.format import escape, fmt_value, md_escape
 from harness.results.publish.svg import svg_scatter
 
@@ -78,40 +79,46 @@ def level_table(result: Aggregate) -> pd.DataFrame:
     return result.at_slo
 
 
+# --- the tables --------------------------------------------------------------------------------
+# report.html's tables; the README's are the same less these columns
+README_LEAVES_OUT = frozenset({"dppl_pct", "slo_attainment_at_slo"})
+CHEAPEST_AT_SLO = (
+    *CHEAPEST_OF,
+    *ENGINE_WEIGHTS_KV,
+    *AT_SLO,
+    "usd_per_mtok_output_at_slo",
+    "j_per_mtok_output_at_slo",
+    "dppl_pct",
+)
+LEVEL_AT_SLO = (
+    "model",
+    *ENGINE_WEIGHTS_KV,
+    "device",
+    "quality_class",
+    *AT_SLO,
+    "goodput_rps_at_slo",
+    "slo_attainment_at_slo",
+    "j_per_mtok_output_at_slo",
+    "levels_meeting_slo",
+    "levels_measured",
+)
+
+
+def readme_headers(names: tuple[str, ...]) -> dict[str, str]:
+    """field → header of the README's version of the page's table ``names``."""
+    return headers(n for n in names if n not in README_LEAVES_OUT)
+
+
 # --- README.md --------------------------------------------------------------------------------
 
-SERVING_HEADERS = headers(
-    (
-        "model",
-        "quality_class",
-        "package_days",
-        "gpu",
-        "provider",
-        "backend",
-        "quantization",
-        "kv_cache_dtype",
-        "level_at_slo",
-        "output_tok_s_at_slo",
-        "usd_per_mtok_output_at_slo",
-        "j_per_mtok_output_at_slo",
-    )
-)
-AT_SLO_HEADERS = headers(
-    (
-        "model",
-        "backend",
-        "quantization",
-        "kv_cache_dtype",
-        "device",
-        "quality_class",
-        "level_at_slo",
-        "output_tok_s_at_slo",
-        "goodput_rps_at_slo",
-        "j_per_mtok_output_at_slo",
-        "levels_meeting_slo",
-        "levels_measured",
-    )
-)
+SERVING_HEADERS = readme_headers(CHEAPEST_AT_SLO)
+AT_SLO_HEADERS = readme_headers(LEVEL_AT_SLO)
+
+
+def cheapest_at_slo(result: Aggregate, quality_class: str) -> pd.DataFrame:
+    """The cheapest configurations at the SLO for ``quality_class`` (both pages show these)."""
+    table = result.cheapest_at_slo
+    return table[table["quality_class"] == quality_class]
 
 
 def _cells(frame: pd.DataFrame, headers: dict[str, str]) -> list[dict[str, str]]:
@@ -125,8 +132,7 @@ def markdown_section(result: Aggregate, quality_class: str, md_table: MdTable) -
     """Serving under load: cheapest at the SLO per package, and each configuration's level."""
     if result.serving.empty:
         return []
-    cheapest = result.cheapest_at_slo
-    cheapest = cheapest[cheapest["quality_class"] == quality_class]
+    cheapest = cheapest_at_slo(result, quality_class)
     return [
         f"\n## Serving: cheapest at the latency SLO (class {md_escape(quality_class)})\n",
         md_table(_cells(cheapest, SERVING_HEADERS)),
@@ -137,46 +143,12 @@ def markdown_section(result: Aggregate, quality_class: str, md_table: MdTable) -
 
 # --- report.html ------------------------------------------------------------------------------
 
-CHEAPEST_AT_SLO_COLUMNS: list[Column] = table_columns(
-    (
-        "model",
-        "quality_class",
-        "package_days",
-        "gpu",
-        "provider",
-        "backend",
-        "quantization",
-        "kv_cache_dtype",
-        "level_at_slo",
-        "output_tok_s_at_slo",
-        "usd_per_mtok_output_at_slo",
-        "j_per_mtok_output_at_slo",
-        "dppl_pct",
-    )
-)
-AT_SLO_COLUMNS: list[Column] = table_columns(
-    (
-        "model",
-        "backend",
-        "quantization",
-        "kv_cache_dtype",
-        "device",
-        "quality_class",
-        "level_at_slo",
-        "output_tok_s_at_slo",
-        "goodput_rps_at_slo",
-        "slo_attainment_at_slo",
-        "j_per_mtok_output_at_slo",
-        "levels_meeting_slo",
-        "levels_measured",
-    )
-)
+CHEAPEST_AT_SLO_COLUMNS: list[Column] = table_columns(CHEAPEST_AT_SLO)
+AT_SLO_COLUMNS: list[Column] = table_columns(LEVEL_AT_SLO)
 SERVING_COLUMNS: list[Column] = table_columns(
     (
         "model",
-        "backend",
-        "quantization",
-        "kv_cache_dtype",
+        *ENGINE_WEIGHTS_KV,
         "level",
         "status",
         "requests_ok",
@@ -198,8 +170,7 @@ def html_section(result: Aggregate, quality_class: str, html_table: HtmlTable) -
     """Serving under load (mode: serving rows); empty when the run has none."""
     if result.serving.empty:
         return []
-    cheapest = result.cheapest_at_slo
-    cheapest = cheapest[cheapest["quality_class"] == quality_class]
+    cheapest = cheapest_at_slo(result, quality_class)
     return [
         "<h2>Serving under load: throughput at the latency SLO</h2>",
         '<p class="note">Each configuration behind a real <code>vllm serve</code>, driven by '

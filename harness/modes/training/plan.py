@@ -13,16 +13,12 @@ from harness.units import GIB
 
 
 def plan_training_point(
-    point: Point,
-    card: GpuSpec,
-    arch: ModelArch,
-    *,
-    gpu_memory_utilization: float,
-    warmups: int,
+    point: Point, card: GpuSpec, arch: ModelArch, options: planner.PlanOptions
 ) -> planner.PointPlan:
     """A training step's memory per phase (harness.modes.training.memory): forward, backward and the
     optimizer step; the fit verdict on the largest; the time of `steps` steps + evaluations.
-    Its kv_cache is 0 (training runs without a cache), prefill/decode carry forward/backward."""
+    Its kv_cache is 0 (training runs without a cache), prefill/decode carry forward/backward;
+    ``options`` do not apply (no vLLM share, no warm-up runs)."""
     train = point.training
     assert train is not None
     mem = memory.plan_step(

@@ -15,9 +15,7 @@ def training_points(scenario: Scenario, accepted: list[Point]) -> list[Point]:
         return []
     return [
         Point(
-            model=m.id,
-            revision=m.revision,
-            weights=m.weights,
+            **m.point_fields(),
             backend=backend,
             quantization=train.base_format,
             kv_cache_dtype="auto",

@@ -33,7 +33,14 @@ import numpy as np
 import pandas as pd
 
 from harness.measure import quality, verdict
-from harness.results.pricing import QUALITY_CLASSES, package_hour, pass_column, usd_per_mtok
+from harness.results.columns import PRICED_ON
+from harness.results.pricing import (
+    QUALITY_CLASSES,
+    package_hour,
+    pass_column,
+    usd_per_mtok,
+    verdict_column,
+)
 
 BOOTSTRAP_SAMPLES = 1000
 # A full fine-tune and its counterparts share these.
@@ -42,7 +49,7 @@ PAIR_ON = (
     "gradient_checkpointing", "optimizer", "train_steps", "lr",
 )  # fmt: skip
 PASS_COLUMNS = tuple(f"train_{pass_column(c)}" for c in QUALITY_CLASSES)  # train_pass_<class>
-VERDICT_COLUMNS = tuple(f"train_verdict_{c.replace('.', '_')}" for c in QUALITY_CLASSES)
+VERDICT_COLUMNS = tuple(f"train_{verdict_column(c)}" for c in QUALITY_CLASSES)  # train_verdict_…
 GATE_COLUMNS = (
     "dloss_vs_full", "dloss_vs_full_ci_low", "dloss_vs_full_ci_high", *VERDICT_COLUMNS,
     *PASS_COLUMNS,
@@ -101,8 +108,7 @@ def gate(trained: pd.DataFrame) -> pd.DataFrame:
 def priced(trained: pd.DataFrame, packages: pd.DataFrame, utilisation: float) -> pd.DataFrame:
     """One row per (ok training row, package of its GPU): $ per 1M training tokens and the $ to
     reach the target held-out loss (see the module docstring)."""
-    columns = [*COST_COLUMNS, "model", "gpu", "provider", "package_days", "package_price_usd",
-               "gpus_in_package", "gpus_used", "utilisation", "key"]  # fmt: skip
+    columns = [*COST_COLUMNS, "model", *PRICED_ON, "gpus_used", "utilisation", "key"]
     if trained.empty or packages.empty:
         return pd.DataFrame({c: pd.Series(dtype="object") for c in columns})
     ok = trained[(trained["status"] == "ok") & trained["train_tok_s"].notna()].copy()

@@ -1,4 +1,10 @@
-"""The report's energy and error-analysis sections (HTML and Markdown) and ``regressions.csv``.
+"""The sections both pages carry, and ``regressions.csv``.
+
+- Energy: written once (``energy_section``) for either page, through the ``Page`` the page module
+  builds (how it writes a heading, a paragraph, a list and a table).
+- The error analysis against the reference, in each page's own words (the page names the window
+  count and shows every flipped item; the README is shorter).
+- Each mode's own sections: the registry's report parts (``mode_reports``), in its order.
 
 Tables are rendered by the caller's table function (``html.html_table`` / ``markdown.md_table``),
 so this module imports neither page module. Formulas: ``harness.results.energy`` and
@@ -7,27 +13,25 @@ so this module imports neither page module. Formulas: ``harness.results.energy``
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import pandas as pd
 
-from harness.modes.base import Column, HtmlTable, MdTable
+from harness import modes
+from harness.modes.base import Column, HtmlTable, MdTable, ReportPart
 from harness.results import energy as en
 from harness.results import regressions as reg
 from harness.results.aggregate import Aggregate
-from harness.results.columns import table_columns
+from harness.results.columns import CONFIGURATION, ENGINE_WEIGHTS_KV, table_columns
 from harness.results.publish.format import escape, fmt_usd
 from harness.spec.tariffs import TariffTable
 
 ENERGY_COLUMNS: list[Column] = table_columns(
     (
         "model",
-        "backend",
-        "quantization",
-        "kv_cache_dtype",
-        "batch",
-        "context",
+        *CONFIGURATION,
         "energy_source",
         "energy_j_prefill",
         "energy_j_decode",
@@ -37,30 +41,15 @@ ENERGY_COLUMNS: list[Column] = table_columns(
         "usd_per_mtok_electricity",
     )
 )
+# every column of the rent-vs-own frame but the utilisation (the page's header says it) and the
+# counter (the energy table shows it)
 RENT_VS_OWN_COLUMNS: list[Column] = table_columns(
-    (
-        "model",
-        "quality_class",
-        "gpu",
-        "provider",
-        "gpus_per_node",
-        "avg_power_w_decode",
-        "j_per_mtok_output",
-        "usd_per_mtok_electricity",
-        "usd_per_mtok_output_hourly",
-        "hourly_usd",
-        "own_usd_per_hour",
-        "purchase_usd",
-        "breakeven_hours",
-        "breakeven_days",
-    )
+    c for c in en.RENT_VS_OWN_COLUMNS if c not in ("utilisation", "energy_source")
 )
 SUMMARY_COLUMNS: list[Column] = table_columns(
     (
         "model",
-        "backend",
-        "quantization",
-        "kv_cache_dtype",
+        *ENGINE_WEIGHTS_KV,
         "target",
         "arc_items_paired",
         "right_to_wrong",
@@ -74,16 +63,7 @@ SUMMARY_COLUMNS: list[Column] = table_columns(
     )
 )
 ITEM_COLUMNS: list[Column] = table_columns(
-    (
-        "model",
-        "backend",
-        "quantization",
-        "kv_cache_dtype",
-        "item",
-        "change",
-        "dnll_nats_per_token",
-        "excerpt",
-    )
+    ("model", *ENGINE_WEIGHTS_KV, "item", "change", "dnll_nats_per_token", "excerpt")
 )
 ENERGY_RULES = [
     "Energy comes from the device's cumulative counter (NVML total energy on NVIDIA, amdsmi on "
@@ -128,26 +108,45 @@ def _rent_vs_own_note(tariffs: TariffTable | None) -> str:
     return f"Electricity: {fmt_usd(tariffs.electricity_usd_per_kwh)} per kWh (tariff file)."
 
 
-# --------------------------------------------------------------------------- HTML
+@dataclass(frozen=True)
+class Page:
+    """How one page writes a section's pieces (``html.HTML_PAGE``, ``markdown.MARKDOWN_PAGE``):
+    a heading of a level (2, 3), a paragraph of plain text, a list under its lead sentence
+    (without its final stop: the page ends it), and a table of a frame's columns (an id)."""
+
+    heading: Callable[[int, str], str]
+    paragraph: Callable[[str], str]
+    listing: Callable[[str, Sequence[str]], list[str]]
+    table: Callable[[pd.DataFrame, Sequence[Column], str], str]
 
 
-def energy_html(
-    result: Aggregate, tariffs: TariffTable | None, quality_class: str, table: HtmlTable
+def energy_section(
+    result: Aggregate, tariffs: TariffTable | None, quality_class: str, page: Page
 ) -> list[str]:
-    out = ["<h2>Energy (device counter)</h2>"]
+    """Energy: the measured rows (or why none were measured), the rules, the electricity price
+    and, where the tariff file gives one, rent vs own."""
+    out = [page.heading(2, "Energy (device counter)")]
     rows = _energy_rows(result)
     if rows.empty:
-        out.append('<p class="note">No energy measured on this run.</p><ul>')
-        out += [f"<li>{escape(line)}</li>" for line in _energy_missing(result)]
-        out.append("</ul>")
+        out += page.listing("No energy measured on this run", _energy_missing(result))
     else:
-        out.append(table(rows, ENERGY_COLUMNS, "energy"))
-    out += [f'<p class="note">{escape(line)}</p>' for line in ENERGY_RULES]
-    out.append(f'<p class="note">{escape(_rent_vs_own_note(tariffs))}</p>')
+        out.append(page.table(rows, ENERGY_COLUMNS, "energy"))
+    out += [page.paragraph(line) for line in (*ENERGY_RULES, _rent_vs_own_note(tariffs))]
     rent = _rent_vs_own(result, tariffs, quality_class)
     if not rent.empty:
-        out += ["<h3>Rent vs own</h3>", table(rent, RENT_VS_OWN_COLUMNS, "rent-vs-own")]
+        out += [
+            page.heading(3, "Rent vs own"),
+            page.table(rent, RENT_VS_OWN_COLUMNS, "rent-vs-own"),
+        ]
     return out
+
+
+def mode_reports() -> list[ReportPart[Aggregate]]:
+    """Each mode's `report` part, in the registry's order (the modes that have one)."""
+    return [m.load("report") for m in modes.REGISTRY.values() if m.ref("report") is not None]
+
+
+# --------------------------------------------------------------------------- HTML
 
 
 def regressions_html(result: Aggregate, table: HtmlTable) -> list[str]:
@@ -169,7 +168,7 @@ def regressions_html(result: Aggregate, table: HtmlTable) -> list[str]:
 # --------------------------------------------------------------------------- Markdown
 
 
-def _md_rows(frame: pd.DataFrame, columns: Sequence[Column], limit: int) -> list[dict[str, str]]:
+def md_rows(frame: pd.DataFrame, columns: Sequence[Column], limit: int) -> list[dict[str, str]]:
     rows = []
     for rec in frame.head(limit).astype("object").to_dict(orient="records"):
         row = {}
@@ -181,25 +180,6 @@ def _md_rows(frame: pd.DataFrame, columns: Sequence[Column], limit: int) -> list
     return rows
 
 
-def energy_markdown(
-    result: Aggregate, tariffs: TariffTable | None, quality_class: str, table: MdTable
-) -> list[str]:
-    out = ["\n## Energy (device counter)\n"]
-    rows = _energy_rows(result)
-    if rows.empty:
-        out.append("No energy measured on this run:\n")
-        out += [f"- {line}" for line in _energy_missing(result)]
-        out.append("")
-    else:
-        out.append(table(_md_rows(rows, ENERGY_COLUMNS, 50)))
-    out += [f"{line}\n" for line in ENERGY_RULES]
-    out.append(_rent_vs_own_note(tariffs) + "\n")
-    rent = _rent_vs_own(result, tariffs, quality_class)
-    if not rent.empty:
-        out += ["### Rent vs own\n", table(_md_rows(rent, RENT_VS_OWN_COLUMNS, 50))]
-    return out
-
-
 def regressions_markdown(result: Aggregate, table: MdTable) -> list[str]:
     out = ["\n## Error analysis against the reference\n"]
     found = result.regressions
@@ -208,9 +188,9 @@ def regressions_markdown(result: Aggregate, table: MdTable) -> list[str]:
     out += [
         f"Test on the ARC flips: {reg.TEST}. ΔNLL is configuration − reference per predicted "
         "token. Every flipped item and the worst windows are in `regressions.csv`.\n",
-        table(_md_rows(found.summary, SUMMARY_COLUMNS[:-1], 50)),
+        table(md_rows(found.summary, SUMMARY_COLUMNS[:-1], 50)),
     ]
     if not found.items.empty:
         out += ["### Flipped items and worst windows (first 30)\n",
-                table(_md_rows(found.items, ITEM_COLUMNS, 30))]  # fmt: skip
+                table(md_rows(found.items, ITEM_COLUMNS, 30))]  # fmt: skip
     return out

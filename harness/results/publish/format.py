@@ -29,11 +29,19 @@ def escape(value: Any) -> str:
     return html.escape(str(value), quote=True)
 
 
+# Characters a Markdown renderer would read as syntax inside a table cell: the escape itself, the
+# cell separator, and what would open a tag or an entity (backslash-escaped, as CommonMark reads
+# them literally: `<formula>` stays readable in the raw file and shows as itself when rendered).
+MD_SPECIAL = ("\\", "|", "<", ">", "&")
+
+
 def md_escape(value: Any) -> str:
-    """Anything as the text of one Markdown table cell: backslashes and pipes escaped, one line,
-    and HTML-escaped (a renderer would run a tag)."""
-    text = str(value).replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
-    return html.escape(text, quote=False)
+    """Anything as the text of one Markdown table cell, on one line, its Markdown-special
+    characters backslash-escaped (MD_SPECIAL): no tag or entity a renderer would act on."""
+    text = str(value).replace("\r", " ").replace("\n", " ")
+    for char in MD_SPECIAL:
+        text = text.replace(char, "\\" + char)
+    return text
 
 
 def fmt_value(value: Any) -> str:

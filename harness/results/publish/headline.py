@@ -5,29 +5,26 @@ from __future__ import annotations
 from typing import Any
 
 from harness.results.aggregate import Aggregate
-from harness.results.columns import headers, spec
+from harness.results.columns import (
+    CHEAPEST_OF,
+    CONFIGURATION,
+    DPPL_WITH_CI,
+    PACKAGE_TERMS,
+    USD_PER_MTOK,
+    headers,
+    spec,
+)
 from harness.results.pricing import check_quality_class
 from harness.results.publish.format import fmt_float
 from harness.spec.labels import configuration_label
 
 # the columns, by name (labels and formats: harness.results.columns)
 HEADLINE = (
-    "model",
-    "quality_class",
-    "package_days",
-    "gpu",
-    "provider",
-    "backend",
-    "quantization",
-    "kv_cache_dtype",
-    "batch",
-    "context",
+    *CHEAPEST_OF,
+    *CONFIGURATION,
     "decode_tok_s",
-    "usd_per_mtok_output",
-    "usd_per_mtok_total",
-    "tokens_per_package",
-    "breakeven_utilisation",
-    "ratio_to_cheapest_gpu",
+    *USD_PER_MTOK,
+    *PACKAGE_TERMS,
     "dppl_pct_with_ci",
 )
 # for a terminal: the configuration (engine, weights, KV, batch, context) in one label
@@ -46,7 +43,6 @@ COMPACT = tuple(headers(COMPACT_COLUMNS).values())
 NUMERIC = frozenset(spec(n).label for n in (*HEADLINE, *COMPACT_COLUMNS) if spec(n).fmt)
 # ratios read at 3 significant digits here (4 in the report's tables)
 DIGITS = {"breakeven_utilisation": 3, "ratio_to_cheapest_gpu": 3}
-CI = ("dppl_pct", "dppl_pct_ci_low", "dppl_pct_ci_high")
 
 
 def cell(rec: dict[str, Any], name: str) -> str:
@@ -54,7 +50,7 @@ def cell(rec: dict[str, Any], name: str) -> str:
     if name == "configuration":
         return configuration_label(rec)
     if name == "dppl_pct_with_ci":
-        value: Any = tuple(rec[c] for c in CI)
+        value: Any = tuple(rec[c] for c in DPPL_WITH_CI)
     else:
         value = rec[name]
     if name in DIGITS:

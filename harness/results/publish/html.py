@@ -9,14 +9,22 @@ from typing import Any
 
 import pandas as pd
 
-from harness import __version__, modes
-from harness.modes.base import Column, ReportPart
+from harness import __version__
+from harness.modes.base import Column
 from harness.results.aggregate import Aggregate
-from harness.results.columns import table_columns
+from harness.results.columns import (
+    CHEAPEST_OF,
+    CONFIGURATION,
+    DPPL_WITH_CI,
+    PACKAGE_TERMS,
+    PEAK_MEMORY,
+    USD_PER_MTOK,
+    table_columns,
+)
 from harness.results.engines import AGREEMENT_TOLERANCE, agreement_lines, engine_agreement
 from harness.results.pricing import QUALITY_CLASSES
 from harness.results.publish import verdicts
-from harness.results.publish.analysis import energy_html, regressions_html
+from harness.results.publish.analysis import Page, energy_section, mode_reports, regressions_html
 from harness.results.publish.format import (
     escape,
     fmt_usd,
@@ -110,47 +118,46 @@ def html_table(
     )
 
 
+def html_list(lead: str, items: Sequence[str]) -> list[str]:
+    """A list under its lead sentence, as a note."""
+    return [
+        f'<p class="note">{escape(lead)}.</p><ul>',
+        *(f"<li>{escape(i)}</li>" for i in items),
+        "</ul>",
+    ]
+
+
+# how this page writes the sections it shares with the README (harness.results.publish.analysis)
+HTML_PAGE = Page(
+    heading=lambda level, text: f"<h{level}>{escape(text)}</h{level}>",
+    paragraph=lambda text: f'<p class="note">{escape(text)}</p>',
+    listing=html_list,
+    table=html_table,
+)
+
 CHEAPEST_COLUMNS: list[Column] = table_columns(
     (
-        "model",
-        "quality_class",
-        "package_days",
-        "gpu",
-        "provider",
-        "backend",
-        "quantization",
-        "kv_cache_dtype",
-        "batch",
-        "context",
+        *CHEAPEST_OF,
+        *CONFIGURATION,
         "decode_tok_s",
-        "usd_per_mtok_output",
-        "usd_per_mtok_total",
+        *USD_PER_MTOK,
         "usd_per_mtok_output_hourly",
         "j_per_mtok_output",
-        "tokens_per_package",
-        "breakeven_utilisation",
-        "ratio_to_cheapest_gpu",
-        "dppl_pct",
-        "dppl_pct_ci_low",
-        "dppl_pct_ci_high",
+        *PACKAGE_TERMS,
+        *DPPL_WITH_CI,
     )
 )
 POINT_COLUMNS: list[Column] = table_columns(
     (
         "model",
         "weights",
-        "backend",
-        "quantization",
-        "kv_cache_dtype",
-        "batch",
-        "context",
+        *CONFIGURATION,
         "device",
         "status",
         "decode_tok_s",
         "total_tok_s",
         "tpot_ms_p50",
-        "peak_mib_decode",
-        "predicted_peak_mib",
+        *PEAK_MEMORY,
         "roofline_fraction",
         "ppl",
         "dppl_pct",
@@ -160,20 +167,7 @@ POINT_COLUMNS: list[Column] = table_columns(
     )
 )
 SPEED_ONLY_COLUMNS: list[Column] = table_columns(
-    (
-        "model",
-        "backend",
-        "quantization",
-        "kv_cache_dtype",
-        "batch",
-        "context",
-        "device",
-        "decode_tok_s",
-        "tpot_ms_p50",
-        "ttft_ms_p50",
-        "peak_mib_decode",
-        "predicted_peak_mib",
-    )
+    ("model", *CONFIGURATION, "device", "decode_tok_s", "tpot_ms_p50", "ttft_ms_p50", *PEAK_MEMORY)
 )
 RATIO_COLUMNS: list[Column] = table_columns(
     ("model", "quality_class", "package_days", "gpu_a", "gpu_b", "cost_ratio_a_over_b")
@@ -307,7 +301,7 @@ def quality_intervals(result: Aggregate, max_models: int) -> list[str]:
     out: list[str] = []
     points = result.points
     quality = points.loc[points["dppl_pct"].notna() & (points["status"] == "ok")]
-    group_cols = ["model", "backend", "quantization", "kv_cache_dtype", "device"]
+    group_cols = ["model", *ENGINE_WEIGHTS_KV, "device"]
     limits = [(0.0, "reference")] + [
         ((1 / level - 1) * 100, f"class {name} limit") for name, level in QUALITY_CLASSES.items()
     ]
@@ -347,12 +341,7 @@ def speed_only_section(result: Aggregate) -> list[str]:
 
 def mode_sections(result: Aggregate, quality_class: str) -> list[str]:
     """Each mode's own sections, in the registry's order (its `report` part, where it has one)."""
-    parts: list[str] = []
-    for mode in modes.REGISTRY.values():
-        if mode.ref("report") is not None:
-            report: ReportPart[Aggregate] = mode.load("report")
-            parts += report.html(result, quality_class, html_table)
-    return parts
+    return [s for part in mode_reports() for s in part.html(result, quality_class, html_table)]
 
 
 def report_html(result: Aggregate, tariffs: TariffTable | None, quality_class: str) -> str:
@@ -374,7 +363,7 @@ def report_html(result: Aggregate, tariffs: TariffTable | None, quality_class: s
         "<h2>GPU against GPU at equal quality</h2>",
         html_table(result.gpu_ratios, RATIO_COLUMNS, "ratios"),
         *speed_only_section(result),
-        *energy_html(result, tariffs, quality_class, html_table),
+        *energy_section(result, tariffs, quality_class, HTML_PAGE),
         *regressions_html(result, html_table),
         *mode_sections(result, quality_class),
         "<h2>Every point</h2>",

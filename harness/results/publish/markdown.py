@@ -4,13 +4,18 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from harness import __version__, modes
-from harness.modes.base import ReportPart
+from harness import __version__
 from harness.results.aggregate import Aggregate
-from harness.results.columns import headers
+from harness.results.columns import PEAK_MEMORY, headers
 from harness.results.engines import AGREEMENT_TOLERANCE, agreement_lines, engine_agreement
 from harness.results.publish import verdicts
-from harness.results.publish.analysis import energy_markdown, regressions_markdown
+from harness.results.publish.analysis import (
+    Page,
+    energy_section,
+    md_rows,
+    mode_reports,
+    regressions_markdown,
+)
 from harness.results.publish.format import fmt_usd, fmt_value, md_escape
 from harness.results.publish.headline import headline_table
 from harness.results.publish.method import FORMULAS, LICENCES
@@ -27,6 +32,19 @@ def md_table(rows: Sequence[dict[str, str]]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def md_heading(level: int, text: str) -> str:
+    """A heading; a part (level 2) is set off from what comes before by a blank line."""
+    return ("\n" if level == 2 else "") + f"{'#' * level} {text}\n"
+
+
+# how this page writes the sections it shares with report.html (harness.results.publish.analysis)
+MARKDOWN_PAGE = Page(
+    heading=md_heading,
+    paragraph=lambda text: f"{text}\n",
+    listing=lambda lead, items: [f"{lead}:\n", *(f"- {md_escape(i)}" for i in items), ""],
+    table=lambda frame, columns, _id: md_table(md_rows(frame, columns, 50)),
+)
+
 SPEED_ONLY_HEADERS = headers(
     (
         "model",
@@ -37,8 +55,7 @@ SPEED_ONLY_HEADERS = headers(
         "device",
         "decode_tok_s",
         "tpot_ms_p50",
-        "peak_mib_decode",
-        "predicted_peak_mib",
+        *PEAK_MEMORY,
     )
 )
 
@@ -60,12 +77,7 @@ def speed_only_section(result: Aggregate) -> list[str]:
 
 def mode_sections(result: Aggregate, quality_class: str) -> list[str]:
     """Each mode's own sections, in the registry's order (its `report` part, where it has one)."""
-    parts: list[str] = []
-    for mode in modes.REGISTRY.values():
-        if mode.ref("report") is not None:
-            report: ReportPart[Aggregate] = mode.load("report")
-            parts += report.markdown(result, quality_class, md_table)
-    return parts
+    return [s for part in mode_reports() for s in part.markdown(result, quality_class, md_table)]
 
 
 def readme(result: Aggregate, tariffs: TariffTable | None, quality_class: str) -> str:
@@ -100,7 +112,7 @@ def readme(result: Aggregate, tariffs: TariffTable | None, quality_class: str) -
         names = ", ".join(md_escape(m) for m in c["models_without_reference"])
         parts.append(f"- models without a reference row (no quality class): {names}")
     parts += speed_only_section(result)
-    parts += energy_markdown(result, tariffs, quality_class, md_table)
+    parts += energy_section(result, tariffs, quality_class, MARKDOWN_PAGE)
     parts += regressions_markdown(result, md_table)
     parts += mode_sections(result, quality_class)
     parts += [

@@ -32,6 +32,16 @@ def nice_ticks(lo: float, hi: float, n: int = 5) -> list[float]:
     return [start + i * step for i in range(int((hi - start) / step + 1e-9) + 1)]
 
 
+def tick_labels(ticks: list[float]) -> list[str]:
+    """The ticks as text with the fewest significant digits (at least 4) that tell them apart:
+    254.80, 254.82, 254.84 never all read "254.8"."""
+    for digits in range(4, 16):
+        labels = [f"{t:.{digits}g}" for t in ticks]
+        if len(set(labels)) == len(labels):
+            return labels
+    return [repr(t) for t in ticks]
+
+
 def padded_range(values: Iterable[float], zero: bool = False) -> tuple[float, float]:
     vals = [v for v in values if v is not None and math.isfinite(v)]
     if not vals:
@@ -71,18 +81,20 @@ def axes(
         f'<text class="label" transform="translate(14,{top + height / 2:.1f}) rotate(-90)" '
         f'text-anchor="middle">{escape(y_label)}</text>',
     ]
-    for t in nice_ticks(*xr) if x_ticks else []:
+    x_all = nice_ticks(*xr) if x_ticks else []
+    for t, label in zip(x_all, tick_labels(x_all), strict=True):
         if xr[0] <= t <= xr[1]:
             out.append(
                 f'<text class="tick" x="{sx(t):.1f}" y="{bottom + 16}" text-anchor="middle">'
-                f"{escape(f'{t:.4g}')}</text>"
+                f"{escape(label)}</text>"
             )
-    for t in nice_ticks(*yr):
+    y_all = nice_ticks(*yr)
+    for t, label in zip(y_all, tick_labels(y_all), strict=True):
         if yr[0] <= t <= yr[1]:
             out.append(
                 f'<line class="grid" x1="{left}" y1="{sy(t):.1f}" x2="{right}" y2="{sy(t):.1f}"/>'
                 f'<text class="tick" x="{left - 6}" y="{sy(t) + 4:.1f}" text-anchor="end">'
-                f"{escape(f'{t:.4g}')}</text>"
+                f"{escape(label)}</text>"
             )
     return out, sx, sy
 
@@ -214,11 +226,12 @@ def svg_intervals(
         f'<text class="label" x="{left + pw / 2:.1f}" y="{height - 8}" text-anchor="middle">'
         f"{escape(x_label)}</text>",
     ]
-    for t in nice_ticks(*xr):
+    x_all = nice_ticks(*xr)
+    for t, label in zip(x_all, tick_labels(x_all), strict=True):
         if xr[0] <= t <= xr[1]:
             body.append(
                 f'<text class="tick" x="{sx(t):.1f}" y="{top + ph + 16}" text-anchor="middle">'
-                f"{escape(f'{t:.5g}')}</text>"
+                f"{escape(label)}</text>"
             )
     for i, (value, label) in enumerate(refs):
         anchor = "end" if sx(value) > left + pw * 0.6 else "start"

@@ -225,9 +225,9 @@ def model(model_id: str, revision: str = "main") -> ModelArch:
     if model_id in table:
         return table[model_id]
     local = Path(model_id).expanduser()
-    if (local / "config.json").is_file():
+    if (local / "config.json").exists():  # a FIFO or a device too: read_config refuses it
         try:
-            cfg = json.loads((local / "config.json").read_text())
+            cfg = json.loads(resolver.read_config(local / "config.json"))
         except (OSError, UnicodeDecodeError, ValueError) as exc:
             raise UserInputError(
                 f"{model_id}: config.json is not readable JSON ({type(exc).__name__})",
