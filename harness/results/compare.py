@@ -193,21 +193,11 @@ def _ppl_ci(
     return pct, low, high, method
 
 
-def compare_frames(
-    frame_a: pd.DataFrame,
-    frame_b: pd.DataFrame,
-    threshold_pct: float,
-    *,
-    windows_a: WindowSource | None = None,
-    windows_b: WindowSource | None = None,
-    samples: int = 1000,
-) -> Comparison:
-    if not threshold_pct > 0:
-        raise UserInputError(
-            f"threshold must be a positive percentage, got {threshold_pct!r} (e.g. 2 = a 2 % "
-            "change is the smallest one worth acting on)",
-            field="threshold_pct",
-        )
+def _matched(
+    frame_a: pd.DataFrame, frame_b: pd.DataFrame
+) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, list[str], dict[str, int]]:
+    """The configurations both runs measured (on the same card, else card against card), those
+    only one of them has, the keys they were matched on and the duplicates each side dropped."""
     keys = [*MATCH_FIELDS, "card"]
     a, dup_a = _dedupe(frame_a, keys)
     b, dup_b = _dedupe(frame_b, keys)
@@ -220,42 +210,70 @@ def compare_frames(
     marks = a[keys].merge(b[keys], on=keys, how="outer", indicator=True)
     only_a = marks.loc[marks["_merge"] == "left_only", keys].rename(columns={"card": "gpu"})
     only_b = marks.loc[marks["_merge"] == "right_only", keys].rename(columns={"card": "gpu"})
-    parts = []
-    if not m.empty:
-        base = m[list(MATCH_FIELDS)].assign(
-            gpu_a=m["gpu_a"], gpu_b=m["gpu_b"], key_a=m["key_a"], key_b=m["key_b"]
+    return m, only_a, only_b, keys, {"a": dup_a, "b": dup_b}
+
+
+def _metric_rows(
+    m: pd.DataFrame,
+    metric: str,
+    direction: int,
+    threshold_pct: float,
+    windows: tuple[WindowSource | None, WindowSource | None],
+    samples: int,
+) -> pd.DataFrame:
+    """One metric over the matched configurations: A, B, the change in %, its CI by the
+    metric's method (module docstring) and the verdict against the threshold."""
+    base = m[list(MATCH_FIELDS)].assign(
+        gpu_a=m["gpu_a"], gpu_b=m["gpu_b"], key_a=m["key_a"], key_b=m["key_b"]
+    )
+    va, vb = m[f"{metric}_a"].to_numpy(float), m[f"{metric}_b"].to_numpy(float)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        pct = (vb - va) / va * 100
+    if metric == "decode_tok_s":
+        _, low, high = _decode_ci(m)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            low, high = low / va * 100, high / va * 100
+        method = ["welch"] * len(m)
+    elif metric == "ppl":
+        pct, low, high, method = _ppl_ci(m, windows[0], windows[1], samples)
+    else:
+        low, high = pct.copy(), pct.copy()
+        method = ["point"] * len(m)
+    verdicts = [
+        _verdict(lo, hi, threshold_pct, direction)
+        for lo, hi in zip(low.tolist(), high.tolist(), strict=True)
+    ]
+    point = np.array(method) == "point"
+    return base.assign(
+        metric=metric, a=va, b=vb, diff=vb - va, diff_pct=pct,
+        ci_low_pct=np.where(point, np.nan, low), ci_high_pct=np.where(point, np.nan, high),
+        method=method, verdict=verdicts,
+    )  # fmt: skip
+
+
+def compare_frames(
+    frame_a: pd.DataFrame,
+    frame_b: pd.DataFrame,
+    threshold_pct: float,
+    *,
+    windows_a: WindowSource | None = None,
+    windows_b: WindowSource | None = None,
+    samples: int = 1000,
+) -> Comparison:
+    """Every configuration both frames measured, every metric of METRICS, against the
+    useful-effect threshold (in %)."""
+    if not threshold_pct > 0:
+        raise UserInputError(
+            f"threshold must be a positive percentage, got {threshold_pct!r} (e.g. 2 = a 2 % "
+            "change is the smallest one worth acting on)",
+            field="threshold_pct",
         )
-        for metric, direction in METRICS.items():
-            va, vb = m[f"{metric}_a"].to_numpy(float), m[f"{metric}_b"].to_numpy(float)
-            with np.errstate(invalid="ignore", divide="ignore"):
-                pct = (vb - va) / va * 100
-            if metric == "decode_tok_s":
-                _, low, high = _decode_ci(m)
-                with np.errstate(invalid="ignore", divide="ignore"):
-                    low, high = low / va * 100, high / va * 100
-                method = ["welch"] * len(m)
-            elif metric == "ppl":
-                pct, low, high, method = _ppl_ci(m, windows_a, windows_b, samples)
-            else:
-                low, high = pct.copy(), pct.copy()
-                method = ["point"] * len(m)
-            verdicts = [
-                _verdict(lo, hi, threshold_pct, direction)
-                for lo, hi in zip(low.tolist(), high.tolist(), strict=True)
-            ]
-            parts.append(
-                base.assign(
-                    metric=metric,
-                    a=va,
-                    b=vb,
-                    diff=vb - va,
-                    diff_pct=pct,
-                    ci_low_pct=np.where(np.array(method) == "point", np.nan, low),
-                    ci_high_pct=np.where(np.array(method) == "point", np.nan, high),
-                    method=method,
-                    verdict=verdicts,
-                )
-            )
+    m, only_a, only_b, keys, duplicates = _matched(frame_a, frame_b)
+    parts = [
+        _metric_rows(m, metric, direction, threshold_pct, (windows_a, windows_b), samples)
+        for metric, direction in METRICS.items()
+        if not m.empty
+    ]
     table = pd.concat(parts, ignore_index=True)[COLUMNS] if parts else pd.DataFrame(columns=COLUMNS)
     return Comparison(
         table=table,
@@ -263,7 +281,7 @@ def compare_frames(
         only_b=only_b.reset_index(drop=True),
         threshold_pct=float(threshold_pct),
         matched_on=[k if k != "card" else "gpu" for k in keys],
-        duplicates={"a": dup_a, "b": dup_b},
+        duplicates=duplicates,
     )
 
 
