@@ -180,7 +180,14 @@ def ppl_margin(share: float) -> float:
 def accuracy_margin(share: float, reference_accuracy: float) -> float:
     """m = (1 − C) × acc_ref: acc_ref − acc_cand ≤ m ⇔ acc_cand ≥ C × acc_ref."""
     _check_share(share)
-    return (1.0 - share) * reference_accuracy
+    return accuracy_share(share) * reference_accuracy
+
+
+def accuracy_share(share: float) -> float:
+    """1 − C: the share of the reference's accuracy a class lets a candidate lose (an array of
+    reference accuracies times this is their margins)."""
+    _check_share(share)
+    return 1.0 - share
 
 
 def _check_share(share: float) -> None:

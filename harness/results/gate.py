@@ -31,7 +31,6 @@ per cent: ``dppl_pct = (exp(dnll) − 1) × 100``.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -157,7 +156,10 @@ def quality_gate(
         & ~random_weights(out)
     )
     for name, share in QUALITY_CLASSES.items():
-        margins = {"ppl": np.full(len(out), -math.log(share)), "arc": (1 - share) * arc_ref}
+        margins = {
+            "ppl": np.full(len(out), verdict.ppl_margin(share)),
+            "arc": verdict.accuracy_share(share) * arc_ref,
+        }
         # every metric is judged and shown; only the gated ones decide the configuration
         judged = {m: _judge_metric(out, m, margins[m], name, measured=known) for m in margins}
         _combine(out, name, {m: judged[m] for m in gated}, reference)

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
+from harness.measure import verdict
 from harness.measure.verdict import QUALITY_CLASSES, VERDICTS
 from harness.modes.base import HtmlTable, MdTable
 from harness.results.columns import headers, table_columns
@@ -40,8 +41,8 @@ def rule_line(quality_class: str, gated: tuple[str, ...]) -> str:
     """One line: the class, its margins, the test and the metrics it reads."""
     share = QUALITY_CLASSES[quality_class]
     margins = {
-        "ppl": f"ΔNLL ≤ {-np.log(share):.5g} nats/token",
-        "arc": f"ARC accuracy drop ≤ {1 - share:.3g} × acc_ref",
+        "ppl": f"ΔNLL ≤ {verdict.ppl_margin(share):.5g} nats/token",
+        "arc": f"ARC accuracy drop ≤ {verdict.accuracy_share(share):.3g} × acc_ref",
     }
     metrics = " and ".join(margins[m] for m in gated)
     return (
@@ -133,8 +134,9 @@ def classes_from(quality_class: str) -> list[str]:
 def markdown_section(result: Aggregate, quality_class: str, table: MdTable) -> list[str]:
     """The verdict of every class: its rule, its counts, its undecided table."""
     lines = [f"\n## Equal quality: the verdict (gated on {', '.join(result.gated)})\n"]
+    every = verdict_counts(result)
     for name in classes_from(quality_class):
-        counts = verdict_counts(result)[name]
+        counts = every[name]
         undecided = undecided_table(result, name)
         lines += [
             f"- {rule_line(name, result.gated)}.",
@@ -152,8 +154,9 @@ def markdown_section(result: Aggregate, quality_class: str, table: MdTable) -> l
 def html_section(result: Aggregate, quality_class: str, table: HtmlTable) -> list[str]:
     """The verdict of every class: its rule, its counts, its undecided table."""
     parts = [f"<h2>Equal quality: the verdict (gated on {escape(', '.join(result.gated))})</h2>"]
+    every = verdict_counts(result)
     for name in classes_from(quality_class):
-        counts = verdict_counts(result)[name]
+        counts = every[name]
         undecided = undecided_table(result, name)
         parts += [
             f"<p>{escape(rule_line(name, result.gated))}. Configurations: {counts['pass']} "
