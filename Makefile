@@ -18,7 +18,7 @@ export GPTQMODEL_CPU_WORKERS := 2
 export RAY_USAGE_STATS_ENABLED := 0
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: bench test lint perf gpu-check plan images bench-cluster side-by-side side-by-side-vllm clean venv serving-vs-offline
+.PHONY: bench test lint perf gpu-check plan images image-cpu image-cuda image-rocm bench-cluster side-by-side side-by-side-vllm clean venv serving-vs-offline
 
 venv: $(STAMP)
 
@@ -97,14 +97,28 @@ side-by-side-vllm: $(STAMP)
 IMAGE_GIT_SHA = $(shell sha=$$(git rev-parse HEAD 2>/dev/null) && \
 	if [ -n "$$(git status --porcelain --untracked-files=no 2>/dev/null)" ]; then sha="$$sha+dirty"; fi; \
 	echo "$$sha")
-IMAGE_BUILD = docker build --build-arg HARNESS_GIT_SHA=$(IMAGE_GIT_SHA)
+# IMAGE_BUILD_ARGS: more `docker build` arguments for every image, e.g. on a machine without a
+# registry (.ci/images.sh): IMAGE_BUILD_ARGS='--network=host --build-arg BASE_IMAGE=<local base>
+# --build-arg TORCH_INDEX_URL=... --build-arg PIP_FIND_LINKS=...' (containers/cpu/Dockerfile).
+IMAGE_BUILD_ARGS ?=
+IMAGE_BUILD = docker build $(IMAGE_BUILD_ARGS) --build-arg HARNESS_GIT_SHA=$(IMAGE_GIT_SHA)
 # `make images IMAGE_REPO=registry.example/harness` builds under the name that will be pushed.
 IMAGE_REPO ?= harness
 
-images:
-	$(IMAGE_BUILD) --build-arg HARNESS_IMAGE=$(IMAGE_REPO):cuda -f containers/cuda/Dockerfile -t $(IMAGE_REPO):cuda .
-	$(IMAGE_BUILD) --build-arg HARNESS_IMAGE=$(IMAGE_REPO):rocm -f containers/rocm/Dockerfile -t $(IMAGE_REPO):rocm .
-	$(IMAGE_BUILD) --build-arg HARNESS_IMAGE=$(IMAGE_REPO):cpu -f containers/cpu/Dockerfile -t $(IMAGE_REPO):cpu .
+image-cpu image-cuda image-rocm: image-%:
+	$(IMAGE_BUILD) --build-arg HARNESS_IMAGE=$(IMAGE_REPO):$* -f containers/$*/Dockerfile -t $(IMAGE_REPO):$* .
+
+# The CPU image first, then each GPU image whose vLLM base image is here or can be pulled; an image
+# that cannot be built here is named with its reason (exit 0), a build that fails stops make.
+images: image-cpu
+	@for kind in cuda rocm; do \
+		base=$$(sed -n 's/^FROM //p' containers/$$kind/Dockerfile); \
+		if docker image inspect "$$base" >/dev/null 2>&1 || docker pull -q "$$base" >/dev/null 2>&1; then \
+			$(IMAGE_BUILD) --build-arg HARNESS_IMAGE=$(IMAGE_REPO):$$kind -f containers/$$kind/Dockerfile -t $(IMAGE_REPO):$$kind . || exit 1; \
+		else \
+			echo "images: $(IMAGE_REPO):$$kind not built: its base $$base is not here and cannot be pulled (no registry?)"; \
+		fi; \
+	done
 
 # One machine as a Ray cluster in containers: head (runs the sweep) + one $(ACCEL) worker.
 bench-cluster:
