@@ -43,8 +43,10 @@ def atomic_write_bytes(path: Path, data: bytes, mode: int | None = None) -> None
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         Path(tmp).unlink(missing_ok=True)
+        if isinstance(exc, OSError) and exc.filename in (None, tmp):
+            exc.filename = str(path)  # a full disk is told about the file meant, not the temp
         raise
 
 

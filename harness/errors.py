@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import difflib
+import errno
+import os
 from collections.abc import Iterable
 
 
@@ -26,13 +28,67 @@ class UserInputError(Exception):
     def render(self) -> str:
         where = ""
         if self.file:
-            where = self.file + (f":{self.line}" if self.line else "")
+            where = without_controls(self.file, IN_A_NAME) + (f":{self.line}" if self.line else "")
         if self.field:
-            where = f"{where}: {self.field}" if where else self.field
-        return f"{where}: {self.message}" if where else self.message
+            field = without_controls(self.field, IN_A_NAME)
+            where = f"{where}: {field}" if where else field
+        message = without_controls(self.message)
+        return f"{where}: {message}" if where else message
+
+
+# Characters a terminal acts on (escape sequences, carriage return, …): never printed raw. A
+# newline stays (a message of several runs lists one per line); a quoted value escapes it.
+CONTROLS = {c: f"\\x{c:02x}" for c in (*range(0x20), 0x7F) if chr(c) not in "\n\t"}
+IN_A_NAME = {**CONTROLS, ord("\n"): "\\n"}  # a file or field name is one line, always
+
+
+def without_controls(text: str, table: dict[int, str] = CONTROLS) -> str:
+    return text.translate(table)
+
+
+QUOTE_CHARS = 40  # the most of a value an error message quotes
+
+
+def quote(value: object, limit: int = QUOTE_CHARS) -> str:
+    """`repr(value)` (control characters escaped: a message stays one line), cut to `limit`
+    characters, never rendering more than a few items of a collection."""
+    if isinstance(value, (list, tuple, dict, set)) and len(value) > 8:
+        text = f"<{type(value).__name__} of {len(value)} items>"
+    elif isinstance(value, str) and len(value) > limit:
+        text = repr(value[:limit])
+    else:
+        text = repr(value)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def did_you_mean(value: object, choices: Iterable[str]) -> str:
     """' (did you mean 'bf16'?)' for a near miss, '' otherwise."""
     matches = difflib.get_close_matches(str(value), list(choices), n=1, cutoff=0.6)
     return f" (did you mean {matches[0]!r}?)" if matches else ""
+
+
+# Faults of the machine, not of the input: each is one line (``fault_line``) and exit 2; every
+# file the harness writes is atomic, so what was written before stays and a resume goes on.
+FAULTS = {
+    errno.ENOSPC: "no space left on the device",
+    errno.EDQUOT: "disk quota exceeded",
+    errno.EROFS: "the file system is read-only",
+    errno.EACCES: "permission denied",
+    errno.EPERM: "operation not permitted",
+    errno.EEXIST: "a file is in the way where a folder is needed",
+    errno.ENOTDIR: "a file is in the way where a folder is needed",
+}
+
+
+def fault_line(exc: OSError) -> str | None:
+    """One line for an operational fault (full disk, read-only or unwritable folder, a file
+    where a folder goes), naming the path; None for any other OSError."""
+    words = FAULTS.get(exc.errno or 0)
+    if words is None:
+        return None
+    path = exc.filename if exc.filename is not None else "?"
+    name = errno.errorcode.get(exc.errno or 0, "?")
+    return (
+        f"{quote(os.fsdecode(path), 200)}: {words} ({name}); what was written is kept: fix "
+        "it and run the command again (measure and run resume where they stopped)"
+    )

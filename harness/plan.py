@@ -8,6 +8,10 @@ Formulas (bytes; GiB = 2**30):
                   tokens capped at the window on sliding-window layers
   activations   = prefill transient (hidden + MLP intermediates of B × S tokens, per layer) + logits
                   (fp32 over B × S positions when all are kept, else B × 1)
+  adapter       = (a LoRA folder on the model, counted with the weights)
+                  r × Σ_targets (in + out) × layers × bytes(compute dtype);
+                  vLLM adds its LoRA slots: max_loras (1) × max_lora_rank (the smallest vLLM
+                  rank ≥ r) × Σ_every linear (in + out) × layers × bytes(compute dtype)
   reserve       = runtime context (CUDA/HIP context or the CPU process) + allocator margin
   peak(phase)   = load: weights + reserve;
                   prefill: + KV(context) + activations;
@@ -26,9 +30,10 @@ from pydantic import BaseModel, ConfigDict
 
 from harness import modes
 from harness.measure import roofline
-from harness.spec import catalog
+from harness.spec import adapters, catalog
 from harness.spec.capabilities import KV_CACHE_FORMATS, WEIGHT_FORMATS, compute_dtype_bytes
 from harness.spec.catalog import MLP_LINEARS, GpuSpec, ModelArch
+from harness.spec.labels import model_key
 from harness.spec.scenario import CONFIGURATION_FIELDS, Grid, GroupKey, Point, Scenario, Skip
 from harness.units import GIB, MIB
 
@@ -43,6 +48,61 @@ LOAD_GB_S = 1.0  # disk → device, for the budget's load time per group
 SERVER_START_S = 90.0
 GENERATOR_START_S = 20.0
 VLLM_MAX_BATCHED_TOKENS = 8192  # vLLM prefills in chunks of at most this many tokens
+
+# The phases a run pays, as a person reads them (`harness plan`, the end-of-run line); a point's
+# own seconds are its mode's phase (MODE_PHASE). harness.run.history records each phase's seconds
+# and calibrates the budget from them.
+PHASES: dict[str, str] = {
+    "cluster": "Ray start",
+    "startup": "process start + imports",
+    "load": "model load + engine start",
+    "quality": "quality scoring",
+    "measured": "measured work",
+    "server_start": "server starts",
+    "serving": "serving levels",
+    "training": "training steps",
+}
+MODE_PHASE = {"offline": "measured", "serving": "serving", "training": "training"}
+ANY = "*"  # a phase not of one engine or model (the Ray start), and a calibration's wildcard
+# Defaults before any history, per (engine, device kind), from runs measured here and on the H200:
+# - cpu: `make bench` (scenarios/default.yaml, 6 groups) on this 2-core CPU, 2026-12-01 09:48 at
+#   7747e86 (results/bench-cpu): load_s transformers 3.5-3.7 s, vLLM 0.32 16.8-31.1 s; wall
+#   176.0 s - Σ the rows' phases 155.3 s = 20.7 s for the Ray start and six group processes.
+# - cuda: results/example/h200-2026-11-29 (`harness run`, two transformers groups in fresh Ray
+#   actors): load_s 7.0 and 8.2 s; wall 41.0 s - phases 26.1 s = 14.9 s for the Ray start and two
+#   processes; results/example/h200-2026-11-30: vLLM 0.26's engine start with CUDA graphs, 51.9 s
+#   (tiny model, with 16 windows scored) and 51.2 s (8B architecture).
+# - rocm: no run recorded; the cuda figures.
+ENGINE_START_S = {
+    ("transformers", "cpu"): 3.6,
+    ("vllm", "cpu"): 26.0,
+    ("transformers", "cuda"): 7.6,
+    ("vllm", "cuda"): 51.0,
+}
+GROUP_START_S = {"cpu": 2.5, "cuda": 5.0}  # a fresh Ray actor's process start + imports
+CLUSTER_START_S = {"cpu": 5.7, "cuda": 5.0}  # `ray.init` of a local node
+# Per-call latency bounds a small model rather than the roofline: the seconds of one decode step
+# (any batch; the timed runs, warm-ups and the energy pass) and of one scored quality unit (a
+# window or an ARC item) at least, per (engine, device kind), from the same runs' rows (timing =
+# measured_s less the quality share):
+# - cpu: transformers 2.3-14.1 ms a step (median 5.8, 12 rows), vLLM 1.8-9.7 ms (median 3.4);
+#   quality 24.6-59.1 ms a unit (mean of the six groups 46.9);
+# - cuda: transformers on the H200 (38 rows, 9 groups) 3.7-16.8 ms a step (median 7.8), quality
+#   13.4-52.5 ms a unit (median 26); vLLM (CUDA graphs): no small-model step recorded, the 8B
+#   architecture's batch-1 step was 5.0 ms (bandwidth-bound), so 3 ms is assumed.
+STEP_FLOOR_S = {
+    ("transformers", "cpu"): 0.0058,
+    ("vllm", "cpu"): 0.0034,
+    ("transformers", "cuda"): 0.0078,
+    ("vllm", "cuda"): 0.003,
+}
+QUALITY_UNIT_S = {"cpu": 0.047, "cuda": 0.026}
+# The tasks of a group (harness.tasks), in quality units: a scored continuation (a label, a
+# choice) and a generated token of an extract item (batched 32 at a time), from the tiny model on
+# this CPU with transformers, unloaded: 1,470 continuations in 18.5 s (12.6 ms each) and 210 items
+# × 64 tokens in 26.8 s (2.0 ms a token).
+TASK_CONTINUATION_UNITS = 0.0126 / 0.047
+TASK_TOKEN_UNITS = 0.0020 / 0.047
 
 
 class ParamCounts(BaseModel):
@@ -185,6 +245,9 @@ class PointPlan(BaseModel):
 
     def contract(self) -> dict[str, object]:
         point = {f: getattr(self.point, f) for f in CONFIGURATION_FIELDS if f != "revision"}
+        point["model"] = model_key(self.point.model, self.point.revision)  # id@rev off main
+        if self.point.adapter is None:  # the contract names an adapter only where there is one
+            del point["adapter"]
         return {**point, **self.mode_contract, **{f: getattr(self, f) for f in CONTRACT_FIGURES}}
 
 
@@ -218,7 +281,7 @@ def plan_point(
     """The point's plan by its mode's plan part (harness.modes): memory per phase, fit, seconds."""
     plan_mode: ModePlan = modes.get(point.mode).load("plan")
     options = PlanOptions(gpu_memory_utilization=gpu_memory_utilization, warmups=warmups)
-    return plan_mode(point, card, catalog.model(point.model), options)
+    return plan_mode(point, card, catalog.model(point.model, point.revision), options)
 
 
 class ModePlan(Protocol):
@@ -267,10 +330,27 @@ def inference_plan(
     )
 
 
+def adapter_bytes(point: Point, arch: ModelArch) -> float:
+    """A point's LoRA adapter in memory (the formula above): its weights, and on vLLM the
+    engine's LoRA slots; 0 without an adapter."""
+    if point.adapter is None:
+        return 0.0
+    adapter = adapters.read_adapter(point.adapter)
+    shapes = arch.linear_shapes()
+    per_value = compute_dtype_bytes(point.quantization, arch.dtype_bytes)
+    targets = [shapes[t] for t in adapter.targets if t in shapes] * arch.num_layers
+    own = adapters.lora_bytes(adapter.rank, targets, per_value)
+    if point.backend != "vllm":
+        return own
+    slot = adapters.vllm_slot_rank(adapter.rank) or adapter.rank
+    every = list(shapes.values()) * arch.num_layers
+    return own + adapters.lora_bytes(slot, every, per_value)
+
+
 def inference_memory(point: Point, arch: ModelArch) -> tuple[dict[str, float], dict[str, float]]:
     """An inference point's bytes per phase (load, prefill, decode) and its terms (weights, the
     decode-time KV cache, the prefill activations, the reserve): the formulas above."""
-    weights = weights_bytes(arch, point.quantization)
+    weights = weights_bytes(arch, point.quantization) + adapter_bytes(point, arch)
     kv_prefill = kv_cache_bytes(
         arch, point.kv_cache_dtype, point.quantization, point.context, point.batch
     )
@@ -348,6 +428,8 @@ class Budget(BaseModel):
     est_load_seconds: float
     est_server_start_seconds: float = 0.0  # one `vllm serve` start per group with serving levels
     est_quality_seconds: float = 0.0  # each group's quality phase (windows + ARC items scored)
+    est_phase_seconds: dict[str, float] = {}  # every phase (PHASES), calibrated where history is
+    calibrated_from: str | None = None  # the history file the figures were calibrated from
     est_gpu_hours: float
     est_cost_usd: float | None = None
     tariff: str | None = None
@@ -358,6 +440,7 @@ class Plan(BaseModel):
     points: list[PointPlan]
     skipped: list[tuple[Skip, PointPlan | None]]
     budget: Budget
+    phases: list[PhaseSeconds] = []  # the budget's phases per group (not in the --json contract)
 
     def contract(self) -> dict[str, object]:
         """The `harness plan --json` object (a contract: see README)."""
@@ -373,8 +456,17 @@ class Plan(BaseModel):
         }
 
 
-def plan_grid(grid: Grid, gpu: str | None = None, hourly_usd: float | None = None) -> Plan:
-    """Plan every point; what cannot fit joins the skips (with the binding term)."""
+def plan_grid(
+    grid: Grid,
+    gpu: str | None = None,
+    hourly_usd: float | None = None,
+    *,
+    calibration: Calibration | None = None,
+    runner: str = "ray",
+) -> Plan:
+    """Plan every point; what cannot fit joins the skips (with the binding term). The budget's
+    phases are the defaults × `calibration` (harness.run.history); `runner` "in-process" (`harness
+    measure`) pays no Ray start and no process per group."""
     scenario: Scenario = grid.scenario
     default_gpu = gpu or scenario.gpu
     fitting: list[PointPlan] = []
@@ -392,10 +484,13 @@ def plan_grid(grid: Grid, gpu: str | None = None, hourly_usd: float | None = Non
         else:
             skipped.append((Skip(point=point, reason=f"does not fit: {plan.reason}"), plan))
     quality_s = quality_seconds(fitting, scenario)
+    phases = phase_seconds(fitting, quality_s, warmups=scenario.warmups, runner=runner)
+    phases = calibrate(phases, calibration or {})
     return Plan(
         points=fitting,
         skipped=skipped,
-        budget=budget(fitting, skipped, hourly_usd, quality_s),
+        budget=budget(fitting, skipped, hourly_usd, phases=phases),
+        phases=phases,
     )
 
 
@@ -409,21 +504,132 @@ ARC_ITEMS_IN_CORPUS = 2376  # harness/data/corpus/arc_easy.jsonl (its README); c
 def quality_seconds(fitting: Iterable[PointPlan], scenario: Scenario) -> dict[GroupKey, float]:
     """Seconds of each group's quality phase (once per group with checkpoint weights and
     offline points): a forward pass over every scored window and ARC item at the card's bf16
-    FLOP/s, 2 × active params per token, at the target's EFFICIENCY."""
+    FLOP/s, 2 × active params per token, at the target's EFFICIENCY; at least the measured
+    seconds per unit (windows, ARC items, and the tasks' continuations and generated tokens)."""
     settings = scenario.quality
     out: dict[GroupKey, float] = {}
     for p in fitting:
         point = p.point
         if point.mode != "offline" or point.weights == "random" or point.group in out:
             continue
-        arch = catalog.model(point.model)
+        arch = catalog.model(point.model, point.revision)
         windows = settings.max_windows or max(1, 300_000 // settings.window_tokens)
         arc = ARC_ITEMS_IN_CORPUS if settings.arc_count is None else settings.arc_count
         tokens = windows * settings.window_tokens + arc * ARC_TOKENS_PER_ITEM
         counts = param_counts(arch)
         flops = 2 * (counts.active_linear + counts.embeddings) * tokens
         card = catalog.gpu(p.gpu)
-        out[point.group] = flops / (card.bf16_tflops * 1e12) / EFFICIENCY[point.target]
+        roof_s = flops / (card.bf16_tflops * 1e12) / EFFICIENCY[point.target]
+        continuations, generated = settings.task_calls()
+        units = windows + arc + continuations * TASK_CONTINUATION_UNITS
+        units += generated * TASK_TOKEN_UNITS
+        out[point.group] = max(roof_s, units * QUALITY_UNIT_S[device_kind(point.target)])
+    return out
+
+
+def device_kind(target: str) -> str:
+    """The device kind a default was measured on: rocm has none of its own yet (cuda's)."""
+    return "cuda" if target == "rocm" else target
+
+
+class PhaseSeconds(BaseModel):
+    """One phase of one group (of the sweep, for the Ray start: group ``""``), in seconds: the
+    defaults' figure and the one calibrated from the node's history (harness.run.history)."""
+
+    model_config = ConfigDict(extra="forbid")
+    phase: str  # a key of PHASES
+    group: str  # GroupKey.label, "" for the sweep's own phases
+    engine: str  # the backend, ANY for the Ray start
+    device: str  # cpu | cuda | rocm
+    model: str  # ANY for the Ray start
+    default_s: float
+    seconds: float
+
+    @property
+    def key(self) -> tuple[str, str, str, str]:
+        return (self.engine, self.device, self.model, self.phase)
+
+
+# measured ÷ default seconds per (engine, device, model, phase); model ANY: any model
+Calibration = dict[tuple[str, str, str, str], float]
+
+
+def phase_seconds(
+    fitting: Iterable[PointPlan],
+    quality_s: dict[GroupKey, float],
+    *,
+    warmups: int = 1,
+    runner: str = "ray",
+) -> list[PhaseSeconds]:
+    """Every phase a run pays, per group. Ray: the Ray start once and a fresh process per group;
+    in one process: its start and imports once. Then the model load and engine start
+    (ENGINE_START_S + weights at LOAD_GB_S; training loads per point), the quality phase, a server
+    start per serving group, and each mode's points (offline points at least STEP_FLOOR_S a
+    decode step, warm-ups and the energy pass included). Uncalibrated: seconds = default_s."""
+    groups: dict[GroupKey, list[PointPlan]] = {}
+    for p in fitting:
+        groups.setdefault(p.point.group, []).append(p)
+    out: list[PhaseSeconds] = []
+    if groups:  # Ray: its start; in one process: that process's imports, once
+        device = device_kind(next(iter(groups)).target)
+        ray = runner == "ray"
+        phase, table = ("cluster", CLUSTER_START_S) if ray else ("startup", GROUP_START_S)
+        out.append(_phase(phase, "", ANY, device, ANY, table[device]))
+    for group, plans in groups.items():
+        out += group_phases(group, plans, quality_s.get(group), warmups=warmups, runner=runner)
+    return out
+
+
+def group_phases(
+    group: GroupKey, plans: list[PointPlan], quality: float | None, *, warmups: int, runner: str
+) -> list[PhaseSeconds]:
+    """One group's phases (phase_seconds)."""
+    kind = device_kind(group.target)
+    loads = len(plans) if plans[0].point.mode == "training" else 1
+    weights_s = plans[0].weights_gib * GIB / (LOAD_GB_S * 1e9)
+    seconds: dict[str, float] = {}
+    if runner == "ray":
+        seconds["startup"] = GROUP_START_S[kind]
+    seconds["load"] = loads * (ENGINE_START_S[(group.backend, kind)] + weights_s)
+    if quality is not None:
+        seconds["quality"] = quality
+    if any(p.point.serving is not None for p in plans):
+        seconds["server_start"] = SERVER_START_S
+    for mode, phase in MODE_PHASE.items():
+        mine = [p for p in plans if p.point.mode == mode]
+        if mine:
+            seconds[phase] = sum(point_seconds(p, warmups) for p in mine)
+    return [
+        _phase(phase, group.label, group.backend, group.target, group.model, s)
+        for phase, s in seconds.items()
+    ]
+
+
+def _phase(phase: str, group: str, engine: str, device: str, model: str, s: float) -> PhaseSeconds:
+    return PhaseSeconds(
+        phase=phase, group=group, engine=engine, device=device, model=model, default_s=s, seconds=s
+    )
+
+
+def point_seconds(plan: PointPlan, warmups: int) -> float:
+    """A point's planned seconds; an offline point at least STEP_FLOOR_S per decode step."""
+    point = plan.point
+    if point.mode != "offline":
+        return plan.est_seconds
+    runs = warmups + point.repeats + 1  # the timed runs, then the energy pass
+    steps = runs * (point.output_tokens + 1)  # + the prefill's own step
+    return max(plan.est_seconds, steps * STEP_FLOOR_S[(point.backend, device_kind(point.target))])
+
+
+def calibrate(phases: list[PhaseSeconds], calibration: Calibration) -> list[PhaseSeconds]:
+    """Each phase's seconds × its measured ÷ default ratio from the history: the exact (engine,
+    device, model, phase) first, else the same engine and device on any model, else the
+    defaults."""
+    out = []
+    for p in phases:
+        wildcard = (p.engine, p.device, ANY, p.phase)
+        factor = calibration.get(p.key, calibration.get(wildcard, 1.0))
+        out.append(p.model_copy(update={"seconds": p.default_s * factor}))
     return out
 
 
@@ -432,27 +638,28 @@ def budget(
     skipped: list[tuple[Skip, PointPlan | None]],
     hourly_usd: float | None,
     quality_s: dict[GroupKey, float] | None = None,
+    phases: list[PhaseSeconds] | None = None,
 ) -> Budget:
+    """The sweep's wall time as the sum of its phases (groups one after another on one device),
+    and its price: the package-hour price × that wall time when a GPU target is in it."""
     fitting = list(fitting)
-    first_of_group = {p.point.group: p for p in reversed(fitting)}
-    load_s = sum(p.weights_gib * GIB / (LOAD_GB_S * 1e9) for p in first_of_group.values())
-    served = {p.point.group for p in fitting if p.point.serving is not None}
-    server_s = len(served) * SERVER_START_S
-    quality_s = quality_s or {}
-    quality_total = sum(quality_s.values())
-    seconds = sum(p.est_seconds for p in fitting) + load_s + server_s + quality_total
-    gpu_seconds = sum(p.est_seconds for p in fitting if p.point.target != "cpu")
-    gpu_seconds += sum(s for g, s in quality_s.items() if g.target != "cpu")
-    gpu_seconds += SERVER_START_S * sum(1 for g in served if g.target != "cpu")
-    gpu_hours = gpu_seconds / 3600
+    if phases is None:
+        phases = phase_seconds(fitting, quality_s or {})
+    by_phase: dict[str, float] = {}
+    for p in phases:
+        by_phase[p.phase] = by_phase.get(p.phase, 0.0) + p.seconds
+    seconds = sum(by_phase.values())
+    on_gpu = any(p.point.target != "cpu" for p in fitting)
+    gpu_hours = seconds / 3600 if on_gpu else 0.0
     return Budget(
         points=len(fitting),
         skipped=len(skipped),
-        groups=len(first_of_group),
+        groups=len({p.point.group for p in fitting}),
         est_seconds=seconds,
-        est_load_seconds=load_s,
-        est_server_start_seconds=server_s,
-        est_quality_seconds=quality_total,
+        est_load_seconds=by_phase.get("load", 0.0),
+        est_server_start_seconds=by_phase.get("server_start", 0.0),
+        est_quality_seconds=by_phase.get("quality", 0.0),
+        est_phase_seconds=by_phase,
         est_gpu_hours=gpu_hours,
         est_cost_usd=gpu_hours * hourly_usd if hourly_usd is not None else None,
     )

@@ -38,6 +38,9 @@ class Provenance(BaseModel):
     corpus_hash: str | None = None
     load_average: float | None = None  # 1-minute load average when the point started
     load_generator: str | None = None  # serving rows: the load generator and its version
+    adapter_path: str | None = None  # the LoRA folder loaded on the model (harness.spec.adapters)
+    adapter_sha256: str | None = None  # sha256 over the adapter's weight files
+    adapter_base: str | None = None  # its recorded base: id@revision (commit), weights sha256
 
 
 class Part(BaseModel):
@@ -63,6 +66,7 @@ class PointColumns(Part):
     model: str
     revision: str = "main"
     weights: Literal["checkpoint", "random"] = "checkpoint"  # random: speed and memory only
+    adapter: str | None = None  # the LoRA folder on the model, as the scenario names it
     backend: str
     quantization: str
     kv_cache_dtype: str
@@ -157,6 +161,64 @@ class Quality(Part):
     quality_s: float | None = None
 
 
+class CategoryScore(BaseModel):
+    """One category of a task (an intent, a label): its items, its score (accuracy; extract:
+    field F1), the rate of its paired units (items right; extract: gold fields exact) and that
+    rate's paired degradation vs the reference (reference − candidate, 90 % Newcombe interval)."""
+
+    model_config = ConfigDict(extra="forbid")
+    category: str
+    items: int
+    score: float | None = None
+    unit_rate: float | None = None
+    ref_rate: float | None = None
+    diff: float | None = None
+    diff_ci90_low: float | None = None
+    diff_ci90_high: float | None = None
+    paired_units: int | None = None
+
+
+class TaskScore(BaseModel):
+    """One task on one configuration (harness.tasks.metrics states every figure): shares in
+    [0, 1]; ``score`` is accuracy (classify, choice) or field F1 (extract); the paired units are
+    items (classify, choice) or gold fields (extract), their degradation vs the reference
+    (reference − candidate rate) with its 90 % Newcombe interval; the worst category is the one
+    with the largest degradation."""
+
+    model_config = ConfigDict(extra="forbid")
+    name: str
+    kind: str
+    items: int
+    units: int
+    score: float | None = None
+    unit_rate: float | None = None
+    macro_f1: float | None = None
+    json_valid: float | None = None
+    required_present: float | None = None
+    field_precision: float | None = None
+    field_recall: float | None = None
+    field_f1: float | None = None
+    ref_rate: float | None = None
+    diff: float | None = None
+    diff_ci90_low: float | None = None
+    diff_ci90_high: float | None = None
+    paired_units: int | None = None
+    worst_category: str | None = None
+    worst_diff: float | None = None
+    worst_ci90_low: float | None = None
+    worst_ci90_high: float | None = None
+    categories: list[CategoryScore] = []
+    labels: list[str] | None = None  # classify: the confusion matrix's order
+    confusion: list[list[int]] | None = None  # classify: [gold label][predicted label] counts
+
+
+class Tasks(Part):
+    """The scenario's tasks (``quality: {tasks: [...]}``), once per group, copied onto each of
+    its points."""
+
+    tasks: list[TaskScore] | None = None
+
+
 class Roofline(Part):
     roofline_decode_tok_s: float | None = None
     roofline_fraction: float | None = None
@@ -190,6 +252,24 @@ class Serving(Part):
     server_start_s: float | None = None
     server_log: str | None = None  # path of the server's log in the run folder
     server_log_tail: list[str] | None = None  # its last lines, on a failed level
+    # the server's prefix cache over the level (harness.modes.serving.device.loadgen: its
+    # /metrics counters before and after): prompt tokens looked up and found, found / looked up
+    prefix_caching: bool | None = None  # the server's --enable-prefix-caching (None: off, no axis)
+    prefix_cache_queried_tokens: int | None = None
+    prefix_cache_hit_tokens: int | None = None
+    prefix_cache_hit_rate: float | None = None  # share of the prompt tokens looked up
+    # interactivity (harness.modes.serving.price): the TPOT percentile of tok/s/user, the bands
+    interactivity_tpot: str | None = None  # p50 | p90
+    interactivity_bands: str | None = None  # tok/s/user, space-separated ("10 30 100")
+    # a search for the highest load meeting the SLO (harness.modes.serving.search): a probe row
+    # has its index; the search's own row has no load and holds the outcome
+    search_axis: str | None = None  # request_rate | concurrency
+    search_probe: int | None = None  # the probe's index in its search (0: LOW, 1: HIGH, ...)
+    max_rate_at_slo: float | None = None  # the passing end: req/s or clients (search_axis)
+    search_bracket_low: float | None = None  # = max_rate_at_slo; None: even LOW missed the SLO
+    search_bracket_high: float | None = None  # the lowest failing load; None: HIGH met it
+    search_probes: int | None = None  # probes the search ran
+    search_stop: str | None = None  # why it stopped (harness.modes.serving.search.Stop)
 
 
 class Training(Part):
@@ -280,13 +360,19 @@ class HarnessTime(Part):
 
 # Field order (the JSON keys' and the CSV columns' order) is the parts' order: pydantic collects
 # inherited fields from the last base to the first.
-class ResultRow(Training, Energy, HarnessTime, Serving, Roofline, Quality, Preallocation,
+class ResultRow(Training, Energy, HarnessTime, Serving, Roofline, Tasks, Quality, Preallocation,
                 Prediction, Memory, Speed, PointColumns, Header):  # fmt: skip
     """One row: the parts above, then where it came from."""
 
     model_config = ConfigDict(extra="forbid")
 
     provenance: Provenance = Provenance()
+
+    @property
+    def is_planned_point(self) -> bool:
+        """False for a search's probe rows: found as the search runs, beside its one planned
+        point (progress counts planned points only)."""
+        return self.search_probe is None
 
     @classmethod
     def compose(cls, *parts: Part, provenance: Provenance | None = None) -> ResultRow:

@@ -1,4 +1,5 @@
-"""Tests never reach a model hub: Hugging Face offline mode for every test process.
+"""Tests never reach a model hub: Hugging Face offline mode for every test process; runs record
+their phase times in a history of their own.
 
 Ray clusters in tests run with token auth on, as users' clusters do; the token file is this
 session's own (0600, in a temporary folder), so no test reads or writes ~/.ray.
@@ -15,6 +16,11 @@ os.environ.setdefault("RAY_AUTH_MODE", "token")
 if "RAY_AUTH_TOKEN_PATH" not in os.environ and "RAY_AUTH_TOKEN" not in os.environ:
     folder = Path(tempfile.mkdtemp(prefix="harness-ray-auth-"))
     os.environ["RAY_AUTH_TOKEN_PATH"] = str(folder / "auth_token")
+# Runs in tests record their phase times in this session's own history, never the node's
+# (~/.cache/harness/history.jsonl calibrates `harness plan`: harness.run.history).
+os.environ.setdefault(
+    "HARNESS_HISTORY", str(Path(tempfile.mkdtemp(prefix="harness-history-")) / "history.jsonl")
+)
 
 from harness.run import auth
 

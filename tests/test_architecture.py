@@ -31,14 +31,17 @@ BASE = (
     "harness", "harness.errors", "harness.units", "harness.atomic", "harness.files",
     "harness.console",
 )  # fmt: skip
-RESULTS_READS = ("harness.spec", "harness.row", "harness.run.store", "harness.measure")
+RESULTS_READS = (
+    "harness.spec", "harness.row", "harness.run.store", "harness.measure", "harness.tasks",
+)  # fmt: skip
 RUN_READS = (
     "harness.spec", "harness.plan", "harness.measure", "harness.backends", "harness.row",
-    "harness.corpus",
+    "harness.corpus", "harness.tasks",
 )  # fmt: skip
 # room → the rooms (module prefixes) it may import, besides itself, BASE and the mode registry.
 MAY_IMPORT: dict[str, tuple[str, ...]] = {
-    "harness.spec": (),
+    "harness.spec": ("harness.tasks",),  # a scenario's task entries are the tasks room's
+    "harness.tasks": ("harness.measure", "harness.row"),  # tasks as data, their metrics
     "harness.measure": (),
     "harness.row": (),
     "harness.corpus": (),
@@ -60,7 +63,7 @@ ROLE_MAY_IMPORT: dict[str, tuple[str, ...]] = {
     "device": (*RUN_READS, "harness.run"),
     "price": (*RESULTS_READS, "harness.results", "harness.corpus"),
     "report": (*RESULTS_READS, "harness.results", "harness.corpus"),
-    "pure": ("harness.spec", "harness.measure", "harness.corpus"),
+    "pure": ("harness.spec", "harness.measure", "harness.corpus", "harness.tasks"),
     "package": (),
 }
 SAME_MODE: dict[str, tuple[str, ...]] = {

@@ -194,3 +194,24 @@ def test_the_budget_carries_each_groups_quality_phase_and_all_items_cost_more() 
     assert every.budget.est_seconds - few.budget.est_seconds == pytest.approx(
         every.budget.est_quality_seconds - few.budget.est_quality_seconds
     )
+
+
+def test_the_tasks_of_a_group_add_their_continuations_and_tokens_to_its_quality_phase() -> None:
+    from harness.spec.scenario import Scenario, expand
+
+    base = {
+        "name": "q", "models": [{"id": "tiny-llama"}], "backend": ["transformers"],
+        "quantization": ["none"], "kv_cache_dtype": ["auto"], "batch": [1],
+        "context": [128], "output_tokens": 8, "targets": ["cpu"],
+    }  # fmt: skip
+    quality = {"arc_items": 0, "max_windows": 4}
+    without = plan.plan_grid(expand(Scenario.model_validate({**base, "quality": quality})))
+    tasks = {**quality, "tasks": ["snips-intent", "snips-slots"]}
+    scenario = Scenario.model_validate({**base, "quality": tasks})
+    assert scenario.quality.task_calls() == (210 * 7, 210 * 64)
+    added = plan.plan_grid(expand(scenario)).budget.est_quality_seconds
+    extra = (210 * 7 * plan.TASK_CONTINUATION_UNITS + 210 * 64 * plan.TASK_TOKEN_UNITS) * (
+        plan.QUALITY_UNIT_S["cpu"]
+    )
+    # (the roofline floor of the four windows alone is a few hundredths of a second above theirs)
+    assert added - without.budget.est_quality_seconds == pytest.approx(extra, rel=1e-2)

@@ -36,6 +36,8 @@ class BackendOptions(BaseModel):
         None  # the KV pool an engine that sizes one up front gets (vLLM CPU)
     )
     random_weights: bool = False  # the architecture on random weights: speed and memory only
+    adapter_path: str | None = None  # a LoRA folder loaded on the model (checked against it)
+    adapter_rank: int | None = None  # its LoRA rank (vLLM's max_lora_rank)
 
 
 @dataclass
@@ -64,6 +66,9 @@ class WindowScores:
     # highest-likelihood choice (column 0) / the length-normalised one (column 1) is the gold one.
     arc_index: NDArray[Any] | None = None  # [N] int
     arc_correct: NDArray[Any] | None = None  # [N, 2] bool
+    # The group's per-item task results, as named arrays (harness.tasks.metrics.to_arrays:
+    # "task__<name>__<array>"), carried the same way.
+    task_arrays: dict[str, NDArray[Any]] | None = None
 
 
 @dataclass
@@ -92,6 +97,12 @@ class Backend(ABC):
     @abstractmethod
     def generate(self, prompts: list[list[int]], new_tokens: int) -> Generation:
         """Greedy, exactly `new_tokens` per row (min = max, EOS ignored)."""
+
+    @abstractmethod
+    def generate_text(self, prompts: list[str], max_new_tokens: int) -> list[str]:
+        """Greedy continuation of each text prompt (encoded as ``encode`` does), stopping at EOS
+        or after ``max_new_tokens`` tokens: the generated text only, special tokens dropped
+        (extract tasks, harness.tasks)."""
 
     @abstractmethod
     def score_windows(

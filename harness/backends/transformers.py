@@ -34,6 +34,7 @@ SUPPORTED = frozenset(weight_formats_for("transformers"))
 KV_CACHE_DTYPES = kv_cache_formats_for("transformers")
 GPTQ_CALIBRATION_SAMPLES = 64
 LOGITS_BUDGET_BYTES = 256 * MIB  # fp32 log-probs held at once while scoring
+TEXT_BATCH = 32  # prompts generated together by generate_text
 GPTQ = WEIGHT_FORMATS["gptq-int4"]  # bits and group size: the planner's, from the table
 
 
@@ -128,10 +129,20 @@ class TransformersBackend(Backend):
             self.model = self._load_gptq()
         else:
             self.model = self._load_hf(quant)
+        self.model = self._with_adapter(self.model)
         self.model.eval()
         self.compute_dtype = next(
             (p.dtype for p in self.model.parameters() if p.dtype.is_floating_point), torch.float32
         )
+
+    def _with_adapter(self, model: Any) -> Any:
+        """The base with the group's LoRA adapter on it (peft), or the base alone. The adapter's
+        base binding was checked before the load (harness.run.device.bound_adapter)."""
+        if self.options.adapter_path is None:
+            return model
+        from peft import PeftModel
+
+        return PeftModel.from_pretrained(model, self.options.adapter_path, is_trainable=False)
 
     def _load_tokenizer(self) -> Any:
         from transformers import AutoTokenizer
@@ -261,6 +272,41 @@ class TransformersBackend(Backend):
         return Generation(
             new_tokens=counts, step_ms=clock.elapsed_ms(), e2e_ms=clock.total_ms(), timer=clock.name
         )
+
+    def generate_text(self, prompts: list[str], max_new_tokens: int) -> list[str]:
+        """Greedy (do_sample False) up to EOS or ``max_new_tokens``, in batches of similar
+        lengths, left-padded (the attention mask gives each row its own positions), with the
+        group's KV cache."""
+        encoded = [self.encode(p) for p in prompts]
+        order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]))
+        step = max(1, min(TEXT_BATCH, self._rows_per_chunk(max(map(len, encoded)) + 1)))
+        out: dict[int, str] = {}
+        for start in range(0, len(order), step):
+            chunk = order[start : start + step]
+            for i, text in zip(chunk, self._text_chunk([encoded[i] for i in chunk],
+                                                       max_new_tokens), strict=True):  # fmt: skip
+                out[i] = text
+        return [out[i] for i in range(len(prompts))]
+
+    def _text_chunk(self, rows: list[list[int]], max_new_tokens: int) -> list[str]:
+        torch = self.torch
+        pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
+        width = max(len(r) for r in rows)
+        ids = torch.tensor([[pad] * (width - len(r)) + r for r in rows], device=self.device)
+        mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows],
+                            device=self.device)  # fmt: skip
+        with torch.no_grad():
+            got = self.model.generate(
+                input_ids=ids, attention_mask=mask, do_sample=False,
+                max_new_tokens=max_new_tokens, pad_token_id=pad,
+                eos_token_id=self.tokenizer.eos_token_id, **self._cache_kwargs(),
+            )  # fmt: skip
+        eos = self.tokenizer.eos_token_id
+        texts = []
+        for row in got[:, width:].tolist():
+            end = row.index(eos) if eos is not None and eos in row else len(row)
+            texts.append(self.tokenizer.decode(row[:end], skip_special_tokens=True))
+        return texts
 
     # --- quality --------------------------------------------------------------------------
 

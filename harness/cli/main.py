@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 import typer
+from rich.markup import escape as markup_escape
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -23,12 +24,11 @@ from rich.progress import (
     TaskID,
     TextColumn,
     TimeElapsedColumn,
-    TimeRemainingColumn,
 )
 from rich.table import Table
 
 from harness.console import console, err_console
-from harness.errors import UserInputError
+from harness.errors import UserInputError, fault_line
 from harness.spec.labels import PLAN_LABEL, configuration_label
 
 app = typer.Typer(
@@ -50,6 +50,14 @@ def friendly(fn: F) -> F:
         except UserInputError as exc:
             err_console.print(
                 f"[bold red]error[/]: {exc.render()}", highlight=False, soft_wrap=True
+            )
+            raise typer.Exit(2) from None
+        except OSError as exc:  # a full disk, a read-only folder: one line, not a traceback
+            line = fault_line(exc)
+            if line is None:
+                raise
+            err_console.print(
+                f"[bold red]error[/]: {markup_escape(line)}", highlight=False, soft_wrap=True
             )
             raise typer.Exit(2) from None
 
@@ -87,7 +95,7 @@ def plan(
     gpu_targets = [t for t in grid.scenario.targets if t != "cpu"] or ["cuda"]
     card = planner.default_card(gpu_targets[0], gpu or grid.scenario.gpu)
     price, tariff_name = hourly_price(tariffs, card.name)
-    result = planner.plan_grid(grid, gpu=gpu, hourly_usd=price)
+    result = calibrated_plan(grid, scenario, gpu=gpu, hourly_usd=price)
     result.budget.tariff = tariff_name
     if as_json:
         sys.stdout.write(json.dumps(result.contract()) + "\n")
@@ -150,17 +158,36 @@ def print_plan(result: Any, *, show_skipped: bool = False) -> None:
                 skip.reason,
             )
         console.print(skips)
-    b = result.budget
+    print_budget(result.budget)
+
+
+def calibrated_plan(grid: Any, scenario: Path, **options: Any) -> Any:
+    """The plan with its budget calibrated from this node's history (harness.run.history)."""
+    from harness import plan as planner
+    from harness.run import history, sweep
+
+    path = history.history_path()
+    runs = history.read(path)
+    calibration = history.calibration(runs, sweep.scenario_hash(scenario))
+    result = planner.plan_grid(grid, calibration=calibration, **options)
+    result.budget.calibrated_from = history.calibration_note(path, runs)
+    return result
+
+
+def print_budget(b: Any) -> None:
+    """The budget line: wall time by phase (harness.plan.PHASES), GPU-hours and $ (the
+    package-hour price × that wall time), and what the figures were calibrated from."""
+    from harness.console import duration
+    from harness.plan import PHASES
+
     cost = f", ≈ ${b.est_cost_usd:.2f} on {b.tariff}" if b.est_cost_usd is not None else ""
-    parts = [
-        f"{b.est_load_seconds:.0f} s loading",
-        f"{b.est_server_start_seconds:.0f} s server starts" if b.est_server_start_seconds else "",
-        f"{b.est_quality_seconds:.0f} s quality scoring" if b.est_quality_seconds else "",
-    ]
+    parts = [f"{label} {duration(b.est_phase_seconds[phase])}"
+             for phase, label in PHASES.items() if phase in b.est_phase_seconds]  # fmt: skip
     console.print(
         f"budget: {b.points} points in {b.groups} groups, {b.skipped} skipped; "
-        f"≈ {b.est_seconds:.0f} s in all (of which {', '.join(p for p in parts if p)}), "
-        f"{b.est_gpu_hours:.3f} GPU-h{cost}"
+        f"≈ {duration(b.est_seconds)} in all ({', '.join(parts)}), "
+        f"{b.est_gpu_hours:.3f} GPU-h{cost}; {b.calibrated_from or 'defaults'}",
+        highlight=False,
     )
 
 
@@ -176,19 +203,27 @@ def measure(
     from harness.run import store, sweep
     from harness.run.worker import measure_group
 
-    plan, todo = sweep.begin(scenario, out, gpu=gpu, resume=resume, mode="in-process")
-    started = time.perf_counter()
-    with progress_bar(plan.total_points) as (progress, task):
-        progress.advance(task, plan.total_points - sum(len(pts) for _, pts in todo))
-        for work, points in todo:
-            progress.update(task, description=work.group.label)
+    with store.run_lock(out, "measure"):  # one writer per run folder
+        plan, todo = sweep.begin(scenario, out, gpu=gpu, resume=resume, mode="in-process")
+        started = time.perf_counter()
+        tracker, rows = sweep_tracker(plan, todo), []
+        with progress_bar(plan.total_points) as (progress, task):
+            progress.advance(task, plan.total_points - sum(len(pts) for _, pts in todo))
+            tracker.attach(progress, task)
+            for work, points in todo:
+                tracker.group_started(work.group.label)
 
-            def emit(row: Any) -> None:
-                store.write_row(out, row)
-                progress.advance(task)
+                def emit(row: Any) -> None:
+                    store.write_row(out, row)
+                    rows.append(row)
+                    if row.is_planned_point:
+                        progress.advance(task)
+                        tracker.row(row.group, row.status)
 
-            measure_group(work.group, points, plan.context, emit)
-    sweep.finish_manifest(out, wall_s=time.perf_counter() - started)
+                measure_group(work.group, points, plan.context, emit)
+        wall_s = time.perf_counter() - started
+        sweep.finish_manifest(out, wall_s=wall_s)
+    end_of_run(scenario, out, plan, rows, wall_s, runner="in-process")
     console.print(
         f"results: {out}/points ({plan.total_points} points, {len(plan.skipped)} skipped)"
     )
@@ -250,34 +285,60 @@ def run_sweep(
     gpu: str | None,
     simulate_on_cpu: bool = False,
 ) -> tuple[Path, dict[str, Any]]:
-    from harness.run import driver, sweep
-    from harness.run.worker import GroupActor
+    from harness.run import store
     from harness.spec import scenario as scen
 
     run_dir = out or Path("results") / scen.load(scenario).name
+    with store.run_lock(run_dir, "run"):  # one writer per run folder
+        return sweep_locked(scenario, address, run_dir, resume, gpu, simulate_on_cpu)
+
+
+def sweep_locked(
+    scenario: Path,
+    address: str | None,
+    run_dir: Path,
+    resume: bool,
+    gpu: str | None,
+    simulate_on_cpu: bool,
+) -> tuple[Path, dict[str, Any]]:
+    from harness.run import driver, sweep
+    from harness.run.worker import GroupActor
+
     started = time.perf_counter()
+    cluster_s: list[float] = []
 
     def start_cluster() -> dict[str, Any]:
-        return {"cluster": driver.connect(address), "nodes": driver.node_inventory()}
+        began = time.perf_counter()
+        cluster = {"cluster": driver.connect(address), "nodes": driver.node_inventory()}
+        cluster_s.append(time.perf_counter() - began)
+        return cluster
 
     plan, todo = sweep.begin(
         scenario, run_dir, gpu=gpu, resume=resume, mode="ray", on_start=start_cluster
     )
+    tracker, rows = sweep_tracker(plan, todo, started), []
     with progress_bar(plan.total_points) as (progress, task):
         progress.advance(task, plan.total_points - sum(len(pts) for _, pts in todo))
-        plan_s = sum(w.est_seconds for w, _ in todo)
-        progress.update(task, description=f"sweep (plan ≈ {plan_s:.0f} s)")
+        tracker.attach(progress, task)
         groups: dict[str, TaskID] = {}
 
         def on_row(row: Any, node_id: str | None) -> None:
+            rows.append(row)
+            if not row.is_planned_point:
+                return
+            tracker.row(row.group, row.status)
             progress.advance(task)
             if row.group in groups:
                 progress.advance(groups[row.group])
 
         def on_group(label: str, node_id: str | None) -> None:
-            size = next(len(p) for w, p in todo if w.group.label == label)
             where = (node_id or "?")[:8]
+            if label in groups:  # a retry on another node: the same bar goes on from where it was
+                progress.update(groups[label], description=f"  {label} @ node {where} (retry)")
+                return
+            size = next(len(p) for w, p in todo if w.group.label == label)
             groups[label] = progress.add_task(f"  {label} @ node {where}", total=size)
+            tracker.group_started(label, f"node {where}")
 
         runner = driver.Driver(
             run_dir, plan.context, GroupActor, simulate_on_cpu=simulate_on_cpu, on_row=on_row,
@@ -290,7 +351,41 @@ def run_sweep(
                 runner.run_wave(wave)
     wall_s = time.perf_counter() - started
     sweep.finish_manifest(run_dir, wall_s=wall_s, failures=runner.failures if todo else [])
+    end_of_run(scenario, run_dir, plan, rows, wall_s, runner="ray", cluster_s=sum(cluster_s))
     return run_dir, {"wall_s": wall_s}
+
+
+def sweep_tracker(plan: Any, todo: list[Any], started: float | None = None) -> Any:
+    """The sweep's progress figures (harness.console.SweepProgress) from its calibrated plan;
+    `started`: the perf_counter reading the run's clock starts from (the Ray start is in it)."""
+    from harness.console import SweepProgress
+    from harness.run import history
+
+    todo_points = {w.group.label: len(pts) for w, pts in todo}
+    groups, sweep_s = history.progress_groups(plan.phases, todo_points)
+    tracker = SweepProgress(
+        groups, already_done=plan.total_points - sum(todo_points.values()), sweep_fixed_s=sweep_s
+    )
+    tracker.start(started)
+    return tracker
+
+
+def end_of_run(
+    scenario: Path, run_dir: Path, plan: Any, rows: list[Any], wall_s: float, *, runner: str,
+    cluster_s: float | None = None,
+) -> None:  # fmt: skip
+    """Print "planned 3 m 40 s, took 3 m 55 s (+7 %)", per phase where they differ; the
+    phases' times join the node's history (harness.run.history)."""
+    from harness.run import history, sweep
+
+    if not rows:
+        return
+    lines = history.finish(
+        plan.phases, rows, run=run_dir.name, scenario_hash=sweep.scenario_hash(scenario),
+        runner=runner, wall_s=wall_s, cluster_s=cluster_s,
+    )  # fmt: skip
+    for line in lines:
+        console.print(line, highlight=False, soft_wrap=True)
 
 
 @app.command()
@@ -304,10 +399,9 @@ def bench(
     address: Annotated[str | None, typer.Option(help="Ray cluster address")] = None,
 ) -> None:
     """Plan, run (Ray), publish; print the headline cost table and where everything is."""
-    from harness import plan as planner
     from harness.spec import scenario as scen
 
-    result = planner.plan_grid(scen.expand(scen.load(scenario), str(scenario)))
+    result = calibrated_plan(scen.expand(scen.load(scenario), str(scenario)), scenario)
     print_plan(result)
     run_dir, stats = run_sweep(scenario, address, out, True, None)
     console.print(f"sweep wall time: {stats['wall_s']:.1f} s")
@@ -339,6 +433,9 @@ def node_start(
 
     if head == bool(address):
         raise UserInputError("give exactly one of --head or --address HOST:PORT", field="node")
+    problem = node.port_problem(port) if head else None
+    if problem:  # before `ray start`, whose own refusal is a traceback
+        raise UserInputError(f"{problem}; choose another (the default is 6379)", field="--port")
     auth.require_token_mode()
     if head and not dry_run:
         auth.ensure_token()
@@ -385,49 +482,20 @@ def doctor() -> None:
     console.print(table)
 
 
-class LogProgress(Progress):
-    """Progress for a log file (nohup, tmux, CI: stderr is no terminal), where rich draws no bar:
-    one line per measured point and per group started, with elapsed time and points done."""
-
-    def __init__(self) -> None:
-        super().__init__(console=err_console, disable=True)
-        self.started = time.perf_counter()
-
-    def _line(self, text: str) -> None:
-        elapsed = time.perf_counter() - self.started
-        err_console.print(f"[{elapsed // 60:02.0f}:{elapsed % 60:02.0f}] {text}", highlight=False)
-
-    def add_task(self, description: str, *args: Any, **kwargs: Any) -> TaskID:
-        task = super().add_task(description, *args, **kwargs)
-        if description != "starting":
-            self._line(f"started {description.strip()} ({kwargs.get('total', '?')} points)")
-        return task
-
-    def advance(self, task_id: TaskID, advance: float = 1) -> None:
-        super().advance(task_id, advance)
-        task = self._tasks[task_id]
-        if advance and task_id == 0:  # the whole sweep's task: one line per measured point
-            self._line(f"{task.completed:.0f}/{task.total:.0f} points · {task.description}")
-
-    def update(self, task_id: TaskID, *args: Any, **kwargs: Any) -> None:
-        super().update(task_id, *args, **kwargs)
-        if "description" in kwargs and task_id == 0:
-            self._line(str(kwargs["description"]))
-
-
 @contextlib.contextmanager
 def progress_bar(total: int) -> Iterator[tuple[Progress, TaskID]]:
-    """A bar on a terminal; one line per point and group where stderr is a log (LogProgress)."""
+    """A bar on a terminal, its description the sweep's figures (harness.console.SweepProgress:
+    the remaining time from the budget model); where stderr is a log, no bar: SweepProgress
+    prints a line per point and per finished group."""
     if not err_console.is_terminal:
-        log = LogProgress()
-        yield log, log.add_task("starting", total=total)
+        quiet = Progress(console=err_console, disable=True)
+        yield quiet, quiet.add_task("starting", total=total)
         return
     columns = (
         TextColumn("{task.description}"),
         BarColumn(),
         MofNCompleteColumn(),
         TimeElapsedColumn(),
-        TimeRemainingColumn(),
     )
     with Progress(*columns, console=err_console, transient=False) as progress:
         yield progress, progress.add_task("starting", total=total)

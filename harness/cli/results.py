@@ -167,13 +167,16 @@ def run_command(action: Callable[[Aggregated], None]) -> Callable[..., None]:
     ) -> None:
         from harness.results.aggregate import aggregate_run
         from harness.results.pricing import check_utilisation
+        from harness.run.store import run_lock
 
         _check_class(quality_class)
         check_utilisation(utilisation)
         folder = _check_run(run)
         table = _tariffs(tariffs)
-        result = aggregate_run(folder, table, utilisation, allow_mixed)
-        action(Aggregated(folder, table, quality_class, utilisation, result))
+        name = action.__name__.removesuffix("_cmd")
+        with run_lock(folder, name, writes=name != "aggregate"):  # one command at a time
+            result = aggregate_run(folder, table, utilisation, allow_mixed)
+            action(Aggregated(folder, table, quality_class, utilisation, result))
 
     command.__name__ = command.__qualname__ = action.__name__
     command.__doc__ = action.__doc__
@@ -303,11 +306,12 @@ def compare_cmd(
                 "config": f"{configuration_label(r)} {device}",
             },
         )
-        label = METRIC_LABELS[str(r["metric"])]
+        label = METRIC_LABELS.get(str(r["metric"]), str(r["metric"]))  # task:<name>: its own
         row[f"{label} Δ %"] = _change(r)
         row[f"{label}"] = str(r["verdict"])
     title = f"B against A, useful-effect threshold ±{result.threshold_pct:g} %"
-    numeric = {f"{label} Δ %" for label in METRIC_LABELS.values()}
+    labels = {*METRIC_LABELS.values(), *(str(m) for m in result.table["metric"].unique())}
+    numeric = {f"{label} Δ %" for label in labels}
     console.print(_table(title, list(rows.values()), numeric))
     for metric, counts in result.verdicts().items():
         console.print(

@@ -92,6 +92,12 @@ METHOD: dict[str, str] = {
     "intervals": "ΔNLL: the paired percentile bootstrap over windows (the same windows resampled "
     "for both), its 5th and 95th percentiles. Accuracy: Newcombe's hybrid score interval for "
     "paired proportions (method 10, Stat Med 1998;17:2635) at z = 1.645.",
+    "tasks": "Tasks (harness.tasks): the paired unit is the item (classify, choice: right or "
+    "wrong) or the gold field (extract: exact value or not), its degradation reference − "
+    "candidate rate with the accuracy margin (1 − C) × the reference's rate. A task passes "
+    "or fails on its overall interval, and fails whatever its overall says when one category's "
+    "whole interval lies beyond that category's margin (the report names the category); a "
+    "configuration's tasks verdict is fail if any task fails, pass if every one passes.",
     "sample size": "The units (windows, items) that would decide an undecided metric at the "
     "observed mean d, assuming its interval narrows as 1/√n: n' = ⌈n × (h ÷ |m − d|)²⌉, h the "
     "interval's half-width on the margin's side (for a normal interval h = 1.645 × s ÷ √n, so "
@@ -102,7 +108,7 @@ METHOD: dict[str, str] = {
 BOOTSTRAP_SAMPLES = 1000
 """Resamples of the ΔNLL bootstrap (``quality.paired_dnll``'s default)."""
 
-Metric = Literal["ppl", "arc"]
+Metric = Literal["ppl", "arc", "tasks"]
 
 
 # ---------------------------------------------------------------- the rule and the margins
@@ -383,6 +389,42 @@ def judge(metric: Metric, interval: Interval, margin: float) -> Decision:
         n = needed_units(i.estimate, i.low, i.high, margin, i.n)
         needed = None if math.isnan(float(n)) else int(n)
     return Decision(metric, verdict, interval, margin, bound, needed)
+
+
+@dataclass(frozen=True)
+class TaskDecision:
+    """One task's verdict for one class: the overall decision, and the category that failed it
+    when its overall did not (None: no category is shown beyond its margin)."""
+
+    verdict: Verdict
+    overall: Decision
+    failed_category: str | None = None
+    category: Decision | None = None
+
+
+def judge_task(
+    share: float,
+    overall: Interval,
+    ref_rate: float,
+    categories: Sequence[tuple[str, Interval, float]] = (),
+) -> TaskDecision:
+    """A task's verdict (``METHOD["tasks"]``): its overall paired degradation against
+    m = (1 − C) × the reference's rate decides as any metric's; a category whose lower bound is
+    above its own margin ((1 − C) × its reference rate) fails the task whatever the overall
+    says: the category with the largest excess (low − m) is named. Categories only fail a task:
+    at 30 items a category's interval is rarely narrow enough to pass, and an undecided
+    category does not hold back an overall pass."""
+    decision = judge("tasks", overall, accuracy_margin(share, ref_rate))
+    worst: tuple[float, str, Decision] | None = None
+    for name, interval, rate in categories:
+        got = judge("tasks", interval, accuracy_margin(share, rate))
+        if got.verdict == "fail":
+            excess = interval.low - got.margin
+            if worst is None or excess > worst[0]:
+                worst = (excess, name, got)
+    if worst is None:
+        return TaskDecision(decision.verdict, decision)
+    return TaskDecision("fail", decision, worst[1], worst[2])
 
 
 @dataclass(frozen=True)

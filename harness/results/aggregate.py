@@ -67,6 +67,11 @@ class Aggregate:
     at_slo: pd.DataFrame = field(default_factory=pd.DataFrame)
     priced_at_slo: pd.DataFrame = field(default_factory=pd.DataFrame)
     cheapest_at_slo: pd.DataFrame = field(default_factory=pd.DataFrame)
+    # the highest load meeting the SLO per search (× package); $/Mtok against tok/s/user per
+    # level × package; the cheapest per interactivity band (harness.modes.serving.price)
+    slo_search: pd.DataFrame = field(default_factory=pd.DataFrame)
+    interactivity: pd.DataFrame = field(default_factory=pd.DataFrame)
+    interactivity_bands: pd.DataFrame = field(default_factory=pd.DataFrame)
     # mode training: the rows with their gate against the full fine-tune; each priced per package
     training: pd.DataFrame = field(default_factory=pd.DataFrame)
     training_cost: pd.DataFrame = field(default_factory=pd.DataFrame)
@@ -115,6 +120,7 @@ def aggregate(
     parts = price_parts()
     points, by_mode = frames.split_modes(frames.flag_rows(frames.normalise(frame)), list(parts))
     codes = frames.Codes(points)
+    gated = gate.measured_gates(points, gated)
     points = en.with_energy_columns(gate.quality_gate(points, codes, gated), tariffs)
     packages = pricing.packages_frame(tariffs)
     cheapest = pricing.cheapest_passing(points, packages, utilisation, codes)

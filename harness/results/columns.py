@@ -36,6 +36,8 @@ FORMAT_MODULE = "harness.results.publish.format"
 MTOK_OUT_USD = "USD per 1e6 output tokens"
 MTOK_OUT_J = "J per 1e6 output tokens"
 NATS = "nats/token"
+PROMPT_SHARE = "share of the prompt tokens looked up in the prefix cache"
+PAIRED_UNITS = "share of paired units (items; extract: gold fields)"
 
 
 @dataclass(frozen=True)
@@ -150,6 +152,24 @@ _SPECS: tuple[ColumnSpec, ...] = (
     _c("item", "item"),
     _c("change", "change"),
     _c("excerpt", "excerpt"),
+    # --- tasks (harness.results.tasks; shares in [0, 1], changes reference − configuration) ---
+    _c("task", "task"),
+    _c("task_kind", "kind"),
+    _c("category", "category"),
+    _c("task_items", "items", "items", "fmt_int"),
+    _c("task_score", "score", "accuracy (extract: field F1)", "fmt_float", +1),
+    _c("macro_f1", "macro-F1", "mean per-label F1", "fmt_float", +1),
+    _c("json_valid", "JSON valid", "share of outputs", "fmt_float", +1),
+    _c("required_present", "required present", "share of required fields", "fmt_float", +1),
+    _c("field_precision", "field P", "share of output fields", "fmt_float", +1),
+    _c("field_recall", "field R", "share of gold fields", "fmt_float", +1),
+    _c("field_f1", "field F1", "harmonic mean of field P and R", "fmt_float", +1),
+    # (estimate, low, high): the drop of the paired rate, reference − configuration, 90 % CI
+    _c("task_change_with_ci", "drop [90 % CI]", PAIRED_UNITS, "fmt_interval", -1),
+    _c("worst_category", "worst category"),
+    _c("worst_change_with_ci", "worst drop [90 % CI]", PAIRED_UNITS, "fmt_interval", -1),
+    _c("tasks_verdict", "tasks verdict"),
+    _c("tasks_failed_by", "failed by"),
     # --- serving (modes/serving/report.py) ----------------------------------------------------
     _c("level_at_slo", "level at SLO"),
     _c("output_tok_s", "output tok/s", "tok/s", "fmt_float", +1),
@@ -169,6 +189,23 @@ _SPECS: tuple[ColumnSpec, ...] = (
     _c("ttft_ms_p99", "TTFT p99 ms", "ms", "fmt_float", -1),
     _c("tpot_ms_p99", "TPOT p99 ms", "ms", "fmt_float", -1),
     _c("saturated", "saturated"),
+    # the search for the highest load meeting the SLO, and cost against interactivity
+    _c("search_axis", "searched on"),
+    _c("max_rate_at_slo", "max load at SLO", "req/s or clients (searched on)", "fmt_float", +1),
+    _c("search_bracket_low", "bracket low (meets)", "req/s or clients", "fmt_float"),
+    _c("search_bracket_high", "bracket high (misses)", "req/s or clients", "fmt_float"),
+    _c("search_probes", "probes", "levels", "fmt_int"),
+    _c("search_stop", "stopped by"),
+    _c("goodput_rps_at_max_rate", "goodput req/s at max load", "req/s", "fmt_float", +1),
+    _c("output_tok_s_at_max_rate", "output tok/s at max load", "tok/s", "fmt_float", +1),
+    _c("usd_per_mtok_output_at_max_rate", "$/Mtok out at max load", MTOK_OUT_USD, "fmt_usd", -1),
+    _c("tok_s_per_user", "tok/s/user", "output tok/s per user (1000 / TPOT ms)", "fmt_float", +1),
+    _c("interactivity_tpot", "TPOT pct."),
+    _c("band_tok_s_user", "band ≥ tok/s/user", "output tok/s per user", "fmt_float"),
+    _c("gpu_flips", "GPU flips"),
+    _c("prefix_caching", "prefix caching"),
+    _c("prefix_cache_hit_rate", "prefix-cache hit rate", PROMPT_SHARE, "fmt_float", +1),
+    _c("prefix_cache_hit_rate_at_slo", "prefix-cache hit rate", PROMPT_SHARE, "fmt_float", +1),
     # --- training (modes/training/report.py; its cells as fmt_value writes them) --------------
     _c("train_method", "method"),
     _c("micro_batch", "micro-batch", "sequences", "fmt_value"),

@@ -29,6 +29,8 @@ Methods:
   itself with ±T (``equivalent`` / ``better`` / ``worse``), with no CI.
 - j_per_token_decode, ``point``: likewise (one metered pass per point); ``n/a`` where either
   run could not read its device's energy counter.
+- ``task:<name>`` (each task both runs scored, harness.tasks: accuracy, extract field F1),
+  ``point``: the change of the score itself against ±T.
 
 Per-window NLL sums (arrays ``nll_sum`` and ``tokens``) are read from where the worker keeps
 every group's (``harness.run.store.load_window_nll``).
@@ -251,6 +253,27 @@ def _metric_rows(
     )  # fmt: skip
 
 
+def with_task_scores(m: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, int]]:
+    """The matched frame with each task's score (``task:<name>``: accuracy, extract field F1;
+    higher is better) as a column per side, for the tasks both sides scored: compared
+    ``point``-wise (one score per configuration)."""
+    if m.empty or "tasks_a" not in m.columns or "tasks_b" not in m.columns:
+        return m, {}
+
+    def scores(cell: Any) -> dict[str, float]:
+        tasks = cell if isinstance(cell, list) else []
+        return {f"task:{t['name']}": t.get("score") for t in tasks if t.get("score") is not None}
+
+    per_side = {side: m[f"tasks_{side}"].map(scores) for side in ("a", "b")}
+    names = sorted({k for d in per_side["a"] for k in d} & {k for d in per_side["b"] for k in d})
+    added = {
+        f"{name}_{side}": per_side[side].map(lambda d, n=name: d.get(n, np.nan)).astype(float)
+        for name in names
+        for side in ("a", "b")
+    }
+    return m.assign(**added), dict.fromkeys(names, spec("task_score").direction)
+
+
 def compare_frames(
     frame_a: pd.DataFrame,
     frame_b: pd.DataFrame,
@@ -269,9 +292,10 @@ def compare_frames(
             field="threshold_pct",
         )
     m, only_a, only_b, keys, duplicates = _matched(frame_a, frame_b)
+    m, task_metrics = with_task_scores(m)
     parts = [
         _metric_rows(m, metric, direction, threshold_pct, (windows_a, windows_b), samples)
-        for metric, direction in METRICS.items()
+        for metric, direction in {**METRICS, **task_metrics}.items()
         if not m.empty
     ]
     table = pd.concat(parts, ignore_index=True)[COLUMNS] if parts else pd.DataFrame(columns=COLUMNS)

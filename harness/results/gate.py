@@ -14,6 +14,10 @@ gated metric the row measured gets a verdict from the paired statistics the work
 - ``ppl``: ΔNLL's one-sided 95 % bounds (``dnll_ci90_low/high``) against m = −ln C;
 - ``arc``: the paired accuracy degradation's bounds (``arc_diff_ci90_low/high``) against
   m = (1 − C) × the reference's accuracy (``arc_acc_ref``, by the reference rule above);
+- ``tasks``: each task of the row's ``tasks`` part, paired by the worker with the reference's
+  per-item (per-field) results, against m = (1 − C) × the reference's rate on those units
+  (``verdict.judge_task``): a task fails on its overall interval or on one category whose whole
+  interval is beyond its margin, named in ``tasks_failed_by_<class>``;
 
 and the row's ``verdict_<class>`` combines them (fail if any fails, pass if every one passes,
 undecided otherwise). Reference rows pass by definition. Columns per class and metric:
@@ -33,6 +37,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -122,8 +127,16 @@ METRIC_COLUMNS: dict[str, tuple[str, str, str, str]] = {
     "ppl": ("dnll_vs_ref", "dnll_ci90_low", "dnll_ci90_high", "quality_windows"),
     "arc": ("arc_diff", "arc_diff_ci90_low", "arc_diff_ci90_high", "arc_paired_items"),
 }
-UNITS = {"ppl": "windows", "arc": "ARC items"}
+UNITS = {"ppl": "windows", "arc": "ARC items", "tasks": "task units (items or gold fields)"}
+GATE_METRICS = tuple(UNITS)  # every metric the gate judges, in the order it shows them
 NOT_MEASURED = "not measured"  # a metric's verdict column where the row did not measure it
+
+
+def measured_gates(frame: pd.DataFrame, gated: Sequence[str]) -> tuple[str, ...]:
+    """The gated metrics, less ``tasks`` where no row scored a task (the rule a report states
+    names only what the run could gate on)."""
+    scored = "tasks" in frame.columns and frame["tasks"].map(lambda t: isinstance(t, list)).any()
+    return tuple(m for m in gated if m != "tasks" or scored)
 
 
 def metric_column(metric: str, what: str, quality_class: str) -> str:
@@ -133,7 +146,7 @@ def metric_column(metric: str, what: str, quality_class: str) -> str:
 def quality_gate(
     frame: pd.DataFrame,
     codes: Codes | None = None,
-    gated: Sequence[str] = tuple(METRIC_COLUMNS),
+    gated: Sequence[str] = GATE_METRICS,
 ) -> pd.DataFrame:
     """Adds ppl_ref, arc_acc_ref, quality_pct, the verdict columns of every class (module
     docstring), pass_<class>, quality_class and dppl_pct (+CI). ``gated``: the metrics that
@@ -162,6 +175,7 @@ def quality_gate(
         }
         # every metric is judged and shown; only the gated ones decide the configuration
         judged = {m: _judge_metric(out, m, margins[m], name, measured=known) for m in margins}
+        judged["tasks"] = _judge_tasks(out, share, name, measured=known)
         _combine(out, name, {m: judged[m] for m in gated}, reference)
     passes = [out[pass_column(name)].to_numpy(dtype=bool) for name in PASSING]
     verdict_99 = out[verdict_column(LOOSEST)].to_numpy()
@@ -205,6 +219,81 @@ def _judge_metric(
     out[metric_column(metric, "needed", quality_class)] = needed
     out[metric_column(metric, "more", quality_class)] = np.maximum(needed - units, 0)
     return np.asarray(codes, dtype=np.int64)
+
+
+def _task_interval(part: dict[str, Any], prefix: str) -> verdict.Interval | None:
+    """The paired interval a row's task (or category) part stored, None when it has none."""
+    keys = ("diff", f"{prefix}ci90_low", f"{prefix}ci90_high")
+    values = [part.get(k) for k in keys]
+    if any(v is None for v in values) or part.get("paired_units") is None:
+        return None
+    est, low, high = (float(v) for v in values if v is not None)
+    return verdict.Interval(est, low, high, float("nan"), int(part["paired_units"]))
+
+
+def _task_decisions(
+    tasks: list[dict[str, Any]], share: float
+) -> list[tuple[str, verdict.TaskDecision]]:
+    """Each paired task of a row's ``tasks`` part, judged (``verdict.judge_task``)."""
+    out = []
+    for task in tasks:
+        overall = _task_interval(task, "diff_")
+        if overall is None or task.get("ref_rate") is None:
+            continue
+        categories = []
+        for category in task.get("categories") or []:
+            interval = _task_interval(category, "diff_")
+            if interval is not None and category.get("ref_rate") is not None:
+                categories.append((str(category["category"]), interval, category["ref_rate"]))
+        decided = verdict.judge_task(share, overall, float(task["ref_rate"]), categories)
+        out.append((str(task["name"]), decided))
+    return out
+
+
+def _judge_tasks(out: pd.DataFrame, share: float, quality_class: str, *, measured: Array) -> Array:
+    """The tasks metric's verdict codes for one class (VERDICTS' indices; -1: no paired task):
+    fail if any task fails (overall, or one category beyond its margin), pass if every paired
+    task passes, undecided otherwise; the deciding task's bound, margin and units as for every
+    metric, and ``tasks_failed_by_<class>`` naming each failing task and category."""
+    n = len(out)
+    codes = np.full(n, -1, dtype=np.int64)
+    bound, margin, needed, units = (np.full(n, np.nan) for _ in range(4))
+    failed: Array = np.full(n, "", dtype=object)
+    column = out["tasks"] if "tasks" in out.columns else pd.Series([None] * n)
+    for i, tasks in enumerate(column.tolist()):
+        if not measured[i] or not isinstance(tasks, list):
+            continue
+        decided = _task_decisions(tasks, share)
+        if not decided:
+            continue
+        verdicts = [d.verdict for _, d in decided]
+        codes[i] = VERDICTS.index(verdict.combine(verdicts))
+        pick = next((d for _, d in decided if d.verdict == VERDICTS[codes[i]]), decided[0][1])
+        decision = pick.category or pick.overall
+        bound[i], margin[i] = decision.bound, decision.margin
+        needed[i] = np.nan if decision.needed is None else decision.needed
+        units[i] = decision.interval.n
+        failed[i] = "; ".join(_failure(t, d) for t, d in decided if d.verdict == "fail")
+    out[metric_column("tasks", "verdict", quality_class)] = np.array(
+        [*VERDICTS, NOT_MEASURED], dtype=object
+    )[codes]
+    out[metric_column("tasks", "bound", quality_class)] = bound
+    out[metric_column("tasks", "margin", quality_class)] = margin
+    out[metric_column("tasks", "needed", quality_class)] = needed
+    out[metric_column("tasks", "more", quality_class)] = np.maximum(needed - units, 0)
+    out["tasks_failed_by_" + quality_class.replace(".", "_")] = failed
+    return codes
+
+
+def _failure(task: str, decided: verdict.TaskDecision) -> str:
+    """A failing task in words: which part failed, its drop's lower bound and the margin."""
+    if decided.failed_category is not None and decided.category is not None:
+        c = decided.category
+        return (f"{task}: category {decided.failed_category} drops {c.interval.estimate:.3f} "
+                f"(90 % CI low {c.interval.low:.3f} > margin {c.margin:.4f})")  # fmt: skip
+    o = decided.overall
+    return (f"{task}: overall drops {o.interval.estimate:.3f} (90 % CI low {o.interval.low:.3f} "
+            f"> margin {o.margin:.4f})")  # fmt: skip
 
 
 def _combine(

@@ -43,6 +43,7 @@ from numpy.typing import NDArray
 from harness import corpus
 from harness.results.columns import ENGINE_WEIGHTS_KV
 from harness.results.gate import references
+from harness.results.tasks import task_items
 from harness.run.store import load_window_arc, load_window_nll
 
 Array = NDArray[Any]
@@ -70,8 +71,8 @@ SUMMARY_COLUMNS = [
 ]
 ITEM_COLUMNS = [
     *CONFIG_COLUMNS,
-    "kind",  # "arc" | "window"
-    "item",  # "arc-easy:<index in the ARC file>" | "window:<corpus window index>"
+    "kind",  # "arc" | "window" | "task:<name>" (harness.results.tasks.task_items)
+    "item",  # "arc-easy:<index in the ARC file>" | "window:<corpus window index>" | "<task>:<id>"
     "change",  # "right_to_wrong" | "wrong_to_right" | "largest_dnll"
     "dnll_nats_per_token",
     "nll_ref_nats_per_token",
@@ -297,5 +298,6 @@ def _compare(
                           "nll_ref_nats_per_token": float(ref_per[position]),
                           "nll_nats_per_token": float(own_per[position]),
                               "excerpt": text})  # fmt: skip
+    items += task_items(run_dir, str(row["group"]), str(ref["group"]), config)
     entry["note"] = "; ".join(notes)
     return entry, items

@@ -33,6 +33,7 @@ one of the runs, is never replaced.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import re
@@ -48,17 +49,23 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from harness import __version__
+from harness import __version__, modes
 from harness.atomic import atomic_write_bytes, atomic_write_json, atomic_write_text, public_mode
 from harness.errors import UserInputError
 from harness.results.aggregate import Aggregate, aggregate, aggregate_run
 from harness.results.frame import load_run
 from harness.results.pricing import check_quality_class, check_utilisation
-from harness.results.publish.files import csv_text, parquet_bytes, swap_in, write_published
+from harness.results.publish.files import (
+    csv_text,
+    parquet_bytes,
+    remove_leftovers,
+    swap_in,
+    write_published,
+)
 from harness.results.publish.site_html import index_html
 from harness.results.publish.summary import json_safe
 from harness.row import SCHEMA_VERSION
-from harness.run.store import read_manifest
+from harness.run.store import read_manifest, run_lock
 from harness.spec.labels import ENGINE_WEIGHTS_KV, configuration_label
 from harness.spec.tariffs import TariffTable
 
@@ -304,6 +311,27 @@ def build_site(
     out = Path(out)
     labels = run_labels(paths)
     check_out(out, paths)
+    with contextlib.ExitStack() as locks:  # the site's folder and every run: one writer each
+        locks.enter_context(run_lock(out, "site", lock=site_lock(out)))
+        for path in paths:
+            locks.enter_context(run_lock(path, "site", create=False))
+        return publish_site(paths, labels, out, tariffs, quality_class, utilisation, allow_mixed)
+
+
+def site_lock(out: Path) -> Path:
+    """The site's lock: beside its folder (the folder itself is swapped whole)."""
+    return out.parent / f".{out.name}.lock"
+
+
+def publish_site(
+    paths: Sequence[Path],
+    labels: list[str],
+    out: Path,
+    tariffs: TariffTable | None,
+    quality_class: str,
+    utilisation: float,
+    allow_mixed: bool,
+) -> Site:
     runs = [load_site_run(p, label) for p, label in zip(paths, labels, strict=True)]
     mixed = differences(runs)
     if mixed and not allow_mixed:
@@ -326,6 +354,7 @@ def write_site(site: Site, tariffs: TariffTable | None, quality_class: str) -> P
     """Every file into a fresh temp folder beside ``site.out``, then swapped in."""
     out = site.out
     out.parent.mkdir(parents=True, exist_ok=True)
+    remove_leftovers(out)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
     try:
         public_mode(tmp, folder=True)
@@ -356,12 +385,26 @@ def write_site(site: Site, tariffs: TariffTable | None, quality_class: str) -> P
             quality_class=quality_class,
             utilisation=result.utilisation,
             files=[name for name in FILES if name != "index.html"],
+            charts=mode_charts(result, quality_class),
         )
         atomic_write_text(tmp / "index.html", page)
         swap_in(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    return out
+
+
+def mode_charts(result: Aggregate, quality_class: str) -> list[str]:
+    """The charts each mode's report part draws across runs (its `site_charts`, where it has
+    one: serving's cost against interactivity), in the registry's order."""
+    out: list[str] = []
+    for mode in modes.REGISTRY.values():
+        if mode.ref("report") is None:
+            continue
+        draw = getattr(mode.load("report"), "site_charts", None)
+        if draw is not None:
+            out += draw(result, quality_class)
     return out
 
 

@@ -38,6 +38,7 @@ def is_reference(group: GroupKey, ctx: WorkContext) -> bool:
     group (its quality is a held-out loss, compared in harness.modes.training.price)."""
     return (
         group.weights == "checkpoint"
+        and group.adapter is None  # an adapter is compared with its base, never the reference
         and group.training is None  # training points compare with the full fine-tune instead
         and group.quantization == ctx.reference.quantization
         and group.kv_cache_dtype == ctx.reference.kv_cache_dtype

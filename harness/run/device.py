@@ -26,7 +26,7 @@ from harness.measure import energy
 from harness.measure.memory import PhaseMemory
 from harness.row import Part, Prediction, Provenance, ResultRow, Status
 from harness.run.contracts import GroupItem, WorkContext, point_row
-from harness.spec import catalog
+from harness.spec import adapters, catalog, models
 from harness.spec.scenario import GroupKey, Point
 from harness.units import GIB, MIB, to_mib
 
@@ -49,6 +49,7 @@ class Job:
     reference: WindowScores | None = None  # the reference's window scores (offline quality)
     provenance: Provenance | None = None  # the group's, collected once on this device
     meter: energy.EnergyMeter[Any] = field(default_factory=no_meter)  # open for the whole group
+    adapter: adapters.Adapter | None = None  # the group's LoRA folder, its binding checked
 
     def card(self, target: str) -> catalog.GpuSpec | None:
         """The catalog card that ran the group (see `card_for_device`)."""
@@ -69,6 +70,8 @@ class Job:
             vllm=self.ctx.vllm,
             max_context=max_context,
             kv_cache_bytes=kv_cache_bytes,
+            adapter_path=str(self.adapter.path) if self.adapter is not None else None,
+            adapter_rank=self.adapter.rank if self.adapter is not None else None,
         )
 
     def row(
@@ -92,6 +95,18 @@ class Job:
             error=error, is_reference=self.reference_group and point.serving is None, gpu=card,
             provenance=prov,
         )  # fmt: skip
+
+
+def bound_adapter(group: GroupKey, base: models.ResolvedModel) -> adapters.Adapter | None:
+    """The group's adapter read and checked against the base whose weights are loaded (its
+    id, revision, commit and weights hash), or None without one; a mismatch is refused."""
+    if group.adapter is None:
+        return None
+    adapter = adapters.read_adapter(group.adapter)
+    adapters.check_binding(
+        adapter, group.model, group.revision, base_weights=base.path, base_commit=base.commit
+    )
+    return adapter
 
 
 class Runner(Protocol):

@@ -65,6 +65,8 @@ def connect(address: str | None) -> dict[str, Any]:
     if address:
         reachable(address)
         auth.require_token_to_join(address)
+        if re.fullmatch(r"[^/]+:\d{1,5}", address):  # HOST:PORT (not auto, not ray://)
+            auth.check_token_accepted(address)  # a wrong token: one line within seconds
         try:
             ray.init(address=address, log_to_driver=False)
         except (ConnectionError, TimeoutError, RuntimeError, ray.exceptions.RayError) as exc:

@@ -399,3 +399,35 @@ def node_threads() -> int:
     advertised = next((n["Resources"].get("CPU", 1) for n in ray.nodes() if n["NodeID"] == here), 1)
     usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     return max(1, min(int(advertised), usable or 1))
+
+
+# Ports `ray start` takes for itself when none are given (Ray 2.60's defaults; read from Ray's own
+# `ray start` options where Ray is installed): a head port among them fails inside Ray.
+RAY_CLIENT_SERVER_PORT = 10001  # "default to 10001" (Ray's --ray-client-server-port help)
+FALLBACK_PORTS = {"min_worker_port": 10002, "max_worker_port": 19999, "dashboard_port": 8265,
+                  "dashboard_agent_listen_port": 52365}  # fmt: skip
+
+
+def ray_default_ports() -> dict[str, int]:
+    """`ray start`'s default ports, from Ray's own command when it can be imported."""
+    try:
+        from ray.scripts.scripts import start
+    except ImportError:
+        return dict(FALLBACK_PORTS)
+    found = {p.name: p.default for p in start.params if p.name in FALLBACK_PORTS}
+    return {k: v if isinstance(v, int) else FALLBACK_PORTS[k] for k, v in found.items()}
+
+
+def port_problem(port: int) -> str | None:
+    """Why a head cannot listen on `port` beside the ports Ray opens by default, or None."""
+    if not 1024 <= port <= 65535:
+        return f"--port {port} is outside 1024..65535"
+    ports = ray_default_ports()
+    low, high = ports["min_worker_port"], ports["max_worker_port"]
+    if low <= port <= high:
+        return f"--port {port} is inside Ray's worker-port range {low}..{high}"
+    taken = {RAY_CLIENT_SERVER_PORT: "Ray client server", ports["dashboard_port"]: "dashboard",
+             ports["dashboard_agent_listen_port"]: "dashboard agent"}  # fmt: skip
+    if port in taken:
+        return f"--port {port} is Ray's {taken[port]} port"
+    return None

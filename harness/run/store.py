@@ -18,10 +18,18 @@ a manifest that is not JSON or not a harness manifest is refused with what to do
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import fcntl
 import hashlib
 import io
 import json
 import math
+import os
+import socket
+import stat
+import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -32,9 +40,10 @@ from pydantic import ValidationError
 from harness import corpus
 from harness.atomic import atomic_write_bytes, atomic_write_json, atomic_write_text
 from harness.backends.base import WindowScores
-from harness.errors import UserInputError
+from harness.console import err_console
+from harness.errors import IN_A_NAME, UserInputError, quote, without_controls
 from harness.files import FileTooLarge, open_regular, read_capped
-from harness.row import ResultRow
+from harness.row import SCHEMA_VERSION, ResultRow
 from harness.run.contracts import WorkContext, is_reference
 from harness.spec.scenario import GroupKey
 
@@ -103,6 +112,11 @@ def upper_bound(name: str) -> float:
 def row_problem(row: ResultRow) -> str | None:
     """Why a parsed row cannot be trusted (a non-finite, negative or out-of-range figure)."""
     for name, value in row.model_dump(exclude={"provenance"}).items():
+        if name == "tasks" and value is not None:
+            problem = tasks_problem(value)
+            if problem:
+                return problem
+            continue
         if name in TRAINING_CURVES and value is not None:  # lists of losses: finite, ≥ 0
             flat = [v for item in value for v in (item if isinstance(item, list) else [item])]
             if not all(math.isfinite(v) and v >= 0 for v in flat):
@@ -120,6 +134,35 @@ def row_problem(row: ResultRow) -> str | None:
     load = row.provenance.load_average
     if load is not None and not (math.isfinite(load) and load >= 0):
         return f"provenance.load_average = {load} is not a finite number ≥ 0"
+    return None
+
+
+TASK_COUNTS = ("items", "units", "paired_units", "confusion")  # counts ≥ 0; the rest shares
+
+
+def tasks_problem(value: Any, where: str = "tasks") -> str | None:
+    """Why a row's ``tasks`` part cannot be trusted: a count below 0, or a share (a score, a
+    rate, a drop and its bounds) that is not finite or outside [-1, 1]."""
+    if isinstance(value, list):
+        for i, item in enumerate(value):
+            found = tasks_problem(item, f"{where}[{i}]")
+            if found:
+                return found
+        return None
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if key in TASK_COUNTS:
+                flat = item if isinstance(item, list) else [item]
+                cells = [c for x in flat for c in (x if isinstance(x, list) else [x])]
+                if any(c is not None and c < 0 for c in cells):
+                    return f"{where}.{key} holds a count below 0"
+                continue
+            found = tasks_problem(item, f"{where}.{key}")
+            if found:
+                return found
+        return None
+    if isinstance(value, float) and not (math.isfinite(value) and -1.0 <= value <= 1.0):
+        return f"{where} = {value:g} is not a share in [-1, 1]"
     return None
 
 
@@ -191,10 +234,21 @@ def reference_artifact(ctx: WorkContext, group: GroupKey) -> Path:
 
 
 def _arc_arrays(scores: WindowScores) -> dict[str, Any]:
-    """The per-item ARC answers beside the window scores, when the group scored any."""
+    """The per-item ARC answers and task results beside the window scores, when the group
+    scored any."""
+    tasks = dict(scores.task_arrays or {})
     if scores.arc_index is None or scores.arc_correct is None:
-        return {}
-    return {"arc_index": scores.arc_index, "arc_correct": scores.arc_correct}
+        return tasks
+    return {"arc_index": scores.arc_index, "arc_correct": scores.arc_correct, **tasks}
+
+
+TASK_PREFIX = "task__"  # the task arrays' names (harness.tasks.metrics.to_arrays)
+
+
+def _task_arrays(data: Any) -> dict[str, Any] | None:
+    """The task arrays of a loaded scores file (None: it has none)."""
+    found = {k: np.asarray(data[k]) for k in data.files if k.startswith(TASK_PREFIX)}
+    return found or None
 
 
 def save_scores(path: Path, scores: WindowScores) -> None:
@@ -247,6 +301,7 @@ def _window_scores(data: Any) -> WindowScores:
         topk_logprobs=data["topk_logprobs"],
         arc_index=data["arc_index"] if arc else None,
         arc_correct=data["arc_correct"] if arc else None,
+        task_arrays=_task_arrays(data),
     )
 
 
@@ -292,6 +347,19 @@ def load_window_arc(run_dir: Path, group_label: str) -> tuple[NDArray[Any], NDAr
     return index, hits
 
 
+def load_window_tasks(run_dir: Path, group_label: str) -> dict[str, Any] | None:
+    """A group's task arrays as the run kept them beside its window scores (names
+    ``task__<task>__<array>``; harness.tasks.metrics.from_arrays reads them), or None."""
+    raw = _read_window_file(window_scores_path(run_dir, group_label))
+    if raw is None:
+        return None
+    try:
+        with np.load(io.BytesIO(raw), allow_pickle=False) as data:
+            return _task_arrays(data)
+    except (OSError, KeyError, ValueError):
+        return None
+
+
 MAX_MANIFEST_BYTES = 64 << 20
 
 
@@ -328,5 +396,191 @@ def read_manifest(run_dir: Path) -> dict[str, Any]:
     return data
 
 
+def refuse_newer_schema(manifest: dict[str, Any], run_dir: Path) -> None:
+    """A manifest whose runs wrote rows of a newer result schema than this harness writes: a
+    resume would mix two schemas in one folder (UserInputError naming both versions)."""
+    for entry in manifest.get("runs") or []:
+        claim = entry.get("schema_version", 1)
+        if isinstance(claim, bool) or not isinstance(claim, int) or claim > SCHEMA_VERSION:
+            raise UserInputError(
+                f"its runs wrote result schema version {quote(claim)}; this harness writes "
+                f"version {SCHEMA_VERSION}: resume it with the harness that wrote it, or choose "
+                "a new --out",
+                file=str(Path(run_dir) / MANIFEST),
+            )
+
+
 def write_manifest(run_dir: Path, manifest: dict[str, Any]) -> None:
     atomic_write_json(Path(run_dir) / MANIFEST, manifest)
+
+
+# --- one writer per run folder ---------------------------------------------------------------
+
+LOCK = ".harness.lock"  # in the run folder while a command holds it: its pid, host, command
+MAX_LOCK_BYTES = 4096
+# The locks this process holds: a nested take of the same folder (report inside a command that
+# aggregated under the lock) counts up instead of refusing itself.
+_HELD: dict[str, list[int]] = {}
+
+
+def lock_path(folder: Path) -> Path:
+    return Path(folder) / LOCK
+
+
+def _holder(fd: int) -> dict[str, Any]:
+    """What the lock file records (pid, host, command, since), {} when nothing readable."""
+    try:
+        data = json.loads(os.pread(fd, MAX_LOCK_BYTES, 0) or b"{}")
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _pid_alive(pid: object) -> bool:
+    if isinstance(pid, bool) or not isinstance(pid, int) or pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process: alive
+        return True
+    return True
+
+
+def _stale(holder: dict[str, Any]) -> bool:
+    """A holder recorded on this host whose process is gone."""
+    return holder.get("host") == socket.gethostname() and not _pid_alive(holder.get("pid"))
+
+
+def _plain(value: object) -> str:
+    """A value the lock file records, as a message shows it: 40 characters, no control ones."""
+    return without_controls(str(value)[:40], IN_A_NAME)
+
+
+def _who(holder: dict[str, Any]) -> str:
+    if not holder:
+        return "another harness process (it has not written its pid yet)"
+    get = holder.get
+    return (
+        f"`harness {_plain(get('command', '?'))}`, pid {_plain(get('pid', '?'))} on host "
+        f"{_plain(get('host', '?'))} since {_plain(get('since', '?'))}"
+    )
+
+
+def _open_lock(path: Path) -> int:
+    """The lock file open for reading and writing (made when missing); never through a symlink,
+    never anything but a regular file."""
+    flags = os.O_RDWR | os.O_CREAT | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        fd = os.open(path, flags, 0o666)
+    except OSError as exc:
+        if exc.errno != errno.ELOOP:
+            raise
+        raise UserInputError("the run lock is a symlink; remove it", file=str(path)) from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise UserInputError("the run lock is not a regular file; remove it", file=str(path))
+    return fd
+
+
+def _same_file(path: Path, fd: int) -> bool:
+    try:
+        return os.stat(path, follow_symlinks=False).st_ino == os.fstat(fd).st_ino
+    except FileNotFoundError:
+        return False
+
+
+def _take(path: Path, folder: Path) -> tuple[int, str | None]:
+    """The lock taken (its descriptor) and, when a dead process's lock was taken over, a line
+    saying so. A live holder: UserInputError naming its pid and host."""
+    told: str | None = None
+    for _ in range(5):  # a lock file replaced under us (a stale one taken over) is opened again
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = _open_lock(path)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = _holder(fd)
+            if holder and _stale(holder) and _same_file(path, fd):
+                # held by no live harness (a child that inherited it, a lock on a shared disk)
+                told = f"took over the lock of {_who(holder)}, which is no longer running"
+                path.unlink(missing_ok=True)
+                os.close(fd)
+                continue
+            os.close(fd)
+            raise UserInputError(
+                f"in use by {_who(holder)}: one harness command writes a run folder at a time; "
+                "wait for it to end or choose another --out",
+                file=str(folder),
+            ) from None
+        if not _same_file(path, fd):
+            os.close(fd)
+            continue
+        previous = _holder(fd)
+        if previous and told is None:  # a holder that ended without clearing it: it died
+            told = f"took over the lock of {_who(previous)}, which ended without releasing it"
+        return fd, told
+    raise UserInputError("the run lock keeps changing; try again", file=str(folder))
+
+
+@contextlib.contextmanager
+def run_lock(
+    folder: Path,
+    command: str,
+    *,
+    lock: Path | None = None,
+    create: bool = True,
+    writes: bool = True,
+) -> Iterator[None]:
+    """Hold `folder`'s lock (``fcntl.flock`` on ``folder/.harness.lock``, or on `lock`) while
+    the block runs: a second harness command on the folder is refused in one line naming the
+    holder's pid and host (UserInputError, exit 2). The kernel releases a lock whose process
+    died; a lock file still naming such a process is taken over, and the user is told. The
+    same process may take a lock it holds again (nested commands). Without `create`, a folder
+    that is not there is not made (nothing to lock: its reader says it is missing). A command
+    that writes nothing (``writes=False``: aggregate) reads a folder it may not write (a
+    read-only archive) without the lock."""
+    folder = Path(folder)
+    path = Path(lock) if lock is not None else lock_path(folder)
+    if not create and not path.parent.is_dir():
+        yield
+        return
+    made = not path.parent.exists()  # a folder made only for the lock is removed with it
+    path.parent.mkdir(parents=True, exist_ok=True)
+    key = str(path.resolve())
+    if key in _HELD:
+        _HELD[key][1] += 1
+        try:
+            yield
+        finally:
+            _HELD[key][1] -= 1
+        return
+    try:
+        fd, told = _take(path, folder)
+    except OSError as exc:
+        if writes or exc.errno not in (errno.EROFS, errno.EACCES, errno.EPERM):
+            raise
+        yield  # nothing to protect from a reader that cannot write here
+        return
+    try:
+        if told:
+            err_console.print(f"[bold yellow]note[/]: {path}: {told}", highlight=False)
+        record = {
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            "command": command,
+            "since": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        }
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, json.dumps(record).encode(), 0)
+        _HELD[key] = [fd, 1]
+        yield
+    finally:
+        _HELD.pop(key, None)
+        with contextlib.suppress(OSError):
+            if _same_file(path, fd):  # removed while still held: a clean release leaves nothing
+                path.unlink()
+            if made and not any(path.parent.iterdir()):  # made only for the lock (refused)
+                path.parent.rmdir()
+        os.close(fd)

@@ -17,9 +17,10 @@ from pydantic import BaseModel, ConfigDict
 
 from harness import __version__, corpus, modes
 from harness import plan as planner
+from harness.console import err_console
 from harness.errors import UserInputError
-from harness.row import ResultRow
-from harness.run import provenance, store
+from harness.row import SCHEMA_VERSION, ResultRow
+from harness.run import history, provenance, store
 from harness.run.contracts import WorkContext, is_reference, point_row
 from harness.spec import models
 from harness.spec import scenario as scen
@@ -41,14 +42,18 @@ class SweepPlan(BaseModel):
     work: list[Work]  # reference groups first
     skipped: list[tuple[Point, str]]
     added_reference_groups: list[str]
+    phases: list[planner.PhaseSeconds] = []  # the budget's phases, calibrated (run.history)
 
     @property
     def total_points(self) -> int:
         return sum(len(w.points) for w in self.work)
 
 
-def prepare(scenario_path: Path, run_dir: Path, gpu: str | None = None) -> SweepPlan:
-    """Validate, expand, plan; add each model's reference group when the grid lacks it."""
+def prepare(
+    scenario_path: Path, run_dir: Path, gpu: str | None = None, runner: str = "ray"
+) -> SweepPlan:
+    """Validate, expand, plan; add each model's reference group when the grid lacks it. The
+    budget is calibrated from this node's history (harness.run.history)."""
     scenario = scen.load(scenario_path)
     grid = scen.expand(scenario, str(scenario_path))
     points = list(grid.points)
@@ -80,7 +85,13 @@ def prepare(scenario_path: Path, run_dir: Path, gpu: str | None = None) -> Sweep
             points.append(ref)
             if ref.group.label not in added:
                 added.append(ref.group.label)
-    plan = planner.plan_grid(grid.model_copy(update={"points": points}), gpu=gpu)
+    calibration = history.calibration(
+        history.read(history.history_path()), scenario_hash(scenario_path)
+    )
+    plan = planner.plan_grid(
+        grid.model_copy(update={"points": points}), gpu=gpu, calibration=calibration,
+        runner=runner,
+    )  # fmt: skip
     est = {p.point: p.est_seconds for p in plan.points}  # only the points that fit
     groups: dict[GroupKey, list[Point]] = defaultdict(list)
     for point in points:
@@ -91,15 +102,16 @@ def prepare(scenario_path: Path, run_dir: Path, gpu: str | None = None) -> Sweep
             group=g,
             points=ps,
             reference=is_reference(g, ctx),
-            est_seconds=sum(est[p] for p in ps),
+            est_seconds=sum(ph.seconds for ph in plan.phases if ph.group == g.label),
         )
         for g, ps in groups.items()
     ]
     work.sort(key=lambda w: not w.reference)  # stable: references first, else scenario order
     skipped = [(s.point, s.reason) for s, _ in plan.skipped]
     return SweepPlan(
-        scenario=scenario, context=ctx, work=work, skipped=skipped, added_reference_groups=added
-    )
+        scenario=scenario, context=ctx, work=work, skipped=skipped, added_reference_groups=added,
+        phases=plan.phases,
+    )  # fmt: skip
 
 
 def skipped_rows(sweep: SweepPlan) -> list[ResultRow]:
@@ -125,6 +137,7 @@ def start_manifest(
         "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "mode": mode,
         "harness": __version__,
+        "schema_version": SCHEMA_VERSION,  # of the rows this run writes (a newer one is refused)
         "git_sha": provenance.git_sha(),
         "scenario": str(scenario_path),
         "scenario_hash": scenario_hash(scenario_path),
@@ -191,7 +204,8 @@ def begin(
             f"{run_dir} already holds points; choose a new --out or keep resume on", field="--out"
         )
     recorded = store.read_manifest(run_dir)  # a broken or foreign manifest stops here
-    plan = prepare(scenario_path, run_dir, gpu=gpu)
+    store.refuse_newer_schema(recorded, run_dir)  # nor are a newer harness's rows resumed
+    plan = prepare(scenario_path, run_dir, gpu=gpu, runner=mode)
     if mode == "in-process":  # this machine loads the models: their files must be here first
         wanted = ((w.group.model, w.group.revision, w.group.weights) for w in plan.work)
         for model, revision, weights in dict.fromkeys(wanted):
@@ -205,7 +219,9 @@ def begin(
             file=str(scenario_path),
         )
     extra = on_start() if on_start else {}
-    start_manifest(run_dir, scenario_path, plan, mode=mode)
+    started = start_manifest(run_dir, scenario_path, plan, mode=mode)
+    for line in started["runs"][-1].get("leakage_warnings") or []:  # a task on text seen
+        err_console.print(f"[yellow]warning[/]: {line}", highlight=False)
     if extra:
         recorded = store.read_manifest(run_dir)
         recorded["runs"][-1].update(extra)

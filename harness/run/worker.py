@@ -19,7 +19,7 @@ from harness.measure import energy
 from harness.row import ResultRow
 from harness.run import node, provenance
 from harness.run.contracts import GroupItem, WorkContext, is_reference
-from harness.run.device import Job, Runner
+from harness.run.device import Job, Runner, bound_adapter
 from harness.run.store import keep_scores, load_scores, reference_artifact
 from harness.spec import models
 from harness.spec.scenario import GroupKey, Point
@@ -97,7 +97,8 @@ def iter_group(
     # a hub id: its snapshot; random weights need its config.json only
     resolved = models.resolve(group.model, group.revision, need="config" if random else "weights")
     corpus_hash = corpus.corpus_hash()
-    prov = provenance.collect(device, corpus_hash, model_commit=resolved.commit)
+    adapter = bound_adapter(group, resolved)
+    prov = provenance.collect(device, corpus_hash, model_commit=resolved.commit, adapter=adapter)
     by_mode = {name: [p for p in points if p.mode == name] for name in modes.REGISTRY}
     with energy.metering(device) as meter:  # one meter for the group, every mode's runner
         job = Job(
@@ -111,6 +112,7 @@ def iter_group(
             reference=reference,
             provenance=prov,
             meter=meter,
+            adapter=adapter,
         )
         for name, mode in modes.REGISTRY.items():
             if by_mode[name]:

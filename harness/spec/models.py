@@ -26,7 +26,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any, Literal
 
-from harness.errors import UserInputError
+from harness.errors import UserInputError, quote
 from harness.files import read_capped
 
 PACKAGE_DATA = Path(__file__).resolve().parents[1] / "data"
@@ -76,8 +76,18 @@ def cache_dir() -> Path:
 
 
 def is_hub_id(model_id: str) -> bool:
+    """`org/name` as the hub spells a repository id (huggingface_hub's own rule)."""
     parts = model_id.split("/")
-    return len(parts) == 2 and all(parts) and not model_id.startswith((".", "~", "/"))
+    if not (len(parts) == 2 and all(parts) and not model_id.startswith((".", "~", "/"))):
+        return False
+    from huggingface_hub.errors import HFValidationError
+    from huggingface_hub.utils._validators import validate_repo_id
+
+    try:
+        validate_repo_id(model_id)
+    except HFValidationError:
+        return False
+    return True
 
 
 def patterns(
@@ -184,8 +194,8 @@ def resolve(
         found = _hub(model_id, revision, need, allow_pickle, trust_remote_code, progress)
     else:
         raise UserInputError(
-            f"model {model_id!r}: not a shipped model, not a directory with config.json and not a "
-            "hub id 'org/name'; give one of those",
+            f"model {quote(model_id)}: not a shipped model, not a directory with config.json and "
+            "not a hub id 'org/name'; give one of those",
             field=FIELD,
         )
     check(found, need, allow_pickle=allow_pickle, trust_remote_code=trust_remote_code)
@@ -196,8 +206,8 @@ def check(
     found: ResolvedModel, need: Need, *, allow_pickle: bool = False, trust_remote_code: bool = False
 ) -> None:
     """Refuse what cannot be planned or measured, in one line."""
-    label = f"model {found.id!r}" + (
-        f" (revision {found.revision!r})" if found.source == "hub" else ""
+    label = f"model {quote(found.id)}" + (
+        f" (revision {quote(found.revision)})" if found.source == "hub" else ""
     )
     where = f"{found.path}"
     if not found.has_config:
@@ -270,7 +280,7 @@ def cached_revisions(model_id: str) -> list[str]:
 def missing_offline(
     model_id: str, revision: str, need: Need, snapshot: Path | None
 ) -> UserInputError:
-    label = f"model {model_id!r} (revision {revision!r})"
+    label = f"model {quote(model_id)} (revision {quote(revision)})"
     what = "config.json" if need == "config" else "its files"
     if snapshot is None and repo_folder(model_id).is_dir():
         known = ", ".join(cached_revisions(model_id)) or "none"
@@ -329,14 +339,14 @@ def hub_error(model_id: str, revision: str, exc: Exception) -> UserInputError:
         RevisionNotFoundError,
     )
 
-    label = f"model {model_id!r} (revision {revision!r})"
+    label = f"model {quote(model_id)} (revision {quote(revision)})"
     if isinstance(exc, GatedRepoError):
         why = (
             f"gated on the hub: accept its licence at https://huggingface.co/{model_id} and set "
             "HF_TOKEN to a token of that account"
         )
     elif isinstance(exc, RevisionNotFoundError):
-        why = f"the hub has no revision {revision!r}: give a branch, tag or commit that exists"
+        why = f"the hub has no revision {quote(revision)}: give a branch, tag or commit that exists"
     elif isinstance(exc, RepositoryNotFoundError):
         why = "no such repository on the hub (or it is private: set HF_TOKEN): check the id"
     elif isinstance(exc, LocalEntryNotFoundError):
@@ -403,10 +413,19 @@ def remote_files(model_id: str, revision: str, allow: list[str]) -> tuple[str, l
 
 
 @cache
-def _hub_config(model_id: str, revision: str, cache: str, offline_now: bool) -> dict[str, Any]:
-    return resolve(model_id, revision, need="config").config()
+def _hub_config(
+    model_id: str, revision: str, cache: str, offline_now: bool
+) -> tuple[str, dict[str, Any]]:
+    found = resolve(model_id, revision, need="config")
+    return str(found.path / CONFIG), found.config()
+
+
+def hub_config_file(model_id: str, revision: str = "main") -> tuple[str, dict[str, Any]]:
+    """(the file, its content) of a hub id's config.json at `revision` (cached per id,
+    revision, cache folder and offline mode: two revisions are two configs)."""
+    return _hub_config(model_id, revision, str(cache_dir()), offline())
 
 
 def hub_config(model_id: str, revision: str = "main") -> dict[str, Any]:
-    """config.json of a hub id (cached per id, revision, cache folder and offline mode)."""
-    return _hub_config(model_id, revision, str(cache_dir()), offline())
+    """config.json of a hub id at `revision` (``hub_config_file``)."""
+    return hub_config_file(model_id, revision)[1]

@@ -20,13 +20,14 @@ from pydantic import (
     Field,
     NonNegativeInt,
     PositiveInt,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
 
 from harness import __version__, modes
 from harness.errors import UserInputError
-from harness.spec import catalog
+from harness.spec import adapters, catalog, models
 from harness.spec.capabilities import (
     WEIGHT_FORMATS,
     Backend,
@@ -35,7 +36,10 @@ from harness.spec.capabilities import (
     Target,
 )
 from harness.spec.compat import rule_for
+from harness.spec.labels import model_key
 from harness.spec.yamlinput import excerpt, load_model, parse_model, unique
+from harness.tasks.builtin import tasks_of
+from harness.tasks.spec import TaskEntry
 
 # Plausible bounds: a value outside them is a typo or an attack, never a benchmark.
 MAX_BATCH = 4096
@@ -54,6 +58,7 @@ MAX_AXIS_VALUES = 64  # values in one list: batch, context, …
 MAX_EXCLUDES = 256
 MAX_GRID_POINTS = 10_000  # cells of the grid before skips
 MAX_NAME = 200  # characters of a model id, revision or GPU name
+MAX_PATH = 4096  # characters of a path (an adapter folder)
 
 Batch = Annotated[int, Field(gt=0, le=MAX_BATCH)]
 Context = Annotated[int, Field(gt=0, le=MAX_CONTEXT)]
@@ -73,21 +78,57 @@ Weights = Literal["checkpoint", "random"]
 
 
 class ModelRef(Input):
-    id: str = Field(min_length=1, max_length=MAX_NAME)
+    # revision before id: the id is looked up at its revision (its own config.json)
     revision: str = Field("main", min_length=1, max_length=MAX_NAME)
+    id: str = Field(min_length=1, max_length=MAX_NAME)
     # "random": the architecture from config.json on random weights (no checkpoint needed):
     # speed and memory only, no quality, never priced.
     weights: Weights = "checkpoint"
+    # a PEFT LoRA folder trained on this model at this revision (harness.spec.adapters): its
+    # recorded base is checked against the entry, and a mismatch refused
+    adapter: str | None = Field(None, min_length=1, max_length=MAX_PATH)
 
-    def point_fields(self) -> dict[str, str]:
-        """What every point of this model takes from it, in every mode: model, revision, weights."""
-        return {"model": self.id, "revision": self.revision, "weights": self.weights}
+    def point_fields(self) -> dict[str, Any]:
+        """What every point of this model takes from it, in every mode: model, revision, weights
+        and adapter."""
+        return {
+            "model": self.id,
+            "revision": self.revision,
+            "weights": self.weights,
+            "adapter": self.adapter,
+        }
+
+    @model_validator(mode="after")
+    def adapter_is_bound_to_this_model(self) -> ModelRef:
+        """The adapter's recorded base (id, revision, commit, weights hash) is this entry's."""
+        if self.adapter is None:
+            return self
+        if self.weights == "random":
+            raise ValueError(
+                "an adapter needs the checkpoint it was trained on, not weights: random"
+            )
+        try:
+            adapter = adapters.read_adapter(self.adapter)
+            base = models.resolve(self.id, self.revision, need="config")
+            adapters.check_binding(
+                adapter,
+                self.id,
+                self.revision,
+                base_weights=base.path if base.has_safetensors or base.has_pickled else None,
+                base_commit=base.commit,
+            )
+        except UserInputError as exc:
+            raise ValueError(exc.message) from None
+        return self
 
     @field_validator("id")
     @classmethod
-    def id_is_known(cls, value: str) -> str:
+    def id_is_known(cls, value: str, info: ValidationInfo) -> str:
+        revision = info.data.get("revision")
+        if revision is None:  # the revision itself is refused: its line says why
+            return value
         try:
-            catalog.model(value)
+            catalog.model(value, revision)
         except UserInputError as exc:
             raise ValueError(exc.message) from None
         return value
@@ -101,9 +142,11 @@ class Reference(Input):
 
 
 # The metrics the equal-quality gate can decide on (harness.measure.verdict): the paired
-# per-window ΔNLL (perplexity) and the paired per-item ARC-Easy accuracy.
-GateMetric = Literal["ppl", "arc"]
-GATE_METRICS: tuple[GateMetric, ...] = ("ppl", "arc")
+# per-window ΔNLL (perplexity), the paired per-item ARC-Easy accuracy, and the scenario's tasks
+# (harness.tasks: per item or per field, overall and per category).
+GateMetric = Literal["ppl", "arc", "tasks"]
+GATE_METRICS: tuple[GateMetric, ...] = ("ppl", "arc", "tasks")
+MAX_TASKS = 32
 
 
 class QualitySettings(Input):
@@ -114,6 +157,39 @@ class QualitySettings(Input):
     bootstrap_samples: int = Field(1000, gt=0, le=MAX_BOOTSTRAP)
     # which measured metrics decide equal quality; None: every metric the run measures
     gate: Annotated[list[GateMetric], Field(min_length=1)] | None = None
+    # tasks scored on the group's engine (harness.tasks): a shipped task's name, one with
+    # settings, or a user's task file ({path, kind, prompt, ...}), read and checked here
+    tasks: (
+        Annotated[
+            list[Annotated[TaskEntry, Field(union_mode="left_to_right")]],
+            Field(min_length=1, max_length=MAX_TASKS),
+        ]
+        | None
+    ) = None
+
+    @model_validator(mode="after")
+    def task_files_are_valid(self) -> QualitySettings:
+        """Every task file read strictly now (one line: file, line, field), names distinct."""
+        if self.tasks:
+            tasks_of(self.tasks)
+        return self
+
+    def task_calls(self) -> tuple[int, int]:
+        """(continuations scored, tokens generated at most) by the tasks of one group: each
+        classify label and choice of each scored item, and max_new_tokens per extract item."""
+        continuations = generated = 0
+        for task in tasks_of(self.tasks or []):
+            if task.kind == "extract":
+                generated += len(task.scored) * task.max_new_tokens
+            elif task.kind == "classify":
+                continuations += len(task.scored) * len(task.labels or ())
+            else:
+                continuations += sum(len(item.choices or ()) for item in task.scored)
+        return continuations, generated
+
+    def task_texts(self) -> list[tuple[str, str]]:
+        """(name, every prompt and answer) of each task, for the leakage check."""
+        return [(t.name, t.text()) for t in tasks_of(self.tasks or [])]
 
     @property
     def arc_count(self) -> int | None:
@@ -123,7 +199,8 @@ class QualitySettings(Input):
     def gated(self) -> tuple[GateMetric, ...]:
         """The metrics the gate reads, in GATE_METRICS order (ARC only where items are scored)."""
         wanted = self.gate if self.gate is not None else list(GATE_METRICS)
-        return tuple(m for m in GATE_METRICS if m in wanted and (m != "arc" or self.arc_items))
+        scored = {"arc": bool(self.arc_items), "tasks": bool(self.tasks)}
+        return tuple(m for m in GATE_METRICS if m in wanted and scored.get(m, True))
 
 
 class VllmOptions(Input):
@@ -204,15 +281,15 @@ class Scenario(Input):
     @field_validator("models")
     @classmethod
     def each_model_once(cls, value: list[ModelRef]) -> list[ModelRef]:
-        seen: set[tuple[str, str, str]] = set()
+        seen: set[tuple[str, str, str, str | None]] = set()
         for m in value:
-            if (m.id, m.revision, m.weights) in seen:
+            if (m.id, m.revision, m.weights, m.adapter) in seen:
                 random = ", weights random" if m.weights == "random" else ""
                 raise ValueError(
                     f"model {excerpt(m.id)} (revision {excerpt(m.revision)}{random}) is listed "
                     "twice; list each model once"
                 )
-            seen.add((m.id, m.revision, m.weights))
+            seen.add((m.id, m.revision, m.weights, m.adapter))
         return value
 
     @field_validator("backend", "quantization", "kv_cache_dtype", "batch", "context", "targets")
@@ -296,6 +373,7 @@ CONFIGURATION_FIELDS = (
     "output_tokens",
     "target",
     "weights",
+    "adapter",
 )
 
 
@@ -305,6 +383,7 @@ class Point(Strict):
     model: str
     revision: str = "main"
     weights: Weights = "checkpoint"
+    adapter: str | None = None  # a LoRA folder on the model (harness.spec.adapters)
     backend: Backend
     quantization: Quantization
     kv_cache_dtype: KvCacheDtype
@@ -333,6 +412,8 @@ class Point(Strict):
         fields = self.model_dump()
         if fields["weights"] == "checkpoint":  # checkpoint keys stay those of earlier runs
             del fields["weights"]
+        if fields["adapter"] is None:  # keys without an adapter stay those of earlier runs
+            del fields["adapter"]
         if fields["serving"] is None:  # offline keys stay those of earlier runs
             del fields["serving"]
         else:
@@ -341,6 +422,8 @@ class Point(Strict):
             del fields["training"]
         else:
             fields["mode"] = "training"
+            if not fields["training"].get("save_adapter"):  # keys stay those of earlier runs
+                fields["training"].pop("save_adapter", None)
         payload = json.dumps(
             {**fields, "harness": __version__, "corpus": corpus_hash}, sort_keys=True
         )
@@ -353,6 +436,7 @@ class Point(Strict):
             model=self.model,
             revision=self.revision,
             weights=self.weights,
+            adapter=self.adapter,
             backend=self.backend,
             quantization=self.quantization,
             kv_cache_dtype=self.kv_cache_dtype,
@@ -373,13 +457,16 @@ class GroupKey(Strict):
     # a training point's configuration label: each training point is a group of its own (a fresh
     # model per run of the optimizer); None for inference groups
     training: str | None = None
+    adapter: str | None = None  # the LoRA folder loaded on the model (harness.spec.adapters)
 
     @property
     def label(self) -> str:
-        parts = (self.model, self.backend, self.quantization, f"kv={self.kv_cache_dtype}")
+        model = model_key(self.model, self.revision)
+        parts = (model, self.backend, self.quantization, f"kv={self.kv_cache_dtype}")
         random = ("weights=random",) if self.weights == "random" else ()
+        lora = (f"adapter={Path(self.adapter).name}",) if self.adapter is not None else ()
         train = (self.training,) if self.training is not None else ()
-        return "|".join((*parts, *random, *train, self.target))
+        return "|".join((*parts, *random, *lora, *train, self.target))
 
 
 class Skip(Strict):
@@ -399,12 +486,12 @@ def expand(scenario: Scenario, source: str | None = None) -> Grid:
     models are known."""
     points: list[Point] = []
     skipped: list[Skip] = []
-    archs = {m.id: catalog.model(m.id) for m in scenario.models}
+    archs = {model_key(m.id, m.revision): catalog.model(m.id, m.revision) for m in scenario.models}
     check_quality_windows(scenario, archs, source)
     for mode in modes.REGISTRY.values():
         mode_skip = mode.load("skip_reason") if mode.ref("skip_reason") else None
         for point in mode.load("points")(scenario, points):  # a mode sees the points before it
-            arch = archs[point.model]
+            arch = archs[model_key(point.model, point.revision)]
             reason = skip_reason(scenario, point, arch) or (mode_skip and mode_skip(point, arch))
             if reason:
                 skipped.append(Skip(point=point, reason=reason))
@@ -422,7 +509,7 @@ def check_quality_windows(
         return
     window = scenario.quality.window_tokens
     for m in scenario.models:
-        positions = archs[m.id].max_positions
+        positions = archs[model_key(m.id, m.revision)].max_positions
         if m.weights == "checkpoint" and window > positions:
             raise UserInputError(
                 f"{window} tokens per quality window exceed {m.id}'s max_position_embeddings "
@@ -445,6 +532,8 @@ def skip_reason(scenario: Scenario, point: Point, arch: catalog.ModelArch) -> st
             f"random weights are built in a float dtype; {point.quantization} needs a checkpoint "
             "[rule random-weights-float]"
         )
+    if point.adapter is not None and point.backend == "vllm" and point.mode == "offline":
+        return f"{adapters.VLLM_NO_LORA_PROMPT_LOGPROBS} [rule vllm-lora-no-prompt-logprobs]"
     needed = point.context + point.output_tokens
     if needed > arch.max_positions:
         return (

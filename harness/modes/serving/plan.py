@@ -6,6 +6,8 @@ from __future__ import annotations
 import math
 
 from harness import plan as planner
+from harness.modes.serving import search
+from harness.modes.serving.spec import ServingLevel
 from harness.spec.catalog import GpuSpec, ModelArch
 from harness.spec.scenario import Point
 
@@ -27,9 +29,21 @@ def plan_serving_point(
     return plan.model_copy(
         update={
             "mode_contract": {"mode": "serving", "serving": level.model_dump()},
-            "mode_note": f"serving {level.label} × {level.requests} requests",
+            "mode_note": f"serving {level.label} × {level.requests} requests{workload_note(level)}",
         }
     )
+
+
+def workload_note(level: ServingLevel) -> str:
+    """What the plan's line adds for a workload and the prefix-caching axis ("" for neither)."""
+    parts = []
+    if level.workload is not None and level.workload.trace is not None:
+        parts.append(f"trace {level.workload.trace}")
+    elif level.workload is not None:
+        parts.append("multi-turn")
+    if level.prefix_caching is not None:
+        parts.append(f"prefix caching {'on' if level.prefix_caching else 'off'}")
+    return "".join(f" · {part}" for part in parts)
 
 
 def serving_seconds(point: Point, card: GpuSpec, arch: ModelArch, ceiling: float) -> float:
@@ -38,6 +52,12 @@ def serving_seconds(point: Point, card: GpuSpec, arch: ModelArch, ceiling: float
     rate) plus one request's run; plus the generator's start."""
     level = point.serving
     assert level is not None
+    if level.search is not None and level.probe is None:  # the search's worst case (its rule)
+
+        def probe_s(load: float) -> float:
+            return serving_seconds(search.probe_point(point, 0, load), card, arch, ceiling)
+
+        return search.worst_case_seconds(level.search, probe_s)
     one_run = planner.estimate_seconds(
         point.model_copy(update={"repeats": 1}), card, arch, 0, ceiling, 0
     )

@@ -19,6 +19,23 @@ Formulas, stated once:
   ``usd_per_mtok_output_at_slo`` among those that pass the class
   (harness.results.pricing.cheapest_by_class).
 
+- Search (``serving: {search: ...}``, the rule: harness.modes.serving.search): a search's own row
+  holds its bracket; ``slo_search`` is one row per search × package of its GPU (one unpriced
+  row where no package is): ``max_rate_at_slo`` (req/s or clients, ``search_axis``), the bracket
+  (``search_bracket_low`` = max_rate_at_slo, ``search_bracket_high`` = the lowest failing load),
+  and from the probe measured at ``max_rate_at_slo``: ``goodput_rps_at_max_rate``,
+  ``output_tok_s_at_max_rate`` and ``usd_per_mtok_output_at_max_rate`` (the at-SLO formula on
+  that probe's output tok/s). The search's own row is in no other table; its probes are levels.
+- Interactivity: ``tok_s_per_user`` = 1000 ÷ TPOT (ms) at the percentile the scenario states
+  (``interactivity: {tpot: p50 | p90}``, default p50; ``interactivity_tpot``). ``interactivity``
+  is every ok level (fixed levels and probes, whether or not it met the SLO: the interactivity is
+  the latency here) × each package of its GPU, with ``usd_per_mtok_output`` at that level's
+  output tok/s (the at-SLO formula). ``interactivity_bands``: per band B of the scenario
+  (``interactivity: {bands: [...]}``, tok/s/user), model, quality class and package length, the
+  level with the lowest $/Mtok among those with tok_s_per_user ≥ B that pass the class
+  (harness.results.pricing.cheapest_by_class); ``gpu_flips``: its GPU differs from the band
+  below's choice.
+
 This module is the mode's `price` part (``price``; the contract: harness.modes.base.PricePart).
 """
 
@@ -45,7 +62,11 @@ from harness.results.pricing import (
 QUALITY_COLUMNS = (
     "quality_class", *VERDICT_COLUMNS, *PASS_COLUMNS, "ppl", "ppl_ref", "dppl_pct",
 )  # fmt: skip
-CONFIG_COLUMNS = ("run", "group", "model", "weights", *ENGINE_WEIGHTS_KV, "target", "gpu", "device")
+# a serving configuration: its group's, and whether the server cached prefixes (None: no axis)
+CONFIG_COLUMNS = (
+    "run", "group", "model", "weights", *ENGINE_WEIGHTS_KV, "target", "gpu", "device",
+    "prefix_caching",
+)  # fmt: skip
 # a configuration's level at the SLO and its output tok/s there (every at-SLO table leads with them)
 AT_SLO = ("level_at_slo", "output_tok_s_at_slo")
 AT_SLO_COLUMNS = [
@@ -55,6 +76,7 @@ AT_SLO_COLUMNS = [
     "goodput_rps_at_slo",
     "slo_attainment_at_slo",
     "j_per_mtok_output_at_slo",
+    "prefix_cache_hit_rate_at_slo",
     "levels_measured",
     "levels_meeting_slo",
     "key_at_slo",
@@ -64,13 +86,64 @@ CHEAPEST_AT_SLO_COLUMNS = [
     "quality_class",
     *PRICED_ON,
     *ENGINE_WEIGHTS_KV,
+    "prefix_caching",
     *AT_SLO,
     "usd_per_mtok_output_at_slo",
     "j_per_mtok_output_at_slo",
+    "prefix_cache_hit_rate_at_slo",
     "achieved_class",
     "dppl_pct",
     "key_at_slo",
 ]
+
+
+# a search's outcome per configuration (and package), and cost against interactivity
+SEARCH_COLUMNS = [
+    *CONFIG_COLUMNS,
+    *QUALITY_COLUMNS,
+    "search_axis",
+    "max_rate_at_slo",
+    "search_bracket_low",
+    "search_bracket_high",
+    "search_probes",
+    "search_stop",
+    "goodput_rps_at_max_rate",
+    "output_tok_s_at_max_rate",
+    "slo_attainment_at_max_rate",
+    "key_at_max_rate",
+    "key",
+]
+INTERACTIVITY_COLUMNS = list(
+    dict.fromkeys(
+        [
+            *CONFIG_COLUMNS,
+            *QUALITY_COLUMNS,
+            *PRICED_ON,
+            "package_index",
+            "level",
+            "interactivity_tpot",
+            "tok_s_per_user",
+            "output_tok_s",
+            "slo_attainment",
+            "usd_per_mtok_output",
+            "key",
+        ]
+    )
+)
+BAND_COLUMNS = [
+    "model",
+    "quality_class",
+    "band_tok_s_user",
+    *PRICED_ON,
+    *ENGINE_WEIGHTS_KV,
+    "level",
+    "tok_s_per_user",
+    "usd_per_mtok_output",
+    "gpu_flips",
+    "achieved_class",
+    "key",
+]
+TPOT_OF = {"p50": "tpot_ms_p50", "p90": "tpot_ms_p90"}  # interactivity_tpot → its column
 
 
 def level_label(concurrency: object, rate: object) -> str:
@@ -138,7 +211,11 @@ def at_slo(serving: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame(columns=AT_SLO_COLUMNS)
     records = [
         _at_slo_record(rows)
-        for _, rows in serving.groupby(["run", "group"], sort=False, dropna=False)
+        for _, rows in serving.groupby(
+            ["run", "group", *(["prefix_caching"] if "prefix_caching" in serving else [])],
+            sort=False,
+            dropna=False,
+        )
     ]
     return pd.DataFrame.from_records(records, columns=AT_SLO_COLUMNS)
 
@@ -161,6 +238,7 @@ def _at_slo_record(rows: pd.DataFrame) -> dict[str, Any]:
             goodput_rps_at_slo=np.nan,
             slo_attainment_at_slo=np.nan,
             j_per_mtok_output_at_slo=np.nan,
+            prefix_cache_hit_rate_at_slo=np.nan,
             key_at_slo=None,
         )
         return record
@@ -171,6 +249,7 @@ def _at_slo_record(rows: pd.DataFrame) -> dict[str, Any]:
         goodput_rps_at_slo=float(best["goodput_rps"]),
         slo_attainment_at_slo=float(best["slo_attainment"]),
         j_per_mtok_output_at_slo=per_mtok(best.get("j_per_token_serving")),
+        prefix_cache_hit_rate_at_slo=_number(best.get("prefix_cache_hit_rate")),
         key_at_slo=best["key"],
     )
     return record
@@ -229,6 +308,12 @@ def with_cost_at_slo(
         ident = points[["run", "group"]].iloc[where].reset_index(drop=True)
         keys = out.assign(run=ident["run"].to_numpy(), group=ident["group"].to_numpy())
         figures = priced[["run", "group", "package_index", *added]]
+        # both prefix-caching settings measured: the server without it, as the offline engine
+        # runs (rows without the axis sort with it, before "on")
+        if "prefix_caching" in priced:
+            order = priced["prefix_caching"].astype("object").eq(True).to_numpy()
+            figures = figures.iloc[np.argsort(order, kind="stable")]
+        figures = figures.drop_duplicates(["run", "group", "package_index"])
         merged = keys.merge(figures, on=["run", "group", "package_index"], how="left", sort=False)
         for name in added:
             out[name] = merged[name].to_numpy()
@@ -237,15 +322,17 @@ def with_cost_at_slo(
     return out[[*columns[:at], *added, *columns[at:]]]
 
 
+def cheapest_passing(frame: pd.DataFrame, keys: tuple[str, ...], cost: str) -> pd.DataFrame:
+    """Per class and `keys`: the row of least `cost` among those that pass the class (empty
+    when none does)."""
+    if frame.empty:
+        return frame.iloc[0:0]
+    return cheapest_by_class(lambda name: frame[frame[pass_column(name)].astype(bool)], keys, cost)
+
+
 def cheapest_at_slo(priced: pd.DataFrame) -> pd.DataFrame:
     """Per (model, class, GPU, package): the configuration cheapest at the SLO that passes."""
-    if priced.empty:
-        return pd.DataFrame(columns=CHEAPEST_AT_SLO_COLUMNS)
-    out = cheapest_by_class(
-        lambda name: priced[priced[pass_column(name)].astype(bool)],
-        ("model", "gpu", "package_index"),
-        "usd_per_mtok_output_at_slo",
-    )
+    out = cheapest_passing(priced, ("model", "gpu", "package_index"), "usd_per_mtok_output_at_slo")
     if out.empty:
         return pd.DataFrame(columns=CHEAPEST_AT_SLO_COLUMNS)
     out = out.sort_values(["model", "quality_class", "gpu", "package_days"])
@@ -272,19 +359,177 @@ def price(
     rows: pd.DataFrame, points: pd.DataFrame, packages: pd.DataFrame, utilisation: float
 ) -> ServingPriced:
     """The serving rows' tables (see the module docstring); ``points``: the gated offline rows."""
-    served = inherit_quality(rows, points)
+    everything = inherit_quality(rows, points)
+    own = search_rows_mask(everything)
+    served = everything.loc[~own].reset_index(drop=True)
     at = at_slo(served)
     priced = price_at_slo(at_slo_packages(at, packages), utilisation)
-    by_status = served["status"].value_counts()
+    by_status = everything["status"].value_counts()
+    curve = interactivity(served, packages, utilisation)
     return ServingPriced(
         tables={
             "serving": served,
             "at_slo": at,
             "priced_at_slo": priced,
             "cheapest_at_slo": cheapest_at_slo(priced),
+            "slo_search": slo_search(everything.loc[own], served, packages, utilisation),
+            "interactivity": curve,
+            "interactivity_bands": interactivity_bands(curve, bands_of(served)),
         },
         counts={
-            "serving_rows": len(served),
+            "serving_rows": len(everything),
+            "serving_search_rows": int(own.sum()),
             "serving_by_status": {str(k): int(v) for k, v in by_status.items()},
         },
     )
+
+
+# --- the search (harness.modes.serving.search) -----------------------------------------------
+
+
+def search_rows_mask(rows: pd.DataFrame) -> NDArray[np.bool_]:
+    """The searches' own rows: a search axis and no probe index (a probe is a level)."""
+    if rows.empty or "search_axis" not in rows.columns:
+        return np.zeros(len(rows), dtype=bool)
+    axis = rows["search_axis"].notna().to_numpy(dtype=bool)
+    probe = rows["search_probe"].notna().to_numpy(dtype=bool)
+    return axis & ~probe
+
+
+def _load_of(rows: pd.DataFrame, axis: str) -> NDArray[np.float64]:
+    return pd.to_numeric(rows[axis], errors="coerce").to_numpy(dtype=np.float64)
+
+
+def search_record(search: pd.Series, served: pd.DataFrame) -> dict[str, Any]:
+    """One search's SEARCH_COLUMNS: its row's bracket, and the figures of its probe at
+    max_rate_at_slo (the same run and group, a probe of the same axis at that load that met
+    the SLO)."""
+    record: dict[str, Any] = {c: search.get(c) for c in SEARCH_COLUMNS if c in search.index}
+    best = _number(search.get("max_rate_at_slo"))
+    axis = str(search.get("search_axis"))
+    probes = served[
+        (served["run"] == search["run"])
+        & (served["group"] == search["group"])
+        & served["search_probe"].notna()
+        & (served["search_axis"] == axis)
+    ]
+    target = _number(search.get("slo_attainment_target"))
+    at = probes[np.isclose(_load_of(probes, axis), np.nan if best is None else best)]
+    meeting = [i for i, lv in enumerate(levels(at)) if slo.qualifies(lv, target or np.nan)]
+    if not meeting:
+        return {**record, **dict.fromkeys(SEARCH_COLUMNS[-5:-1], np.nan)}
+    probe = at.iloc[meeting[0]]
+    return {
+        **record,
+        "goodput_rps_at_max_rate": float(probe["goodput_rps"]),
+        "output_tok_s_at_max_rate": float(probe["output_tok_s"]),
+        "slo_attainment_at_max_rate": float(probe["slo_attainment"]),
+        "key_at_max_rate": probe["key"],
+    }
+
+
+def slo_search(
+    searches: pd.DataFrame, served: pd.DataFrame, packages: pd.DataFrame, utilisation: float
+) -> pd.DataFrame:
+    """One row per search × package of its GPU (one unpriced row where none is), with
+    ``usd_per_mtok_output_at_max_rate``."""
+    columns = list(dict.fromkeys([*SEARCH_COLUMNS, *PRICED_ON, "usd_per_mtok_output_at_max_rate"]))
+    if searches.empty:
+        return pd.DataFrame(columns=columns)
+    table = pd.DataFrame.from_records(
+        [search_record(rec, served) for _, rec in searches.iterrows()], columns=SEARCH_COLUMNS
+    )
+    if packages.empty:
+        return table.reindex(columns=columns)
+    merged = table.merge(packages, on="gpu", how="left", sort=False)
+    priced = merged["package_price_usd"].notna().to_numpy(dtype=bool)
+    usd = np.full(len(merged), np.nan)
+    if priced.any():
+        rows = merged.loc[priced]
+        tok_s = rows["output_tok_s_at_max_rate"].to_numpy(dtype=np.float64)
+        usd[priced] = usd_per_mtok(package_hour(rows, utilisation, gpus_used=1.0), tok_s)
+    return merged.assign(usd_per_mtok_output_at_max_rate=usd)[columns]
+
+
+# --- cost against interactivity --------------------------------------------------------------
+
+
+def tok_s_per_user(rows: pd.DataFrame) -> NDArray[np.float64]:
+    """1000 ÷ TPOT (ms) at each row's stated percentile (p50 where a row states none)."""
+    stated = rows["interactivity_tpot"] if "interactivity_tpot" in rows.columns else None
+    which = (
+        stated.astype("object").where(stated.notna(), "p50")
+        if stated is not None
+        else pd.Series("p50", index=rows.index)
+    )
+    tpot = np.full(len(rows), np.nan)
+    for name, column in TPOT_OF.items():
+        pick = (which == name).to_numpy(dtype=bool)
+        if pick.any() and column in rows.columns:
+            tpot[pick] = pd.to_numeric(rows.loc[pick, column], errors="coerce").to_numpy(float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(tpot > 0, 1000.0 / tpot, np.nan)
+
+
+def interactivity(served: pd.DataFrame, packages: pd.DataFrame, utilisation: float) -> pd.DataFrame:
+    """Every ok level with a positive output tok/s and a TPOT × each package of its GPU: its
+    tok/s/user and $/Mtok out (see the module docstring)."""
+    if served.empty or packages.empty:
+        return pd.DataFrame(columns=INTERACTIVITY_COLUMNS)
+    rows = served.assign(
+        tok_s_per_user=tok_s_per_user(served),
+        interactivity_tpot=served.get("interactivity_tpot", pd.Series(index=served.index))
+        .astype("object")
+        .fillna("p50"),
+    )
+    tok_s = pd.to_numeric(rows["output_tok_s"], errors="coerce").to_numpy(dtype=np.float64)
+    keep = (
+        (rows["status"] == "ok").to_numpy(dtype=bool)
+        & (np.nan_to_num(tok_s) > 0)
+        & np.isfinite(rows["tok_s_per_user"].to_numpy(dtype=np.float64))
+        & rows["gpu"].notna().to_numpy(dtype=bool)
+    )
+    rows = rows.loc[keep]
+    if rows.empty:
+        return pd.DataFrame(columns=INTERACTIVITY_COLUMNS)
+    merged = rows.merge(packages, on="gpu", how="inner", sort=False).reset_index(drop=True)
+    usd_per_hour = package_hour(merged, utilisation, gpus_used=1.0)
+    merged["usd_per_mtok_output"] = usd_per_mtok(
+        usd_per_hour, merged["output_tok_s"].to_numpy(dtype=np.float64)
+    )
+    table: pd.DataFrame = merged.reindex(columns=INTERACTIVITY_COLUMNS)
+    return table
+
+
+def bands_of(served: pd.DataFrame) -> list[float]:
+    """The interactivity bands the rows state (tok/s/user), every one once, in order."""
+    if served.empty or "interactivity_bands" not in served.columns:
+        return []
+    found = {
+        float(band)
+        for text in served["interactivity_bands"].dropna().astype(str)
+        for band in text.split()
+    }
+    return sorted(found)
+
+
+def interactivity_bands(curve: pd.DataFrame, bands: list[float]) -> pd.DataFrame:
+    """Per band, model, class and package length: the cheapest level with tok/s/user ≥ the band
+    that passes the class, and whether its GPU differs from the band below's choice."""
+    per_band = [
+        curve[curve["tok_s_per_user"].to_numpy(dtype=np.float64) >= band].assign(
+            band_tok_s_user=band
+        )
+        for band in bands
+    ]
+    candidates = pd.concat(per_band, ignore_index=True) if per_band else curve.iloc[0:0]
+    out = cheapest_passing(
+        candidates, ("model", "band_tok_s_user", "package_days"), "usd_per_mtok_output"
+    )
+    if out.empty:
+        return pd.DataFrame(columns=BAND_COLUMNS)
+    out = out.sort_values(["model", "quality_class", "package_days", "band_tok_s_user"])
+    below = out.groupby(["model", "quality_class", "package_days"], sort=False)["gpu"].shift()
+    out = out.assign(gpu_flips=below.notna() & (below != out["gpu"]))
+    table: pd.DataFrame = out.reset_index(drop=True)[BAND_COLUMNS]
+    return table

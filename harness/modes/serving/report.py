@@ -1,20 +1,26 @@
 """The serving part of a publication (the mode's `report` part, ``REPORT``: the contract is
 harness.modes.base.ReportPart): the cheapest configuration at the latency SLO per package, each
 configuration's level at the SLO, every load level, and a latency–throughput chart per
-configuration (every load level, the TPOT target as a line, the level chosen at the SLO marked).
-Empty when the run has no serving rows."""
+configuration (every load level, the TPOT target as a line, the level chosen at the SLO marked);
+the highest load meeting the SLO per search (its bracket, goodput and $/Mtok there); and cost
+against interactivity: $/Mtok out against tok/s/user per model and package length (every level
+per GPU, the Pareto front of the levels that pass the report's quality class), with the cheapest
+configuration and card per interactivity band. Empty when the run has no serving rows."""
 
 from __future__ import annotations
 
 import math
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from harness.modes.base import Column, HtmlTable, MdTable
 from harness.modes.serving.price import AT_SLO
 from harness.results.aggregate import Aggregate
 from harness.results.columns import CHEAPEST_OF, ENGINE_WEIGHTS_KV, headers, table_columns
+from harness.results.pareto import pareto_mask
+from harness.results.pricing import pass_column
 from harness.results.publish.format import escape, fmt_value, md_escape
 from harness.results.publish.svg import svg_scatter
 
@@ -74,6 +80,71 @@ def latency_throughput_charts(result: Aggregate, max_charts: int = MAX_CHARTS) -
     return out
 
 
+def _front(rows: pd.DataFrame) -> pd.Series:
+    """Rows no other beats on both: lower $/Mtok out and higher tok/s/user."""
+    mask = pareto_mask(
+        np.zeros(len(rows), dtype=np.int64),
+        rows["usd_per_mtok_output"].to_numpy(dtype=np.float64),
+        rows["tok_s_per_user"].to_numpy(dtype=np.float64),
+        maximise_y=True,
+    )
+    return pd.Series(mask, index=rows.index)
+
+
+def _tip(rec: dict[Any, Any]) -> str:
+    return (
+        f"{rec.get('gpu')} {rec.get('provider')} {rec.get('package_days')} d · "
+        f"{rec.get('backend')} {rec.get('quantization')} kv={rec.get('kv_cache_dtype')} · "
+        f"{rec.get('level')}: {_finite(rec.get('tok_s_per_user')):.4g} tok/s/user "
+        f"(TPOT {rec.get('interactivity_tpot')}), ${_finite(rec.get('usd_per_mtok_output')):.4g}"
+        "/Mtok out"
+    )
+
+
+def cost_interactivity_charts(
+    result: Aggregate, quality_class: str, max_charts: int = MAX_CHARTS
+) -> list[str]:
+    """One SVG per (model, package length): x tok/s/user (1000 / TPOT), y $/Mtok out; a series
+    per GPU and provider (every level), and the front of the levels passing ``quality_class``."""
+    curve = result.interactivity
+    if curve.empty:
+        return []
+    out = []
+    for (model, days), rows in list(curve.groupby(["model", "package_days"], sort=False))[
+        :max_charts
+    ]:
+        series: list[tuple[str, list[tuple[float, float, str]], bool]] = []
+        for (gpu, provider), card in rows.groupby(["gpu", "provider"], sort=False):
+            points = [
+                (_finite(r["tok_s_per_user"]), _finite(r["usd_per_mtok_output"]), _tip(r))
+                for r in card.to_dict(orient="records")
+            ]
+            series.append((f"{gpu} · {provider}", points, False))
+        passing = rows[rows[pass_column(quality_class)].astype(bool)]
+        front = passing[_front(passing)] if not passing.empty else passing
+        series.append(
+            (
+                f"front, class {quality_class}",
+                [
+                    (_finite(r["tok_s_per_user"]), _finite(r["usd_per_mtok_output"]),
+                     "on the front: " + _tip(r))
+                    for r in front.to_dict(orient="records")
+                ],
+                True,
+            )
+        )  # fmt: skip
+        tpot = ", ".join(sorted({str(t) for t in rows["interactivity_tpot"].dropna()}))
+        out.append(
+            svg_scatter(
+                f"{model}, {days:g}-day packages: cost against interactivity",
+                f"output tok/s per user (1000 / TPOT {tpot} ms)",
+                "USD per 1e6 output tokens",
+                series,
+            )
+        )
+    return out
+
+
 def level_table(result: Aggregate) -> pd.DataFrame:
     """Per configuration: its level at the SLO (empty when there are no serving rows)."""
     return result.at_slo
@@ -85,8 +156,10 @@ README_LEAVES_OUT = frozenset({"dppl_pct", "slo_attainment_at_slo"})
 CHEAPEST_AT_SLO = (
     *CHEAPEST_OF,
     *ENGINE_WEIGHTS_KV,
+    "prefix_caching",
     *AT_SLO,
     "usd_per_mtok_output_at_slo",
+    "prefix_cache_hit_rate_at_slo",
     "j_per_mtok_output_at_slo",
     "dppl_pct",
 )
@@ -95,13 +168,52 @@ LEVEL_AT_SLO = (
     *ENGINE_WEIGHTS_KV,
     "device",
     "quality_class",
+    "prefix_caching",
     *AT_SLO,
+    "prefix_cache_hit_rate_at_slo",
     "goodput_rps_at_slo",
     "slo_attainment_at_slo",
     "j_per_mtok_output_at_slo",
     "levels_meeting_slo",
     "levels_measured",
 )
+
+
+SLO_SEARCH = (
+    "model",
+    *ENGINE_WEIGHTS_KV,
+    "device",
+    "quality_class",
+    "search_axis",
+    "max_rate_at_slo",
+    "search_bracket_low",
+    "search_bracket_high",
+    "search_probes",
+    "search_stop",
+    "goodput_rps_at_max_rate",
+    "output_tok_s_at_max_rate",
+    "gpu",
+    "provider",
+    "package_days",
+    "usd_per_mtok_output_at_max_rate",
+)
+INTERACTIVITY_BANDS = (
+    "band_tok_s_user",
+    *CHEAPEST_OF,
+    *ENGINE_WEIGHTS_KV,
+    "level",
+    "tok_s_per_user",
+    "usd_per_mtok_output",
+    "gpu_flips",
+)
+
+
+def bands_for(result: Aggregate, quality_class: str) -> pd.DataFrame:
+    """The cheapest level per interactivity band for ``quality_class`` (both pages)."""
+    table = result.interactivity_bands
+    if table.empty:
+        return table
+    return table[table["quality_class"] == quality_class]
 
 
 def readme_headers(names: tuple[str, ...]) -> dict[str, str]:
@@ -113,6 +225,8 @@ def readme_headers(names: tuple[str, ...]) -> dict[str, str]:
 
 SERVING_HEADERS = readme_headers(CHEAPEST_AT_SLO)
 AT_SLO_HEADERS = readme_headers(LEVEL_AT_SLO)
+SEARCH_HEADERS = readme_headers(SLO_SEARCH)
+BAND_HEADERS = readme_headers(INTERACTIVITY_BANDS)
 
 
 def cheapest_at_slo(result: Aggregate, quality_class: str) -> pd.DataFrame:
@@ -138,13 +252,34 @@ def markdown_section(result: Aggregate, quality_class: str, md_table: MdTable) -
         md_table(_cells(cheapest, SERVING_HEADERS)),
         "\n### Level at the SLO per configuration\n",
         md_table(_cells(result.at_slo, AT_SLO_HEADERS)),
+        *markdown_search(result, quality_class, md_table),
     ]
+
+
+def markdown_search(result: Aggregate, quality_class: str, md_table: MdTable) -> list[str]:
+    """The searches' outcome and the cheapest level per interactivity band (when there are)."""
+    out = []
+    if not result.slo_search.empty:
+        out += [
+            "\n### Highest load meeting the SLO (searched)\n",
+            md_table(_cells(result.slo_search, SEARCH_HEADERS)),
+        ]
+    bands = bands_for(result, quality_class)
+    if not bands.empty:
+        out += [
+            f"\n### Cheapest per interactivity band (class {md_escape(quality_class)}; "
+            "tok/s/user = 1000 / TPOT ms)\n",
+            md_table(_cells(bands, BAND_HEADERS)),
+        ]
+    return out
 
 
 # --- report.html ------------------------------------------------------------------------------
 
 CHEAPEST_AT_SLO_COLUMNS: list[Column] = table_columns(CHEAPEST_AT_SLO)
 AT_SLO_COLUMNS: list[Column] = table_columns(LEVEL_AT_SLO)
+SEARCH_COLUMNS: list[Column] = table_columns(SLO_SEARCH)
+BAND_COLUMNS: list[Column] = table_columns(INTERACTIVITY_BANDS)
 SERVING_COLUMNS: list[Column] = table_columns(
     (
         "model",
@@ -154,6 +289,8 @@ SERVING_COLUMNS: list[Column] = table_columns(
         "requests_ok",
         "requests_failed",
         "output_tok_s",
+        "prefix_caching",
+        "prefix_cache_hit_rate",
         "j_per_token_serving",
         "request_throughput",
         "goodput_rps",
@@ -183,9 +320,38 @@ def html_section(result: Aggregate, quality_class: str, html_table: HtmlTable) -
         "<h3>Level at the SLO per configuration</h3>",
         html_table(result.at_slo, AT_SLO_COLUMNS, "at-slo"),
         *latency_throughput_charts(result),
+        *html_search(result, quality_class, html_table),
         "<h3>Every load level</h3>",
         html_table(result.serving, SERVING_COLUMNS, "serving"),
     ]
+
+
+def html_search(result: Aggregate, quality_class: str, html_table: HtmlTable) -> list[str]:
+    """The searches' outcome, cost against interactivity and the cheapest per band."""
+    out = []
+    if not result.slo_search.empty:
+        out += [
+            "<h3>Highest load meeting the SLO (searched)</h3>",
+            '<p class="note">Bracketed, then bisected (geometric midpoint for a request rate, '
+            "integer for a concurrency), each probe a real <code>vllm bench serve</code> level. "
+            "max load = the highest probed load that met the SLO; the bracket's high end the "
+            "lowest that missed it (empty: HIGH met it). $/Mtok out at the probe there.</p>",
+            html_table(result.slo_search, SEARCH_COLUMNS, "slo-search"),
+        ]
+    charts = cost_interactivity_charts(result, quality_class)
+    bands = bands_for(result, quality_class)
+    if charts or not bands.empty:
+        out += [
+            "<h3>Cost against interactivity</h3>",
+            '<p class="note">Every measured level (fixed levels and search probes) per GPU and '
+            "package: $/Mtok out at its output tok/s against tok/s per user = 1000 / TPOT (ms, "
+            "the percentile stated on the axis). The front joins the levels, passing class "
+            f"{escape(quality_class)}, that no other beats on both.</p>",
+            *charts,
+            f"<h3>Cheapest per interactivity band (class {escape(quality_class)})</h3>",
+            html_table(bands, BAND_COLUMNS, "interactivity-bands"),
+        ]
+    return out
 
 
 class Report:
@@ -196,6 +362,10 @@ class Report:
 
     def html(self, result: Aggregate, quality_class: str, table: HtmlTable) -> list[str]:
         return html_section(result, quality_class, table)
+
+    def site_charts(self, result: Aggregate, quality_class: str) -> list[str]:
+        """The charts the site draws across runs (harness.results.site)."""
+        return cost_interactivity_charts(result, quality_class)
 
 
 REPORT = Report()

@@ -18,7 +18,8 @@ Semantics (the DistServe / `vllm bench serve --goodput` definition, per request)
   over-saturation check flags.
 - **the level at the SLO**: the highest `output_tok_s` among successful levels with a positive
   `output_tok_s` whose `slo_attainment` ≥ the target attainment (None when no level qualifies;
-  `qualifies`, `choose_at_slo`).
+  `qualifies`, `choose_at_slo`). A search's probe meets the SLO when it `qualifies` too
+  (harness.modes.serving.search).
 """
 
 from __future__ import annotations

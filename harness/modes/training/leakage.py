@@ -13,7 +13,10 @@ Texts seen (source → role):
   gptq calibration          the 64 wiki.valid.raw paragraphs GPTQ calibrates on
                             (harness.backends.transformers, corpus.calibration_texts)
   fine-tuning train block   the train block of a training scenario's data (`data`)
-Texts scored: the inference eval corpus (wiki.test.raw) and each training scenario's eval block.
+Texts scored: the inference eval corpus (wiki.test.raw), each training scenario's eval block, and
+each task of the scenario (`quality: {tasks: [...]}`: its prompts and answers, every split), a
+user's task file included: one that shares any n-gram with a text seen is warned about when the
+run starts (`leaked_tasks`).
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from harness.atomic import atomic_write_text
 from harness.modes.training import data
 
 NGRAM = 13
+TASK_EVAL = "task "  # an eval text's name for a scored task: "task <name>"
 GPTQ_CALIBRATION_SAMPLES = 64  # as harness.backends.transformers calibrates
 _WORD = re.compile(r"\w+")
 
@@ -80,10 +84,13 @@ def overlaps(seen: Sequence[Text], evals: Sequence[Text], n: int = NGRAM) -> lis
     return out
 
 
-def shipped_texts(train_data: Iterable[tuple[str, float]] = ()) -> tuple[list[Text], list[Text]]:
+def shipped_texts(
+    train_data: Iterable[tuple[str, float]] = (), tasks: Iterable[tuple[str, str]] = ()
+) -> tuple[list[Text], list[Text]]:
     """(seen, eval) texts of this harness: the tiny model's pretraining text and GPTQ's
     calibration text against the eval corpus; each training data set's train block against its
-    eval block (`train_data`: (name, eval_fraction) pairs)."""
+    eval block (`train_data`: (name, eval_fraction) pairs); each scored task's text (`tasks`:
+    (name, text) pairs, harness.tasks) against every text seen."""
     seen = [
         Text("tiny-llama pretraining (wiki.valid.raw)", "seen", _read(corpus.CALIBRATION_FILE)),
         Text(
@@ -97,6 +104,7 @@ def shipped_texts(train_data: Iterable[tuple[str, float]] = ()) -> tuple[list[Te
         train, held_out = data.split_text(name, fraction)
         seen.append(Text(f"fine-tuning train block ({name}, {1 - fraction:g})", "seen", train))
         evals.append(Text(f"fine-tuning eval block ({name}, {fraction:g})", "eval", held_out))
+    evals += [Text(f"{TASK_EVAL}{name}", "eval", text) for name, text in dict.fromkeys(tasks)]
     return seen, evals
 
 
@@ -121,3 +129,18 @@ def cached_overlaps(
     found = [asdict(o) for o in overlaps(seen, evals, n)]
     atomic_write_text(path, json.dumps(found, indent=1))
     return found
+
+
+def leaked_tasks(table: Sequence[dict[str, object]]) -> list[str]:
+    """A line per (task, text seen) pair of a leakage table with shared n-grams: the warning a
+    run prints when it starts (a task scored on text a model or quantizer saw)."""
+    out = []
+    for row in table:
+        name, shared = str(row.get("eval", "")), row.get("shared")
+        if name.startswith(TASK_EVAL) and isinstance(shared, int) and shared > 0:
+            out.append(
+                f"{name} shares {shared} of its {row.get('eval_ngrams')} distinct "
+                f"{row.get('n')}-grams with {row.get('seen')} (overlap {row.get('overlap'):.3g}): "
+                "its scores may be inflated by what the model saw"
+            )
+    return out

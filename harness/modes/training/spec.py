@@ -9,7 +9,9 @@ as the rest of the scenario (no coercion, bounds in the message, no duplicates).
     optimizer   adamw: torch AdamW (two fp32 moments per trainable parameter); adamw-8bit:
                 bitsandbytes' AdamW8bit (two uint8 moments + one fp32 absmax per 256 values)
     data        train and eval are contiguous blocks of the same text: the eval block is the last
-                `eval_fraction` of its tokens, the train block everything before it
+                `eval_fraction` of its tokens, the train block everything before it; `snips`: the
+                SNIPS TRAIN split's (prompt, answer) examples, eval on its few-shot split
+                (harness.modes.training.data); `snips-intent`: the same, intent task only
 """
 
 from __future__ import annotations
@@ -17,13 +19,15 @@ from __future__ import annotations
 import itertools
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from harness.spec.yamlinput import unique
 
 TrainMethod = Literal["full", "lora", "qlora"]
 TrainOptimizer = Literal["adamw", "adamw-8bit"]
-TrainData = Literal["tinyshakespeare"]
+TrainData = Literal["tinyshakespeare", "snips", "snips-intent"]
+# (prompt, answer) examples (harness.modes.training.data): snips-intent is the intent task alone
+EXAMPLE_DATA = frozenset({"snips", "snips-intent"})
 
 MAX_AXIS_VALUES = 64
 MAX_MICRO_BATCH = 4096
@@ -94,6 +98,20 @@ class Training(_Input):
     target_eval_loss: float | None = Field(None, gt=0.0, le=100.0)
     # the held-out loss is scored every this many optimizer steps (and after the last one)
     eval_every: int = Field(10, gt=0, le=MAX_STEPS)
+    # LoRA points save their adapter (PEFT folder + base binding, harness.spec.adapters) under
+    # <run>/adapters/<point key>/, usable as a model entry's `adapter:`
+    save_adapter: bool = False
+
+    @model_validator(mode="after")
+    def examples_train_and_eval_together(self) -> Training:
+        sides = {self.data.train in EXAMPLE_DATA, self.data.eval in EXAMPLE_DATA}
+        if len(sides) > 1:
+            raise ValueError(
+                f"data: train {self.data.train!r} and eval {self.data.eval!r}: example data "
+                f"({', '.join(sorted(EXAMPLE_DATA))}) is its own train and eval (its disjoint "
+                "splits); give it as both"
+            )
+        return self
 
     @field_validator(
         "method", "micro_batch", "grad_accum", "seq_len", "gradient_checkpointing", "optimizer"
@@ -132,6 +150,7 @@ class Training(_Input):
                 eval_windows=self.data.eval_windows,
                 target_eval_loss=self.target_eval_loss,
                 eval_every=self.eval_every,
+                save_adapter=self.save_adapter,
             )
             for method, mb, acc, seq, ckpt, opt in itertools.product(
                 self.method,
@@ -166,6 +185,7 @@ class TrainingPoint(BaseModel):
     eval_windows: int = 32
     target_eval_loss: float | None = None
     eval_every: int = 10
+    save_adapter: bool = False  # not part of the point's key when False (earlier runs' keys)
 
     @property
     def base_format(self) -> str:

@@ -18,6 +18,7 @@ from harness.results.publish.analysis import regressions_frame
 from harness.results.publish.html import report_html
 from harness.results.publish.markdown import readme
 from harness.results.publish.summary import json_safe, summary
+from harness.run.store import run_lock
 from harness.spec.tariffs import TariffTable
 
 PUBLISHED = "published"
@@ -70,6 +71,7 @@ def write_published(
     """Write every file into a fresh temp folder, then swap it in as ``out_dir``."""
     out_dir = Path(out_dir)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
+    remove_leftovers(out_dir)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
     try:
         public_mode(tmp, folder=True)
@@ -86,6 +88,18 @@ def write_published(
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return out_dir
+
+
+def remove_leftovers(final: Path) -> list[Path]:
+    """Remove what a killed publication left beside ``final`` (its ``.<name>.tmp-*`` and
+    ``.<name>.old-*`` folders; the caller holds the folder's lock, so none is in use)."""
+    gone: list[Path] = []
+    for pattern in (f".{final.name}.tmp-*", f".{final.name}.old-*"):
+        for path in final.parent.glob(pattern):
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path, ignore_errors=True)
+                gone.append(path)
+    return gone
 
 
 def swap_in(new: Path, final: Path) -> None:
@@ -114,6 +128,7 @@ def report(
     """Aggregate ``run_dir`` (unless ``result`` is given) and publish it to run_dir/published/."""
     check_quality_class(quality_class)
     run_dir = Path(run_dir)
-    if result is None:
-        result = aggregate_run(run_dir, tariffs, utilisation)
-    return write_published(result, run_dir / PUBLISHED, tariffs, quality_class)
+    with run_lock(run_dir, "report"):  # one writer per run folder (nested: the CLI's lock)
+        if result is None:
+            result = aggregate_run(run_dir, tariffs, utilisation)
+        return write_published(result, run_dir / PUBLISHED, tariffs, quality_class)

@@ -33,6 +33,7 @@ from harness.results.publish.format import (
 )
 from harness.results.publish.method import FORMULAS, LICENCES
 from harness.results.publish.svg import svg_bars, svg_intervals, svg_scatter
+from harness.results.publish.tasks import tasks_section
 from harness.spec.labels import ENGINE_WEIGHTS_KV, configuration_label
 from harness.spec.tariffs import TariffTable
 
@@ -364,6 +365,7 @@ def report_html(result: Aggregate, tariffs: TariffTable | None, quality_class: s
         html_table(result.gpu_ratios, RATIO_COLUMNS, "ratios"),
         *speed_only_section(result),
         *energy_section(result, tariffs, quality_class, HTML_PAGE),
+        *tasks_section(result, quality_class, HTML_PAGE),
         *regressions_html(result, html_table),
         *mode_sections(result, quality_class),
         "<h2>Every point</h2>",

@@ -19,6 +19,7 @@ from harness.results.publish.analysis import (
 from harness.results.publish.format import fmt_usd, fmt_value, md_escape
 from harness.results.publish.headline import headline_table
 from harness.results.publish.method import FORMULAS, LICENCES
+from harness.results.publish.tasks import tasks_section
 from harness.spec.tariffs import TariffTable
 
 
@@ -113,6 +114,7 @@ def readme(result: Aggregate, tariffs: TariffTable | None, quality_class: str) -
         parts.append(f"- models without a reference row (no quality class): {names}")
     parts += speed_only_section(result)
     parts += energy_section(result, tariffs, quality_class, MARKDOWN_PAGE)
+    parts += tasks_section(result, quality_class, MARKDOWN_PAGE)
     parts += regressions_markdown(result, md_table)
     parts += mode_sections(result, quality_class)
     parts += [

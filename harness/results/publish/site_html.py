@@ -104,6 +104,7 @@ def index_html(
     quality_class: str,
     utilisation: float,
     files: Sequence[str],
+    charts: Sequence[str] = (),
 ) -> str:
     """The site's index: (mixed banner), runs, cheapest per (model, class, GPU, package) across
     every run, the combined files, counts (one list in reading order: the page's text)."""
@@ -137,6 +138,14 @@ def index_html(
             )
             + "</p>"
         )
+    if charts:
+        sections += [
+            "<h2>Cost against interactivity across every run</h2>",
+            '<p class="note">$/Mtok out against output tok/s per user (1000 / TPOT) of every '
+            "serving level, per GPU and provider, with the front of the levels that pass the "
+            f"class {escape(quality_class)} (each run's report has its own).</p>",
+            *charts,
+        ]
     sections += [
         "<h2>Every row, with where it came from</h2><ul>",
         *[f'<li><a href="{escape(quote(name))}">{escape(name)}</a></li>' for name in files],

@@ -50,6 +50,8 @@ def summary(result: Aggregate, tariffs: TariffTable | None, quality_class: str) 
         "pareto_cost_quality": records(result.pareto_cost_quality),
         "pareto_throughput_latency": records(result.pareto_throughput_latency, 500),
         "serving_at_slo": records(result.at_slo),  # per configuration: its level at the SLO
+        "serving_slo_search": records(result.slo_search),  # max_rate_at_slo, bracket, $/Mtok
+        "serving_interactivity_bands": records(result.interactivity_bands),
         "cheapest_at_slo": records(result.cheapest_at_slo),
         "tariffs": [t.model_dump() for t in tariffs.tariffs] if tariffs else [],
         "tariff_note": tariffs.note if tariffs else None,

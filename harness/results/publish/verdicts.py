@@ -29,7 +29,8 @@ if TYPE_CHECKING:
 PRACTICAL_UNITS = 1e6
 # what makes a configuration one group (harness.spec.scenario.GroupKey), within one run
 GROUP_FIELDS = (
-    "run", "model", "revision", "weights", "backend", "quantization", "kv_cache_dtype", "target",
+    "run", "model", "revision", "weights", "adapter", "backend", "quantization", "kv_cache_dtype",
+    "target",
 )  # fmt: skip
 UNDECIDED = (
     "model", "configuration", "device", "quality_class", "undecided_on", "deciding_bounds",
@@ -43,6 +44,8 @@ def rule_line(quality_class: str, gated: tuple[str, ...]) -> str:
     margins = {
         "ppl": f"ΔNLL ≤ {verdict.ppl_margin(share):.5g} nats/token",
         "arc": f"ARC accuracy drop ≤ {verdict.accuracy_share(share):.3g} × acc_ref",
+        "tasks": f"each task's drop ≤ {verdict.accuracy_share(share):.3g} × its reference rate, "
+        "and no category's beyond its own",
     }
     metrics = " and ".join(margins[m] for m in gated)
     return (

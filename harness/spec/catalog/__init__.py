@@ -9,12 +9,12 @@ from __future__ import annotations
 import json
 from functools import cache
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
-from harness.errors import UserInputError, did_you_mean
+from harness.errors import UserInputError, did_you_mean, quote
 from harness.spec import models as resolver
 
 HERE = Path(__file__).parent
@@ -103,72 +103,133 @@ def kv_bytes_per_token(
     return 2 * num_layers * num_kv_heads * head_dim * bytes_per_element
 
 
-# Architecture facts a config.json must give, each a positive whole number.
-REQUIRED_CONFIG_KEYS = (
-    "num_attention_heads",
-    "hidden_size",
-    "num_hidden_layers",
-    "vocab_size",
-    "intermediate_size",
-)
 # Bounds on what a config.json may claim (the largest public models are well inside them).
 CONFIG_INT_LIMIT = 10**7
+MAX_POSITIONS = 10**8  # tokens of context a config may claim (public models: up to 10^7)
+MAX_EXPERTS = 4096
 
 
-def _config_int(cfg: dict[str, Any], key: str, model_id: str, default: int | None = None) -> int:
-    """A positive integer fact of a config.json, or a one-line error naming the model and key."""
-    value = cfg.get(key, default)
-    if value is None:
-        raise UserInputError(f"{model_id}: config.json has no {key!r}", field="models")
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= CONFIG_INT_LIMIT:
-        excerpt = repr(value)[:40]
-        raise UserInputError(
-            f"{model_id}: config.json: {key} must be a whole number in 1..{CONFIG_INT_LIMIT:,}, "
-            f"got {excerpt}",
-            field="models",
-        )
-    return value
+def _whole(low: int, high: int) -> Any:
+    return Field(strict=True, ge=low, le=high, description=f"a whole number in {low}..{high:,}")
 
 
-def arch_from_config(model_id: str, cfg: Any, path: str | None = None) -> ModelArch:
-    """The planner's facts of an architecture, checked: a config.json that lacks one, or gives
-    zero heads, or is not a mapping is a one-line UserInputError, never a traceback."""
+Count = Annotated[int, _whole(1, CONFIG_INT_LIMIT)]
+COUNT_WORDS = f"a whole number in 1..{CONFIG_INT_LIMIT:,}"
+Flag = Annotated[bool | None, Field(strict=True, description="true, false or null")]
+
+
+def _known_dtype(name: str) -> str:
+    if name not in DTYPE_BYTES:
+        raise ValueError("unknown dtype")
+    return name
+
+
+DTYPE_WORDS = ", ".join(DTYPE_BYTES)
+DtypeName = Annotated[str, Field(strict=True), AfterValidator(_known_dtype)]
+
+
+class ConfigJson(BaseModel):
+    """Every key of a config.json the planner reads, typed and bounded (the rest is ignored):
+    as strict as a scenario, so a string, NaN, infinity or out-of-range value is refused."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True, strict=True, allow_inf_nan=False)
+    vocab_size: Count
+    hidden_size: Count
+    intermediate_size: Count
+    num_hidden_layers: Count
+    num_attention_heads: Count
+    num_key_value_heads: Annotated[Count | None, Field(description=COUNT_WORDS)] = None
+    head_dim: Annotated[Count | None, Field(description=COUNT_WORDS)] = None
+    max_position_embeddings: Annotated[int, _whole(1, MAX_POSITIONS)] = 2048
+    sliding_window: Annotated[
+        Annotated[int, _whole(0, MAX_POSITIONS)] | None,
+        Field(description=f"a whole number in 0..{MAX_POSITIONS:,} or null"),
+    ] = None
+    use_sliding_window: Flag = None
+    num_local_experts: Annotated[int, _whole(1, MAX_EXPERTS)] = 1
+    num_experts_per_tok: Annotated[int, _whole(1, MAX_EXPERTS)] = 1
+    torch_dtype: Annotated[DtypeName | None, Field(description=f"one of {DTYPE_WORDS}")] = None
+    dtype: Annotated[DtypeName | None, Field(description=f"one of {DTYPE_WORDS}")] = None
+    tie_word_embeddings: Flag = None
+    attention_bias: Flag = None
+    model_type: Annotated[
+        str, Field(strict=True, min_length=1, max_length=200, description="a name")
+    ] = "llama"
+
+    def contradiction(self) -> tuple[str, str] | None:
+        """(key, why) when the keys disagree with each other."""
+        heads, kv = self.num_attention_heads, self.num_key_value_heads or self.num_attention_heads
+        if heads % kv:
+            return "num_key_value_heads", f"must divide num_attention_heads ({heads}), got {kv}"
+        if self.head_dim is None and self.hidden_size < heads:
+            return "num_attention_heads", f"{heads} heads exceed hidden_size {self.hidden_size}"
+        if self.num_experts_per_tok > self.num_local_experts:
+            return "num_experts_per_tok", (
+                f"{self.num_experts_per_tok} exceeds num_local_experts {self.num_local_experts}"
+            )
+        return None
+
+
+def config_problem(exc: ValidationError, cfg: dict[str, Any]) -> str:
+    """The first problem of a config.json in words: the key, what was expected, what was got."""
+    err = exc.errors()[0]
+    key = str(err["loc"][0]) if err["loc"] else "?"
+    if err["type"] == "missing":
+        return f"no {key!r} (a whole number the planner needs)"
+    field = ConfigJson.model_fields.get(key)
+    expected = field.description if field is not None and field.description else err["msg"]
+    return f"{key} must be {expected}, got {quote(cfg.get(key))}"
+
+
+def read_facts(cfg: Any, where: str) -> ConfigJson:
+    """A config.json's planner facts, or a one-line UserInputError naming the file and the key."""
     if not isinstance(cfg, dict):
         raise UserInputError(
-            f"{model_id}: config.json must be a JSON object, got a {type(cfg).__name__}",
-            field="models",
+            f"{where} must be a JSON object, got a {type(cfg).__name__}", field="models"
         )
-    for key in REQUIRED_CONFIG_KEYS:
-        _config_int(cfg, key, model_id)
-    heads = _config_int(cfg, "num_attention_heads", model_id)
-    hidden = _config_int(cfg, "hidden_size", model_id)
-    layers = _config_int(cfg, "num_hidden_layers", model_id)
-    _config_int(cfg, "num_key_value_heads", model_id, default=heads)
-    if cfg.get("head_dim") is not None:
-        _config_int(cfg, "head_dim", model_id)
-    window = cfg.get("sliding_window")
+    try:
+        facts = ConfigJson.model_validate(cfg)
+    except ValidationError as exc:
+        raise UserInputError(f"{where}: {config_problem(exc, cfg)}", field="models") from None
+    wrong = facts.contradiction()
+    if wrong is not None:
+        raise UserInputError(f"{where}: {wrong[0]} {wrong[1]}", field="models")
+    return facts
+
+
+def arch_from_config(
+    model_id: str, cfg: Any, path: str | None = None, *, where: str | None = None
+) -> ModelArch:
+    """The planner's facts of an architecture, checked (``ConfigJson``): a config.json that lacks
+    one, or gives zero heads, NaN, a string, or is not a mapping is a one-line UserInputError
+    naming ``where`` (the file) and the key, never a traceback."""
+    where = where or (f"{path}/config.json" if path else f"{model_id}: config.json")
+    facts = read_facts(cfg, where)
+    layers, heads = facts.num_hidden_layers, facts.num_attention_heads
+    window = facts.sliding_window if facts.use_sliding_window is not False else None
     sliding_layers = 0
     if window:
         # Gemma-2 alternates sliding and global layers; Mistral/Phi-3 slide on every layer.
-        sliding_layers = layers // 2 if cfg.get("model_type") == "gemma2" else layers
+        sliding_layers = layers // 2 if facts.model_type == "gemma2" else layers
+    attention_bias = facts.attention_bias
     return ModelArch(
         id=model_id,
-        model_type=str(cfg.get("model_type", "llama")),
-        vocab_size=int(cfg["vocab_size"]),
-        hidden_size=hidden,
-        intermediate_size=int(cfg["intermediate_size"]),
+        model_type=facts.model_type,
+        vocab_size=facts.vocab_size,
+        hidden_size=facts.hidden_size,
+        intermediate_size=facts.intermediate_size,
         num_layers=layers,
         num_heads=heads,
-        num_kv_heads=int(cfg.get("num_key_value_heads") or heads),
-        head_dim=int(cfg.get("head_dim") or hidden // heads),
-        max_positions=int(cfg.get("max_position_embeddings", 2048)),
-        tie_embeddings=bool(cfg.get("tie_word_embeddings", False)),
-        dtype=str(cfg.get("torch_dtype") or cfg.get("dtype") or "bfloat16"),
-        sliding_window=int(window) if window else None,
+        num_kv_heads=facts.num_key_value_heads or heads,
+        head_dim=facts.head_dim or facts.hidden_size // heads,
+        max_positions=facts.max_position_embeddings,
+        tie_embeddings=bool(facts.tie_word_embeddings),
+        dtype=facts.torch_dtype or facts.dtype or "bfloat16",
+        sliding_window=window or None,
         sliding_layers=sliding_layers,
-        num_experts=int(cfg.get("num_local_experts", 1)),
-        experts_per_token=int(cfg.get("num_experts_per_tok", 1)),
-        attention_bias=bool(cfg.get("attention_bias", cfg.get("model_type") == "qwen2")),
+        num_experts=facts.num_local_experts,
+        experts_per_token=facts.num_experts_per_tok,
+        attention_bias=facts.model_type == "qwen2" if attention_bias is None else attention_bias,
         path=path,
     )
 
@@ -182,7 +243,11 @@ def gpus() -> dict[str, GpuSpec]:
 @cache
 def catalog_models() -> dict[str, ModelArch]:
     rows = yaml.safe_load((HERE / "models.yaml").read_text())
-    models = {row["id"]: arch_from_config(row["id"], row["config"]) for row in rows}
+    where = str(HERE / "models.yaml")
+    models = {
+        row["id"]: arch_from_config(row["id"], row["config"], where=f"{where} ({row['id']})")
+        for row in rows
+    }
     shipped_configs = [
         *sorted(PACKAGE_DATA.glob("*/config.json")),
         *sorted(resolver.CATALOG_CONFIGS.glob("*/config.json")),  # architectures, random weights
@@ -203,7 +268,7 @@ def gpu(name: str) -> GpuSpec:
         if wanted == spec.name.lower() or wanted in (a.lower() for a in spec.aliases):
             return spec
     raise UserInputError(
-        f"unknown GPU {name!r}{did_you_mean(name, table)}; known: {', '.join(table)}",
+        f"unknown GPU {quote(name)}{did_you_mean(name, table)}; known: {', '.join(table)}",
         field="gpu",
     )
 
@@ -220,28 +285,39 @@ def gpu_for_device_name(device_name: str) -> GpuSpec | None:
 
 def model(model_id: str, revision: str = "main") -> ModelArch:
     """A catalog model, a shipped model (e.g. tiny-llama), a local directory with config.json, or
-    a hub id whose config.json is in the Hugging Face cache or fetchable (harness.spec.models)."""
+    a hub id whose config.json is in the Hugging Face cache or fetchable (harness.spec.models).
+    A hub id at a revision other than ``main`` is read from that revision's own config.json
+    (the catalog's facts are those of ``main``); one that cannot be had is refused, naming it."""
     table = catalog_models()
-    if model_id in table:
+    hub = resolver.is_hub_id(model_id)
+    if model_id in table and (revision == "main" or not hub):
         return table[model_id]
     local = Path(model_id).expanduser()
     if (local / "config.json").exists():  # a FIFO or a device too: read_config refuses it
+        return arch_from_config(
+            model_id, read_json(local / "config.json", model_id), str(local.resolve())
+        )
+    if hub:
         try:
-            cfg = json.loads(resolver.read_config(local / "config.json"))
-        except (OSError, UnicodeDecodeError, ValueError) as exc:
-            raise UserInputError(
-                f"{model_id}: config.json is not readable JSON ({type(exc).__name__})",
-                field="models",
-            ) from None
-        return arch_from_config(model_id, cfg, str(local.resolve()))
-    if resolver.is_hub_id(model_id):
-        try:
-            return arch_from_config(model_id, resolver.hub_config(model_id, revision))
+            where, cfg = resolver.hub_config_file(model_id, revision)
+            return arch_from_config(model_id, cfg, where=where)
         except UserInputError:
-            if not did_you_mean(model_id, table):
+            known = model_id in table or resolver.repo_folder(model_id).is_dir()
+            if known or not did_you_mean(model_id, table):
                 raise  # the resolver's line: not cached offline, gated, no such revision, ...
     raise UserInputError(
-        f"unknown model {model_id!r}{did_you_mean(model_id, table)}: expected a catalog id "
+        f"unknown model {quote(model_id)}{did_you_mean(model_id, table)}: expected a catalog id "
         f"({', '.join(table)}) or a local directory containing config.json",
         field="models.id",
     )
+
+
+def read_json(path: Path, model_id: str) -> Any:
+    """A config.json parsed, or one line naming the model and the file."""
+    try:
+        return json.loads(resolver.read_config(path))
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise UserInputError(
+            f"{model_id}: config.json is not readable JSON ({type(exc).__name__}): {path}",
+            field="models",
+        ) from None

@@ -153,7 +153,9 @@ def test_the_shipped_serving_points_keep_their_dumps_and_keys() -> None:
     assert sorted(served) == ["c1", "c4", "c8", "r4"]
     for label, dump in DUMPED_AT_AAE55BD.items():
         point = served[label]
-        assert point.model_dump() == dump, label
+        # fields added since (the adapter) are None here and left out of the key
+        assert point.adapter is None
+        assert point.model_dump(exclude={"adapter"}) == dump, label
         assert point.key("h") == key_of_dump(dump, "h"), label
         # the JSON a point is stored as reads back as the same point
         assert scenario.Point.model_validate_json(point.model_dump_json()) == point
@@ -215,7 +217,7 @@ MALFORMED: dict[str, tuple[str, str]] = {
     "no load level": (
         with_serving(concurrency="", request_rate=""),
         "bad.yaml:10: serving: give at least one load level: concurrency: [...] and/or "
-        "request_rate",
+        "request_rate, or search",
     ),
     "both requests and duration": (
         with_serving(requests="32\n  duration_s: 5.0"),

@@ -90,7 +90,7 @@ def test_inference_keys_do_not_change_with_the_training_field() -> None:
         kv_cache_dtype="auto", batch=1, context=16, output_tokens=4, target="cpu",
     )  # fmt: skip
     fields = point.model_dump()
-    for name in ("weights", "serving", "training"):  # what earlier keys did not hold
+    for name in ("weights", "adapter", "serving", "training"):  # what earlier keys did not hold
         del fields[name]
     payload = json.dumps({**fields, "harness": __version__, "corpus": "abc"}, sort_keys=True)
     assert point.key("abc") == hashlib.sha256(payload.encode()).hexdigest()[:20]

@@ -9,8 +9,8 @@ with the reason. The engine is closed however this ends.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -38,6 +38,8 @@ from harness.row import (
     Roofline,
     Speed,
     Status,
+    Tasks,
+    TaskScore,
 )
 from harness.run.contracts import GroupItem, WorkContext, is_reference
 from harness.run.device import (
@@ -54,6 +56,9 @@ from harness.run.device import (
 )
 from harness.spec import catalog
 from harness.spec.scenario import GroupKey, Point
+from harness.tasks import metrics as task_metrics
+from harness.tasks.builtin import tasks_of
+from harness.tasks.spec import TaskEntry, TaskSpec, label_continuation, render_prompt
 from harness.units import GIB, to_mib
 
 TOPK = 16  # reference top-k kept per position for KL (a lower bound of the full KL)
@@ -68,8 +73,9 @@ def measure_quality(
     group: GroupKey,
     ctx: WorkContext,
     ref: WindowScores | None,
-) -> tuple[Quality, WindowScores]:
-    """Perplexity (+CI), paired ΔNLL / KL / top-1 vs the reference, ARC-Easy accuracy."""
+) -> tuple[Quality, WindowScores, Tasks]:
+    """Perplexity (+CI), paired ΔNLL / KL / top-1 vs the reference, ARC-Easy accuracy, and the
+    scenario's tasks (paired per item or per field)."""
     started = time.perf_counter()
     settings = ctx.quality
     wins = corpus.windows(tokens, settings.window_tokens, settings.max_windows)
@@ -108,8 +114,58 @@ def measure_quality(
         scores.arc_index = np.asarray(corpus.arc_indices(settings.arc_count))
         scores.arc_correct = hits  # kept beside the window scores: flips vs the reference
         paired_arc(out, ref, scores)
+    if settings.tasks:
+        tasks_part, scores.task_arrays = measure_tasks(
+            backend, settings.tasks, None if reference else ref, reference=reference
+        )
+        out.quality_s = time.perf_counter() - started
+        return out, scores, tasks_part
     out.quality_s = time.perf_counter() - started
-    return out, scores
+    return out, scores, Tasks()
+
+
+def measure_tasks(
+    backend: Backend,
+    entries: Sequence[TaskEntry],
+    ref: WindowScores | None,
+    *,
+    reference: bool = False,
+) -> tuple[Tasks, dict[str, Any]]:
+    """The scenario's tasks on this loaded engine (harness.tasks): each item scored, its
+    per-item results kept beside the window scores, paired with the reference's (``reference``:
+    this group is the reference, paired with itself; no ``ref``: nothing paired)."""
+    ref_outcomes = task_metrics.from_arrays((ref.task_arrays or {}) if ref is not None else {})
+    scores: list[TaskScore] = []
+    arrays: dict[str, Any] = {}
+    for task in tasks_of(entries):
+        outcome = score_task(backend, task)
+        arrays.update(task_metrics.to_arrays(task.name, outcome))
+        paired = outcome if reference else ref_outcomes.get(task.name)
+        scores.append(task_metrics.summarize(task.name, task, outcome, paired))
+    return Tasks(tasks=scores), arrays
+
+
+def score_task(backend: Backend, task: TaskSpec) -> task_metrics.Outcome:
+    """One task's items through the engine: each label's (choice's) log-likelihood after the
+    prompt (classify, choice), or a greedy generation of at most ``max_new_tokens`` (extract)."""
+    shots = task.shot_items()
+    prompts = [render_prompt(task, item, shots) for item in task.scored]
+    if task.kind == "extract":
+        outputs = backend.generate_text(prompts, task.max_new_tokens)
+        return task_metrics.extract_outcome(task, outputs)
+    options = [
+        [label_continuation(label) for label in task.labels or ()]
+        if task.kind == "classify"
+        else [" " + choice for choice in item.choices or ()]
+        for item in task.scored
+    ]
+    pairs = [(p, o) for p, opts in zip(prompts, options, strict=True) for o in opts]
+    flat = backend.score_continuations(pairs)
+    loglik, at = [], 0
+    for opts in options:
+        loglik.append(flat[at : at + len(opts)])
+        at += len(opts)
+    return task_metrics.choice_outcome(task, loglik)
 
 
 def paired_arc(out: Quality, ref: WindowScores | None, scores: WindowScores) -> None:
@@ -235,7 +291,7 @@ def prediction(
         out.weights_gap_pct = gap_pct(to_mib(weights_bytes), out.predicted_weights_mib)
     ceiling = None
     if card is not None and point.target != "cpu":
-        arch = catalog.model(point.model)
+        arch = catalog.model(point.model, point.revision)
         weights = weights_bytes or plan.weights_gib * GIB
         ceiling = planner.decode_ceiling_tok_s(card, weights, arch, point)
     return out, ceiling
@@ -253,13 +309,14 @@ def engine_max_context(group: GroupKey, points: list[Point], ctx: WorkContext) -
     """The longest sequence the group's engine will see: a point's, or a quality sequence's."""
     longest_point = max(p.context + p.output_tokens for p in points)
     quality = max(ctx.quality.window_tokens, QUALITY_SEQUENCE_TOKENS)
-    return max(longest_point, min(quality, catalog.model(group.model).max_positions))
+    positions = catalog.model(group.model, group.revision).max_positions
+    return max(longest_point, min(quality, positions))
 
 
 def largest_kv_bytes(group: GroupKey, points: list[Point], max_context: int) -> float:
     """The plan's largest decode-time KV cache of the group's points, or one sequence of
     `max_context` tokens if that is larger (the pool is `harness.run.device.kv_pool_bytes`)."""
-    arch = catalog.model(group.model)
+    arch = catalog.model(group.model, group.revision)
     first = points[0]
     return max(
         planner.kv_cache_bytes(arch, first.kv_cache_dtype, first.quantization, max_context, 1),
@@ -294,6 +351,7 @@ class LoadedGroup:
     load_s: float
     facts: MemoryFacts
     quality_energy: energy.Span | None = None  # None: no quality scored (random weights)
+    tasks: Tasks = field(default_factory=Tasks)  # the scenario's tasks (none: an empty part)
 
     @property
     def weights_mib(self) -> float | None:
@@ -339,10 +397,11 @@ def load_and_score(
         tokens = [min(t, top) for t in tokens]
         return LoadedGroup(tokens, None, Quality(), load_phase.result, load_s, facts)
     mark = meter.start()
-    quality_part, scores = measure_quality(backend, tokens, group, ctx, reference)
+    quality_part, scores, tasks_part = measure_quality(backend, tokens, group, ctx, reference)
     spent = meter.stop(mark)
     free_memory(device)  # scoring's cached blocks must not count in the points' memory
-    return LoadedGroup(tokens, scores, quality_part, load_phase.result, load_s, facts, spent)
+    return LoadedGroup(tokens, scores, quality_part, load_phase.result, load_s, facts, spent,
+                       tasks_part)  # fmt: skip
 
 
 def measure_point(
@@ -359,8 +418,8 @@ def measure_point(
     OOM, say) keeps the group's figures and its prediction, and the group goes on."""
     predicted_part, ceiling = prediction(point, card, group.facts.weights_bytes, ctx)
     joules = energy_part(meter, None, group.quality_energy)
-    shared: list[Part] = [group.preallocation(), group.quality, HarnessTime(load_s=group.load_s),
-                          joules]  # fmt: skip
+    shared: list[Part] = [group.preallocation(), group.quality, group.tasks,
+                          HarnessTime(load_s=group.load_s), joules]  # fmt: skip
     started = time.perf_counter()
     try:
         prompts = corpus.prompt_windows(group.tokens, point.batch, point.context)
@@ -388,7 +447,8 @@ def measure_point(
         roof.roofline_fraction = roofline.fraction(speed.decode_tok_s, ceiling)
     timing_part = HarnessTime(load_s=group.load_s, measured_s=measured_s)
     return "ok", None, [speed, memory, predicted_part, roof, group.preallocation(), group.quality,
-                        timing_part, energy_part(meter, phases, group.quality_energy)]  # fmt: skip
+                        group.tasks, timing_part,
+                        energy_part(meter, phases, group.quality_energy)]  # fmt: skip
 
 
 def energy_part(

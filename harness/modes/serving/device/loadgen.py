@@ -44,7 +44,20 @@ from harness.modes.serving.device.env import subprocess_env
 from harness.modes.serving.device.server import VLLM_COMMAND, VllmServer, tail_lines
 from harness.modes.serving.device.vllm_cli import vllm_version
 from harness.modes.serving.slo import RequestTiming, attainment, goodput_rps, saturated_flags
-from harness.modes.serving.spec import SPARE_TOKENS, Lengths, Load, SloTargets, draw_lengths
+from harness.modes.serving.spec import (
+    SPARE_TOKENS,
+    Lengths,
+    Load,
+    ServingLevel,
+    SloTargets,
+    draw_lengths,
+)
+from harness.modes.serving.workload import (
+    BlockBook,
+    multi_turn_prompt_ids,
+    scaled_requests,
+    trace_prompt_ids,
+)
 
 PERCENTILES = (50, 90, 99)
 
@@ -56,10 +69,20 @@ def generator_version() -> str:
 
 # -- load levels and prompts -------------------------------------------------------------------
 def load_args(level: Load) -> list[str]:
-    """The generator's arguments for a level's load: closed loop or Poisson arrivals."""
+    """The generator's arguments for a level's load: closed loop, or arrivals at a rate with
+    gamma inter-arrival times (shape `burstiness`: a trace's, else 1, Poisson)."""
     if level.concurrency is not None:
         return ["--max-concurrency", str(level.concurrency)]
-    return ["--request-rate", str(level.request_rate), "--burstiness", "1.0"]
+    shape = level.burstiness if isinstance(level, ServingLevel) else None
+    return ["--request-rate", str(level.request_rate), "--burstiness", str(shape or 1.0)]
+
+
+def caching_args(level: Load) -> list[str]:
+    """A level on the prefix-caching axis skips the generator's initial test request (the
+    server is ready by then: `server.VllmServer`): it would send the first prompt once more
+    before the level and make its first request a cache hit."""
+    on_axis = isinstance(level, ServingLevel) and level.prefix_caching is not None
+    return ["--ready-check-timeout-sec", "0"] if on_axis else []
 
 
 class PromptSpec(BaseModel):
@@ -132,6 +155,46 @@ def cut_prompts(
             PromptSpec(prompt=prompt, prompt_tokens=len(encode(prompt)), output_tokens=out_len)
         )
     return prompts
+
+
+def workload_prompts(
+    model_path: str, level: ServingLevel, *, max_model_len: int | None = None,
+    text: str | None = None,
+) -> list[PromptSpec]:  # fmt: skip
+    """A level's prompts: a trace's or multi-turn workload's (harness.modes.serving.workload,
+    from the corpus's token ids; each prompt cut to fit max_model_len with its output), else
+    `cut_prompts` of its drawn lengths."""
+    workload = level.workload
+    if workload is None:
+        return cut_prompts(model_path, level.requests, level.prompt_tokens, level.output_tokens,
+                           seed=level.seed, max_model_len=max_model_len, text=text)  # fmt: skip
+    encode, decode = _tokenizer(model_path)
+    book = BlockBook(encode(eval_text() if text is None else text), encode, decode)
+    if workload.trace is not None:
+        requests = scaled_requests(workload)
+        outputs = [r.output_tokens for r in requests]
+        room = _room(max_model_len, max(outputs))
+        ids = trace_prompt_ids(requests, workload.block_tokens, book, room)
+        pairs = list(zip(ids, outputs, strict=True))
+    else:
+        pairs = multi_turn_prompt_ids(level, book, None)
+        pairs = [(p[: _room(max_model_len, o)], o) for p, o in pairs]
+    specs = []
+    for prompt_ids, out_len in pairs:
+        prompt = decode(prompt_ids)
+        specs.append(PromptSpec(prompt=prompt, prompt_tokens=len(encode(prompt)),
+                                output_tokens=out_len))  # fmt: skip
+    return specs
+
+
+def _room(max_model_len: int | None, output_tokens: int) -> int | None:
+    """The most prompt tokens that fit max_model_len beside `output_tokens` and the spare."""
+    if max_model_len is None:
+        return None
+    room = max_model_len - output_tokens - SPARE_TOKENS
+    if room < 1:
+        raise ValueError(f"an output length does not fit max_model_len {max_model_len}")
+    return room
 
 
 def write_dataset(prompts: Sequence[PromptSpec], path: Path) -> Path:
@@ -250,6 +313,13 @@ class LevelResult(BaseModel):
     goodput_rps: float | None = None  # requests meeting the SLO / duration
     generator_goodput_rps: float | None = None  # the generator's own figure (cross-check)
     saturated: bool = False
+    # the server's prefix cache over the level (its /metrics before and after): prompt tokens
+    # looked up and found; the hit rate is found / looked up (0 when nothing was looked up:
+    # a server without prefix caching looks nothing up, and no token comes from a cache)
+    prefix_caching: bool | None = None
+    prefix_cache_queried_tokens: int | None = None
+    prefix_cache_hit_tokens: int | None = None
+    prefix_cache_hit_rate: float | None = None
     generator: str
     error: str | None = None
     server_log_tail: list[str] = Field(default_factory=list)
@@ -413,6 +483,7 @@ def bench_argv(
         "--temperature", "0",
         "--seed", str(seed),
         *load_args(level),
+        *caching_args(level),
         "--percentile-metrics", "ttft,tpot,itl,e2el",
         "--metric-percentiles", ",".join(str(p) for p in PERCENTILES),
         "--goodput", f"ttft:{slo.ttft_ms_p99:g}", f"tpot:{slo.tpot_ms_p99:g}",
@@ -458,7 +529,12 @@ def run_level(
         )
     argv = bench_argv(server, level, dataset, out_dir, result_name, slo, requests=requests,
                       seed=seed, warmups=warmups, command=command)  # fmt: skip
+    caching = isinstance(level, ServingLevel) and level.prefix_caching is True
+    if caching:
+        server.reset_prefix_cache()  # each level from an empty cache
+    before = server.prefix_cache_counters()
     rc, timed_out = run_generator(argv, log_path, timeout_s)
+    cache = cache_fields(level, before, server.prefix_cache_counters())
     problems = level_problems(server, rc, timed_out, timeout_s)
     log_tail = server.log_tail() if problems else []
     if not result_path.is_file():
@@ -472,7 +548,7 @@ def run_level(
             bench_log=str(log_path),
         )
     run = parse_bench_json(json.loads(result_path.read_text(encoding="utf-8")))
-    return level_result(
+    result = level_result(
         level,
         run,
         slo,
@@ -483,6 +559,26 @@ def run_level(
         result_file=str(result_path),
         bench_log=str(log_path),
     )
+    return result.model_copy(update=cache)
+
+
+def cache_fields(
+    level: Load, before: tuple[float, float] | None, after: tuple[float, float] | None
+) -> dict[str, Any]:
+    """The level's prefix-cache figures from the server's counters read before and after it
+    (none when either read failed or a counter went backwards: a restarted server)."""
+    fields: dict[str, Any] = {
+        "prefix_caching": level.prefix_caching if isinstance(level, ServingLevel) else None
+    }
+    if before is None or after is None:
+        return fields
+    queried, hit = after[0] - before[0], after[1] - before[1]
+    if queried < 0 or hit < 0:
+        return fields
+    fields["prefix_cache_queried_tokens"] = round(queried)
+    fields["prefix_cache_hit_tokens"] = round(hit)
+    fields["prefix_cache_hit_rate"] = hit / queried if queried > 0 else 0.0
+    return fields
 
 
 def run_generator(argv: Sequence[str], log_path: Path, timeout_s: float) -> tuple[int, bool]:

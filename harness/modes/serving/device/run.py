@@ -13,6 +13,13 @@ port, and is stopped with its whole process group when the levels are done (or f
 run in the order the scenario gives (concurrency levels, then rate levels); `saturated` compares
 a level with the lower loads of its series run before it.
 
+A search point (``serving: {search: ...}``) runs its probes after the fixed levels, against the
+same server: each probe is one real `vllm bench serve` level with its own point key and row
+(`levels/probe<i>-<load>.*`), the next load chosen by `harness.modes.serving.search` from the
+probes so far; then the search's own row (its bracket, `max_rate_at_slo`). A resumed search
+replays the probes already stored ok in the run folder (same rule, same loads) and measures only
+the rest; when every probe is stored no server is started.
+
 Failures never end the sweep: a server that does not start gives an `error` row per level with
 its log's last lines; a server that dies during a level gives that level an `error` row (with the
 requests the generator accounted for and the log's last lines), and the next level starts a fresh
@@ -29,16 +36,22 @@ from typing import Any
 
 from harness import plan as planner
 from harness.measure import energy
+from harness.modes.serving import search, slo, workload
 from harness.modes.serving.device.loadgen import (
     LevelResult,
-    cut_prompts,
     error_result,
     generator_version,
     mark_saturation,
     run_level,
+    workload_prompts,
     write_dataset,
 )
-from harness.modes.serving.device.server import ServerConfig, ServerError, VllmServer
+from harness.modes.serving.device.server import (
+    DEV_MODE_ENV,
+    ServerConfig,
+    ServerError,
+    VllmServer,
+)
 from harness.modes.serving.spec import ServingLevel
 from harness.row import Energy, Part, ResultRow, Serving, Speed, Status
 from harness.run.contracts import WorkContext
@@ -67,7 +80,7 @@ def group_dir(ctx: WorkContext, group: GroupKey) -> Path:
 
 def max_model_len(group: GroupKey, levels: Sequence[ServingLevel]) -> int:
     """The longest request any level sends (the spec refused what exceeds the model)."""
-    longest = max(level.longest_sequence() for level in levels)
+    longest = max(workload.longest_sequence(level) for level in levels)
     return min(longest, catalog.model(group.model, group.revision).max_positions)
 
 
@@ -90,7 +103,9 @@ def server_config(group: GroupKey, levels: Sequence[ServingLevel], job: Job) -> 
     pool = kv_pool_bytes(largest_kv_bytes(group, levels, max_len))
     options = job.backend_options(levels[0].seed, max_len, pool if job.device == "cpu" else None)
     adapted, _ = EngineDialect.detect().adapt(engine_kwargs(group, options))
-    return ServerConfig.from_engine_kwargs(adapted, served_model_name="harness")
+    return ServerConfig.from_engine_kwargs(
+        adapted, served_model_name="harness", lora_path=options.adapter_path
+    )
 
 
 def fit_gpu_utilization(config: ServerConfig, device: str) -> tuple[ServerConfig, str | None]:
@@ -148,8 +163,23 @@ def level_parts(
         server_start_s=None if server is None else server.startup_s,
         server_log=str(log),
         server_log_tail=result.server_log_tail or None,
+        prefix_caching=result.prefix_caching,
+        prefix_cache_queried_tokens=result.prefix_cache_queried_tokens,
+        prefix_cache_hit_tokens=result.prefix_cache_hit_tokens,
+        prefix_cache_hit_rate=result.prefix_cache_hit_rate,
+        **level_settings(level),
     )
     return [speed, serving]
+
+
+def level_settings(level: ServingLevel) -> dict[str, Any]:
+    """What a level's row states of its settings: the interactivity percentile and bands, and,
+    for a probe, its search's axis and its index."""
+    bands = " ".join(f"{band:g}" for band in level.interactivity.bands)
+    probe: dict[str, Any] = {} if level.search is None else {"search_axis": level.search.axis}
+    if level.probe is not None:
+        probe["search_probe"] = level.probe
+    return {"interactivity_tpot": level.interactivity.tpot, "interactivity_bands": bands, **probe}
 
 
 def level_energy(trace: energy.CounterTrace[Any], result: LevelResult) -> Energy:
@@ -202,78 +232,217 @@ def serve_points(group: GroupKey, points: list[Point], job: Job) -> Iterator[Res
         name = card.name if card else None
         return job.row(point, status, error, parts, card=name, load_generator=generator)
 
+    sized = sizing_levels(levels)
     try:
-        config = server_config(group, levels, job)
-        dataset = prompts_file(levels, job.tokenizer_dir, config, folder)
+        config = server_config(group, sized, job)
+        dataset = prompts_file(sized, job.tokenizer_dir, config, folder)
     except Exception as exc:  # a configuration the server cannot take: every level says why
         reason = failure_text(exc, "serving setup")
         for point in points:
             yield row(point, "error", reason, [])
         return
     done = earlier_levels(job.ctx, group, generator)  # a resumed run's ok levels
-    yield from serve_levels(points, levels, job, config, dataset, folder, done, row)
+    stored = stored_rows(job.ctx, group)  # a resumed search's ok probes, by key
+    session = Session(config, folder, job.device)
+    try:
+        for point, level in zip(points, levels, strict=True):
+            session = caching_session(session, level, folder)
+            if level.search is not None:
+                measure = probe_measure(job, session, dataset, done, row)
+                yield from search_rows(point, stored, job.corpus_hash, measure, row)
+            else:
+                yield from serve_level(point, level, job, session, dataset, done, row)
+    finally:
+        session.stop()
+
+
+def sizing_levels(levels: Sequence[ServingLevel]) -> list[ServingLevel]:
+    """The levels the server and the prompts are sized for: each fixed level, and a search's
+    probes at LOW and at HIGH (the most requests and clients it may send)."""
+    out = []
+    for level in levels:
+        if level.search is None:
+            out.append(level)
+            continue
+        low, high = level.search.bounds
+        out += [search.probe_level(level, 0, low), search.probe_level(level, 1, high)]
+    return out
 
 
 def prompts_file(
     levels: Sequence[ServingLevel], tokenizer_dir: str, config: ServerConfig, folder: Path
 ) -> Path:
-    """The prompts of every level (as many as the largest level sends), cut from the corpus
-    with the first level's length distributions, written as the generator's dataset."""
-    first = levels[0]
-    n = max(level.requests for level in levels)
-    return write_dataset(
-        cut_prompts(
-            tokenizer_dir, n,
-            first.prompt_tokens, first.output_tokens,
-            seed=first.seed, max_model_len=config.max_model_len,
-        ),
-        folder / "prompts.jsonl",
-    )  # fmt: skip
+    """The prompts of every level (as many as the largest level sends), built from the corpus
+    as the first level's workload says (`loadgen.workload_prompts`), written as the generator's
+    dataset."""
+    largest = max(levels, key=lambda level: level.requests)
+    prompts = workload_prompts(tokenizer_dir, largest, max_model_len=config.max_model_len)
+    return write_dataset(prompts, folder / "prompts.jsonl")
 
 
-def serve_levels(
-    points: list[Point],
-    levels: list[ServingLevel],
+class Session:
+    """The group's server across its levels and probes: a fresh one before the first level that
+    needs it and after one that died (its log `server-<n>.log`), stopped at the end (`stop`)."""
+
+    def __init__(self, config: ServerConfig, folder: Path, device: str) -> None:
+        self.config, self.folder, self.device = config, folder, device
+        self.server: VllmServer | None = None
+        self.starts = 0
+        self.log = folder / "server.log"
+
+    def live(self) -> VllmServer:
+        """A running server; ServerError when a fresh one does not start (`log` names its log)."""
+        if self.server is not None and self.server.alive():
+            return self.server
+        if self.server is not None:
+            self.server.stop()  # what is left of a server that died: the whole group
+        self.log = self.folder / (
+            "server.log" if self.starts == 0 else f"server-{self.starts + 1}.log"
+        )
+        self.starts += 1
+        self.server = None
+        self.server = start_server(self.config, self.log, self.folder, self.device)
+        return self.server
+
+    def stop(self) -> None:
+        if self.server is not None:
+            self.server.stop()
+            self.server = None
+
+
+def caching_session(session: Session, level: ServingLevel, root: Path) -> Session:
+    """The session for a level's `prefix_caching` setting: the same one, or (the setting
+    changed) the previous server stopped and a new session whose server caches prefixes or
+    not, in its own folder `<group>/prefix-caching-on|off/` (server log, levels)."""
+    if level.prefix_caching is None:
+        return session
+    folder = root / f"prefix-caching-{'on' if level.prefix_caching else 'off'}"
+    if session.folder == folder:
+        return session
+    session.stop()
+    folder.mkdir(parents=True, exist_ok=True)
+    config = session.config.model_copy(update={"enable_prefix_caching": level.prefix_caching})
+    return Session(config, folder, session.device)
+
+
+def serve_level(
+    point: Point,
+    level: ServingLevel,
     job: Job,
-    config: ServerConfig,
+    session: Session,
     dataset: Path,
-    folder: Path,
     done: list[LevelResult],
     row: LevelRow,
 ) -> Iterator[ResultRow]:
-    """Each level in order against a live server: a fresh one before the first level and after
-    one that died (its log `server-<n>.log`); a server that does not start gives its level an
-    `error` row with its log's last lines. `done` holds the levels measured so far (a resumed
-    run's first), which `saturated` compares each new one with. The server is stopped however
-    this ends."""
-    server: VllmServer | None = None
-    starts = 0
+    """One level against a live server (`done`: the levels measured so far, a resumed run's
+    first, which `saturated` compares it with); a server that does not start gives the level an
+    `error` row with its log's last lines."""
     try:
-        for point, level in zip(points, levels, strict=True):
-            if server is None or not server.alive():
-                if server is not None:
-                    server.stop()  # what is left of a server that died: the whole group
-                log = folder / ("server.log" if starts == 0 else f"server-{starts + 1}.log")
-                starts += 1
-                server = None
-                try:
-                    server = start_server(config, log, folder, job.device)
-                except ServerError as exc:
-                    yield not_started_row(point, level, exc, log, row)
-                    continue
-            yield measure_level(point, level, server, dataset, folder, done, job.meter, row)
-    finally:
-        if server is not None:
-            server.stop()
+        server = session.live()
+    except ServerError as exc:
+        yield not_started_row(point, level, exc, session.log, row)
+        return
+    yield measure_level(point, level, server, dataset, session.folder, done, job.meter, row)
+
+
+# a probe's point → its row, and whether the search can go on (False: no server started for it)
+MeasureProbe = Callable[[Point], tuple[ResultRow, bool]]
+
+
+def search_rows(
+    point: Point,
+    stored: dict[str, ResultRow],
+    corpus_hash: str,
+    measure: MeasureProbe,
+    row: LevelRow,
+) -> Iterator[ResultRow]:
+    """The search's probes, each the row of a real level (`measure`), or, on a resumed run, the
+    row stored ok under the probe's key (not measured again); the next load by
+    `search.next_load`; then the search's own row. A server that does not start ends the
+    search: that probe's `error` row, then the search's, `error` too."""
+    level = point.serving
+    assert level is not None and level.search is not None
+    probes: list[search.Probe] = []
+    while (load := search.next_load(level.search, probes)) is not None:
+        probe = search.probe_point(point, len(probes), load)
+        measured = stored.get(probe.key(corpus_hash))
+        if measured is None:
+            measured, go_on = measure(probe)
+            yield measured
+            if not go_on:
+                yield search_row(point, level, probes, row, f"probe {len(probes)}: not run")
+                return
+        probes.append(search.Probe(load, slo.qualifies(measured, level.attainment)))
+    yield search_row(point, level, probes, row)
+
+
+def probe_measure(
+    job: Job, session: Session, dataset: Path, done: list[LevelResult], row: LevelRow
+) -> MeasureProbe:
+    """A probe measured as any level: a live server, then `measure_level`; a server that does
+    not start gives the probe its `error` row and ends the search."""
+
+    def measure(probe: Point) -> tuple[ResultRow, bool]:
+        level = probe.serving
+        assert level is not None
+        try:
+            server = session.live()
+        except ServerError as exc:
+            return not_started_row(probe, level, exc, session.log, row), False
+        folder = session.folder
+        return measure_level(probe, level, server, dataset, folder, done, job.meter, row), True
+
+    return measure
+
+
+def search_row(
+    point: Point,
+    level: ServingLevel,
+    probes: Sequence[search.Probe],
+    row: LevelRow,
+    error: str | None = None,
+) -> ResultRow:
+    """The search's own row: its outcome (`search.outcome`), no load figures of its own (each
+    probe's row has them); `error` when it could not finish."""
+    assert level.search is not None
+    state = search.outcome(level.search, probes)
+    serving = Serving(
+        slo_ttft_ms=level.slo.ttft_ms_p99,
+        slo_tpot_ms=level.slo.tpot_ms_p99,
+        slo_attainment_target=level.attainment,
+        max_rate_at_slo=state.max_load,
+        search_bracket_low=state.passing,
+        search_bracket_high=state.failing,
+        search_probes=state.probes,
+        search_stop=state.stop,
+        **level_settings(level),
+    )
+    reason = "a search's own row: each probe's row has its energy"
+    status: Status = "ok" if error is None else "error"
+    return row(point, status, error, [serving, Energy(energy_unavailable_reason=reason)])
+
+
+def stored_rows(ctx: WorkContext, group: GroupKey) -> dict[str, ResultRow]:
+    """The group's serving rows stored ok in this run folder, by key (a resumed search's
+    probes); none when the folder is not on this machine."""
+    from harness.run import store
+
+    if not (Path(ctx.run_dir) / store.POINTS).is_dir():
+        return {}
+    rows, _ = store.read_rows(Path(ctx.run_dir))
+    return {
+        r.key: r
+        for r in rows
+        if r.mode == "serving" and r.group == group.label and r.status == "ok"
+    }
 
 
 def start_server(config: ServerConfig, log: Path, folder: Path, device: str) -> VllmServer:
     """A started server for the group (its GPU share fitted to what is free), recorded in
     server.json; a ServerError when it does not get ready (it is stopped by then)."""
     fitted, note = fit_gpu_utilization(config, device)
-    server = VllmServer(
-        fitted, log_path=log, startup_timeout_s=SERVER_STARTUP_TIMEOUT_S, env=ENGINE_CORE_ENV
-    )
+    env = {**ENGINE_CORE_ENV, **(DEV_MODE_ENV if config.enable_prefix_caching else {})}
+    server = VllmServer(fitted, log_path=log, startup_timeout_s=SERVER_STARTUP_TIMEOUT_S, env=env)
     server.start()
     try:
         record_start(folder / "server.json", server, note)

@@ -44,6 +44,13 @@ from harness.modes.serving.device.env import subprocess_env
 # The `vllm` command as this package runs it.
 VLLM_COMMAND: tuple[str, ...] = (sys.executable, "-m", "harness.modes.serving.device.vllm_cli")
 LOG_TAIL_LINES = 40
+# vLLM's own Prometheus counters (vllm/v1/metrics/loggers.py), in prompt tokens: looked up in
+# the prefix cache, and found there. A counter is exposed with the `_total` suffix.
+PREFIX_CACHE_QUERIES = "vllm:prefix_cache_queries"
+PREFIX_CACHE_HITS = "vllm:prefix_cache_hits"
+# The server's development endpoints (POST /reset_prefix_cache), on for a server that caches
+# prefixes, so that each level starts with an empty cache.
+DEV_MODE_ENV = {"VLLM_SERVER_DEV_MODE": "1"}
 
 
 class ServerError(RuntimeError):
@@ -85,6 +92,10 @@ class ServerConfig(BaseModel):
     load_format: str | None = None
     revision: str | None = None
     trust_remote_code: bool = False
+    # a LoRA adapter served under `served_model_name` (the base under "<name>-base"), so every
+    # request that names the served model runs the adapter; max_lora_rank from engine_kwargs
+    lora_path: str | None = None
+    max_lora_rank: int | None = None
     extra_args: tuple[str, ...] = ()  # further `vllm serve` flags, verbatim
 
     # Offline engine arguments with no meaning for a server (or set by the server itself).
@@ -95,6 +106,8 @@ class ServerConfig(BaseModel):
             "max_logprobs",
             "tensor_parallel_size",
             "distributed_executor_backend",
+            "enable_lora",  # implied by lora_path (serve_args)
+            "max_loras",  # one adapter per server
         }
     )
 
@@ -121,7 +134,12 @@ class ServerConfig(BaseModel):
     def serve_args(self, host: str, port: int) -> list[str]:
         """The arguments after `vllm serve`."""
         args = [self.model, "--host", host, "--port", str(port)]
-        args += ["--served-model-name", self.served_model_name]
+        if self.lora_path is None:
+            args += ["--served-model-name", self.served_model_name]
+        else:  # requests name the adapter, served under the name the base would have had
+            args += ["--served-model-name", f"{self.served_model_name}-base", "--enable-lora"]
+            args += ["--max-loras", "1", "--max-lora-rank", str(self.max_lora_rank or 8)]
+            args += ["--lora-modules", f"{self.served_model_name}={self.lora_path}"]
         args += ["--tokenizer", self.tokenizer or self.model]
         args += ["--dtype", self.dtype, "--kv-cache-dtype", self.kv_cache_dtype]
         args += ["--seed", str(self.seed)]
@@ -212,6 +230,20 @@ def stop_group(proc: subprocess.Popen[bytes], pgid: int, grace_s: float) -> None
         time.sleep(0.2)
 
 
+def counter_total(metrics_text: str, name: str) -> float | None:
+    """The sum of a Prometheus counter's samples over its label sets (`name_total`, or `name`
+    as older clients expose it); None when the text has no sample of it."""
+    total, seen = 0.0, False
+    for line in metrics_text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        sample = line.split("{", 1)[0].split(" ", 1)[0]
+        if sample in (name + "_total", name):
+            total += float(line.rsplit(" ", 1)[-1])
+            seen = True
+    return total if seen else None
+
+
 def _get(url: str, timeout_s: float) -> tuple[int, bytes]:
     try:
         with urllib.request.urlopen(url, timeout=timeout_s) as response:
@@ -269,6 +301,31 @@ class VllmServer:
 
     def log_tail(self, n: int = LOG_TAIL_LINES) -> list[str]:
         return tail_lines(self.log_path, n)
+
+    def prefix_cache_counters(self) -> tuple[float, float] | None:
+        """(tokens queried, tokens hit) from the server's /metrics now; None when unreadable."""
+        try:
+            status, body = _get(self.base_url + "/metrics", 10.0)
+        except (OSError, ValueError):
+            return None
+        if status != 200:
+            return None
+        text = body.decode("utf-8", "replace")
+        queries, hits = (
+            counter_total(text, PREFIX_CACHE_QUERIES),
+            counter_total(text, PREFIX_CACHE_HITS),
+        )
+        return None if queries is None and hits is None else (queries or 0.0, hits or 0.0)
+
+    def reset_prefix_cache(self) -> bool:
+        """Empty the server's prefix cache (POST /reset_prefix_cache, a development endpoint:
+        `DEV_MODE_ENV`); whether it answered 200."""
+        request = urllib.request.Request(self.base_url + "/reset_prefix_cache", method="POST")
+        try:
+            with urllib.request.urlopen(request, timeout=30.0) as response:
+                return int(response.status) == 200
+        except (OSError, ValueError):
+            return False
 
     # -- life ------------------------------------------------------------------------------
     def start(self) -> VllmServer:

@@ -15,6 +15,7 @@ import functools
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -38,7 +39,7 @@ from harness.run.device import (
     point_plan,
     predicted,
 )
-from harness.spec import catalog
+from harness.spec import adapters, catalog
 from harness.spec.scenario import GroupKey, Point
 from harness.units import to_mib
 
@@ -51,6 +52,8 @@ def cached_split(
 ) -> data.Split:
     """The split, tokenized once per worker process (every point of a group reads it)."""
     split = data.load_split(tokenizer_dir, train, eval_, fraction)
+    if isinstance(split, data.ExampleSplit):
+        return split  # examples are the model's own tokenizer's (not borrowed: nothing to clip)
     return data.Split(
         train=data.clip_ids(split.train, vocab), eval=data.clip_ids(split.eval, vocab)
     )
@@ -170,6 +173,8 @@ def train_point(point: Point, plan: planner.PointPlan, job: Job) -> list[Part]:
     train = point.training
     assert train is not None
     trained = train_steps(point, job)
+    if train.save_adapter and train.uses_lora:  # before the energy steps change the weights
+        save_adapter(trained.model, point, job)
     step = functools.partial(next_step, trained.run, trained.batches)
     joules = step_energy(job.meter, step, train.tokens_per_step)
     out = planned_training(point, plan)
@@ -184,6 +189,24 @@ def train_point(point: Point, plan: planner.PointPlan, job: Job) -> list[Part]:
     )
     timing = HarnessTime(load_s=trained.load_s, measured_s=trained.train_s)
     return [memory, prediction, out, joules, timing]
+
+
+def adapter_folder(point: Point, job: Job) -> Path:
+    """Where a point's adapter is saved: ``<run>/adapters/<point key>/``."""
+    return Path(job.ctx.run_dir) / "adapters" / point.key(job.corpus_hash)
+
+
+def save_adapter(model: Any, point: Point, job: Job) -> Path:
+    """The trained adapter as a PEFT folder with its base binding (harness.spec.adapters),
+    written whole into a temporary folder, then renamed into place."""
+    folder = adapter_folder(point, job)
+    commit = job.provenance.model_commit if job.provenance is not None else None
+    trainer.save_peft(model, folder, point.model, point.revision)
+    adapters.write_binding(
+        folder, adapters.binding_for(folder, point.model, point.revision, Path(job.model_path),
+                                     commit),
+    )  # fmt: skip
+    return folder
 
 
 def memory_columns(

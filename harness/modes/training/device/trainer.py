@@ -127,6 +127,24 @@ def load_model(
     return model
 
 
+def save_peft(model: Any, folder: Path, base_model: str, revision: str) -> None:
+    """A LoRA model's adapter as peft writes it (adapter_config.json, adapter_model.safetensors),
+    its config naming the base by its model id and revision (not this machine's path), written
+    into a temporary sibling folder and renamed into place (an earlier folder replaced)."""
+    import shutil
+
+    config = model.peft_config["default"]
+    config.base_model_name_or_path = base_model
+    config.revision = revision
+    tmp = folder.with_name(folder.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.parent.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(str(tmp), safe_serialization=True, save_embedding_layers=False)
+    if folder.exists():
+        shutil.rmtree(folder)
+    tmp.rename(folder)
+
+
 def trainable(model: Any) -> list[tuple[str, Any]]:
     return [(n, p) for n, p in model.named_parameters() if p.requires_grad]
 
@@ -145,22 +163,26 @@ def make_optimizer(params: Sequence[Any], name: str, lr: float) -> Any:
 
 def batch_tensors(rows: list[list[int]], device: str, pad_id: int = 0) -> tuple[Any, Any, Any]:
     """(input_ids, attention_mask, labels): rows right-padded to the longest; padding is masked
-    out of attention and labelled IGNORE."""
+    out of attention and labelled IGNORE, and so are a row's prompt tokens (stored as
+    ``data.prompt_tokens`` writes them: fed to the model, never predicted)."""
     import torch
 
     width = max(len(r) for r in rows)
-    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    raw = torch.full((len(rows), width), pad_id, dtype=torch.long)
     mask = torch.zeros((len(rows), width), dtype=torch.long)
     for i, r in enumerate(rows):
-        ids[i, : len(r)] = torch.tensor(r, dtype=torch.long)
+        raw[i, : len(r)] = torch.tensor(r, dtype=torch.long)
         mask[i, : len(r)] = 1
-    labels = ids.masked_fill(mask == 0, IGNORE)
+    prompt = raw < 0
+    ids = torch.where(prompt, -1 - raw, raw)
+    labels = ids.masked_fill((mask == 0) | prompt, IGNORE)
     return ids.to(device), mask.to(device), labels.to(device)
 
 
 def predicted_tokens(rows: list[list[int]]) -> int:
-    """Positions with a next token to predict: len − 1 per row."""
-    return sum(max(len(r) - 1, 0) for r in rows)
+    """Positions with a next token to predict: len − 1 per row, less its prompt tokens after
+    the first (a prompt token is never predicted)."""
+    return sum(sum(1 for t in r[1:] if t >= 0) for r in rows)
 
 
 def nll_sums(model: Any, ids: Any, mask: Any, labels: Any) -> Any:

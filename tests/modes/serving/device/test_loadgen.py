@@ -204,3 +204,44 @@ def test_bench_command_line(tmp_path: Path) -> None:
     ):  # fmt: skip
         assert part in joined, part
     assert generator_version().startswith("vllm bench serve ")
+
+
+# --- workloads and the prefix cache -------------------------------------------------------------
+
+
+def serving_level(**fields: Any) -> Any:
+    from harness.modes.serving.spec import ServingLevel
+
+    base: dict[str, Any] = {
+        "request_rate": 2.0, "requests": 8, "prompt_tokens": Lengths(mean=16),
+        "output_tokens": Lengths(mean=4), "slo": RECORDED_SLO, "attainment": 0.9,
+    }  # fmt: skip
+    return ServingLevel(**{**base, **fields})
+
+
+def test_a_trace_level_arrives_with_the_traces_burstiness_and_skips_the_test_request() -> None:
+    from harness.modes.serving.device.loadgen import caching_args
+
+    bursty = serving_level(burstiness=0.25, prefix_caching=True)
+    assert load_args(bursty) == ["--request-rate", "2.0", "--burstiness", "0.25"]
+    assert load_args(serving_level()) == ["--request-rate", "2.0", "--burstiness", "1.0"]
+    assert caching_args(bursty) == ["--ready-check-timeout-sec", "0"]
+    assert caching_args(serving_level(prefix_caching=False)) == ["--ready-check-timeout-sec", "0"]
+    assert caching_args(serving_level()) == []  # no axis: the generator's own test request
+
+
+def test_a_levels_hit_rate_is_the_difference_of_the_counters() -> None:
+    from harness.modes.serving.device.loadgen import cache_fields
+
+    on = serving_level(prefix_caching=True)
+    fields = cache_fields(on, (1000.0, 100.0), (5000.0, 1100.0))
+    assert fields == {
+        "prefix_caching": True,
+        "prefix_cache_queried_tokens": 4000,
+        "prefix_cache_hit_tokens": 1000,
+        "prefix_cache_hit_rate": 0.25,
+    }
+    off = cache_fields(serving_level(prefix_caching=False), (0.0, 0.0), (0.0, 0.0))
+    assert off["prefix_cache_hit_rate"] == 0.0 and off["prefix_cache_queried_tokens"] == 0
+    assert "prefix_cache_hit_rate" not in cache_fields(on, None, (1.0, 1.0))  # unreadable
+    assert "prefix_cache_hit_rate" not in cache_fields(on, (9.0, 9.0), (1.0, 1.0))  # restarted

@@ -17,9 +17,12 @@ import pytest
 from harness.backends.base import BackendOptions
 from harness.backends.vllm import args as vb
 from harness.modes.serving.device.server import (
+    PREFIX_CACHE_HITS,
+    PREFIX_CACHE_QUERIES,
     ServerConfig,
     ServerError,
     VllmServer,
+    counter_total,
     free_port,
     group_members,
     port_in_use,
@@ -232,3 +235,22 @@ def test_kill_ends_the_group_at_once(tmp_path: Path) -> None:
         assert not server.alive() and server.returncode() == -signal.SIGKILL
     assert server.pgid is not None and group_members(server.pgid) == []
     assert os.getpgid(os.getpid()) != server.pgid  # the test itself was never in its group
+
+
+# --- the prefix cache's counters ------------------------------------------------------------------
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+
+
+def test_prefix_cache_counters_are_read_from_a_real_metrics_answer() -> None:
+    text = (FIXTURES / "metrics-prefix-cache.txt").read_text()
+    assert counter_total(text, PREFIX_CACHE_QUERIES) == 49648.0
+    assert counter_total(text, PREFIX_CACHE_HITS) == 4096.0
+    # the `_created` gauges and the external (KV connector) counters are other samples
+    assert counter_total(text, "vllm:external_prefix_cache_hits") == 0.0
+    assert counter_total(text, "vllm:no_such_counter") is None
+
+
+def test_a_counter_sums_its_label_sets() -> None:
+    text = 'x_total{engine="0"} 3.0\nx_total{engine="1"} 4.5\nx_created{engine="0"} 9.0\n'
+    assert counter_total(text, "x") == 7.5

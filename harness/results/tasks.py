@@ -1,0 +1,151 @@
+"""The task tables of a run (harness.tasks; the figures as ``harness.tasks.metrics`` states them):
+per configuration and task the overall figures, the paired change vs the reference next to the
+worst category's; per category its score and paired change; and for ``regressions.csv`` the
+items a configuration got wrong (extract: with the output's excerpt) or flipped vs the reference.
+
+A configuration is one measured group: its points share their tasks (scored once per group),
+so each table has one row per group, not per point.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from harness.results.columns import CONFIGURATION
+from harness.run.store import load_window_tasks
+from harness.spec.labels import model_shown
+from harness.tasks import metrics
+
+# what makes a configuration one group (its points share the tasks scored on its one load)
+GROUP = ("run", "model", "revision", "weights", "adapter", "backend", "quantization",
+         "kv_cache_dtype", "target")  # fmt: skip
+IDENTITY = ("model", *(c for c in CONFIGURATION if c not in ("batch", "context")))
+EXCERPT_CHARS = 120
+FAILURES_PER_TASK = 50  # extraction failures listed per configuration and task
+
+
+def _groups(points: pd.DataFrame) -> pd.DataFrame:
+    """One ok row per measured group that scored tasks."""
+    if "tasks" not in points.columns or points.empty:
+        return points.iloc[0:0]
+    ok = points[(points["status"] == "ok") & points["tasks"].map(lambda t: isinstance(t, list))]
+    present = [c for c in GROUP if c in ok.columns]
+    return ok.drop_duplicates(present)
+
+
+def _identity(rec: dict[Any, Any]) -> dict[str, Any]:
+    """The configuration's columns, its model with revision and adapter (``model_shown``)."""
+    return {c: rec.get(c) for c in IDENTITY if c in rec} | {"model": model_shown(rec)}
+
+
+def _interval(part: dict[str, Any], prefix: str) -> tuple[Any, Any, Any]:
+    return (part.get(prefix), part.get(f"{prefix}_ci90_low"), part.get(f"{prefix}_ci90_high"))
+
+
+def task_overview(points: pd.DataFrame, quality_class: str = "99") -> pd.DataFrame:
+    """One row per (configuration, task): overall score, macro-F1, JSON validity, required-field
+    presence, field P/R/F1, the paired change [90 % CI] and the worst category's, the tasks
+    verdict of the class and what failed it."""
+    rows = []
+    suffix = quality_class.replace(".", "_")
+    for rec in _groups(points).to_dict(orient="records"):
+        for task in rec["tasks"]:
+            worst = (task.get("worst_diff"), task.get("worst_ci90_low"),
+                     task.get("worst_ci90_high"))  # fmt: skip
+            rows.append({
+                **_identity(rec),
+                "task": task["name"], "task_kind": task["kind"], "task_items": task["items"],
+                "task_score": task.get("score"), "macro_f1": task.get("macro_f1"),
+                "json_valid": task.get("json_valid"),
+                "required_present": task.get("required_present"),
+                "field_precision": task.get("field_precision"),
+                "field_recall": task.get("field_recall"), "field_f1": task.get("field_f1"),
+                "task_change_with_ci": _interval(task, "diff"),
+                "worst_category": task.get("worst_category"), "worst_change_with_ci": worst,
+                "tasks_verdict": rec.get(f"tasks_verdict_{suffix}"),
+                "tasks_failed_by": rec.get(f"tasks_failed_by_{suffix}") or "",
+            })  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def task_categories(points: pd.DataFrame) -> pd.DataFrame:
+    """One row per (configuration, task, category): items, score (accuracy; extract: field
+    F1), the paired change [90 % CI] vs the reference."""
+    rows = []
+    for rec in _groups(points).to_dict(orient="records"):
+        for task in rec["tasks"]:
+            for cat in task.get("categories") or []:
+                rows.append({
+                    **_identity(rec), "task": task["name"], "category": cat["category"],
+                    "task_items": cat["items"], "task_score": cat.get("score"),
+                    "task_change_with_ci": _interval(cat, "diff"),
+                })  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def task_items(
+    run_dir: Path, group: str, ref_group: str, config: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """``regressions.csv``'s task rows of one configuration against its reference, from the
+    per-item files kept beside the window scores: for an extract task every item it got wrong
+    (its output not a JSON object, a required field missing, or a value that differs) with the
+    output's excerpt and the reference's state; for classify and choice the items that flipped
+    (right → wrong, wrong → right)."""
+    own = metrics.from_arrays(load_window_tasks(run_dir, group) or {})
+    refs = metrics.from_arrays(load_window_tasks(run_dir, ref_group) or {})
+    rows: list[dict[str, Any]] = []
+    for name, outcome in own.items():
+        ref = refs.get(name)
+        ref_right = {} if ref is None else dict(zip(ref.item_id.tolist(), ref.correct.tolist(),
+                                                    strict=True))  # fmt: skip
+        if outcome.kind == "extract":
+            rows += _extract_failures(config, name, outcome, ref_right)
+        else:
+            rows += _flips(config, name, outcome, ref_right)
+    return rows
+
+
+def _extract_failures(
+    config: dict[str, Any], task: str, outcome: metrics.Outcome, ref_right: dict[str, bool]
+) -> list[dict[str, Any]]:
+    rows = []
+    for at in np.flatnonzero(~outcome.correct.astype(bool))[:FAILURES_PER_TASK]:
+        valid = bool(outcome.valid[at])
+        missed = int(outcome.required[at] - outcome.present[at])
+        why = "not a JSON object" if not valid else f"{missed} required field(s) missing"
+        if valid and not missed:
+            why = "a field's value differs"
+        item = str(outcome.item_id[at])
+        was = ref_right.get(item)
+        state = (
+            "" if was is None else ("; the reference was right" if was else "; the reference too")
+        )
+        rows.append({**config, "kind": f"task:{task}", "item": f"{task}:{item}",
+                     "change": why + state,
+                     "excerpt": _excerpt(str(outcome.predicted[at]))})  # fmt: skip
+    return rows
+
+
+def _flips(
+    config: dict[str, Any], task: str, outcome: metrics.Outcome, ref_right: dict[str, bool]
+) -> list[dict[str, Any]]:
+    rows = []
+    for item, right, predicted, gold in zip(outcome.item_id.tolist(), outcome.correct.tolist(),
+                                            outcome.predicted.tolist(), outcome.gold.tolist(),
+                                            strict=True):  # fmt: skip
+        was = ref_right.get(item)
+        if was is None or was == right:
+            continue
+        rows.append({**config, "kind": f"task:{task}", "item": f"{task}:{item}",
+                     "change": "right_to_wrong" if was else "wrong_to_right",
+                     "excerpt": f"predicted {predicted}, gold {gold}"})  # fmt: skip
+    return rows[:FAILURES_PER_TASK]
+
+
+def _excerpt(text: str) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= EXCERPT_CHARS else flat[: EXCERPT_CHARS - 1] + "…"
