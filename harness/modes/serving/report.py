@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from harness.modes.base import Column, HtmlTable, MdTable
-from harness.modes.serving.price import AT_SLO
+from harness.modes.serving.price import AT_SLO, SEARCH_OUTCOME
 from harness.results.aggregate import Aggregate
 from harness.results.columns import CHEAPEST_OF, ENGINE_WEIGHTS_KV, headers, table_columns
 from harness.results.pareto import pareto_mask
@@ -184,14 +184,7 @@ SLO_SEARCH = (
     *ENGINE_WEIGHTS_KV,
     "device",
     "quality_class",
-    "search_axis",
-    "max_rate_at_slo",
-    "search_bracket_low",
-    "search_bracket_high",
-    "search_probes",
-    "search_stop",
-    "goodput_rps_at_max_rate",
-    "output_tok_s_at_max_rate",
+    *SEARCH_OUTCOME,
     "gpu",
     "provider",
     "package_days",

@@ -153,9 +153,7 @@ def level_parts(
         tpot_ms_p90=result.tpot_ms_p90,
         tpot_ms_p99=result.tpot_ms_p99,
         e2e_ms_p99=result.e2e_ms_p99,
-        slo_ttft_ms=level.slo.ttft_ms_p99,
-        slo_tpot_ms=level.slo.tpot_ms_p99,
-        slo_attainment_target=level.attainment,
+        **slo_fields(level),
         slo_attainment=result.slo_attainment,
         goodput_rps=result.goodput_rps,
         generator_goodput_rps=result.generator_goodput_rps,
@@ -170,6 +168,15 @@ def level_parts(
         **level_settings(level),
     )
     return [speed, serving]
+
+
+def slo_fields(level: ServingLevel) -> dict[str, float]:
+    """The SLO a level (or a search) is held to, as its row states it."""
+    return {
+        "slo_ttft_ms": level.slo.ttft_ms_p99,
+        "slo_tpot_ms": level.slo.tpot_ms_p99,
+        "slo_attainment_target": level.attainment,
+    }
 
 
 def level_settings(level: ServingLevel) -> dict[str, Any]:
@@ -407,9 +414,7 @@ def search_row(
     assert level.search is not None
     state = search.outcome(level.search, probes)
     serving = Serving(
-        slo_ttft_ms=level.slo.ttft_ms_p99,
-        slo_tpot_ms=level.slo.tpot_ms_p99,
-        slo_attainment_target=level.attainment,
+        **slo_fields(level),
         max_rate_at_slo=state.max_load,
         search_bracket_low=state.passing,
         search_bracket_high=state.failing,
