@@ -18,7 +18,7 @@ export GPTQMODEL_CPU_WORKERS := 2
 export RAY_USAGE_STATS_ENABLED := 0
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: bench test lint perf gpu-check plan images image-cpu image-cuda image-rocm bench-cluster side-by-side side-by-side-vllm clean venv serving-vs-offline
+.PHONY: bench test lint perf gpu-check plan images image-cpu image-cuda image-rocm bench-cluster side-by-side side-by-side-vllm clean venv serving-vs-offline budget-h200
 
 venv: $(STAMP)
 
@@ -70,6 +70,11 @@ lint: $(STAMP)
 perf: $(STAMP)
 	$(BIN)/python scripts/perf_plan.py
 	$(BIN)/python scripts/perf_aggregate.py
+
+# The plan's budget (defaults, an empty history) against the H200 runs recorded in results/example/,
+# per phase (no GPU needed: the recorded rows are the figures).
+budget-h200: $(STAMP)
+	$(BIN)/python scripts/budget_h200.py
 
 # The CUDA/ROCm path end to end (tiny model both engines, a random ~0.9B Llama vs the roofline),
 # then the worker on a small GPU grid. Writes JSON under $$OUT (default results/gpu-check).

@@ -1,0 +1,24 @@
+"""The plan's budget (defaults) against the H200 runs recorded in results/example/, per phase.
+
+How: harness.bench.budget_h200. Usage: python scripts/budget_h200.py [--out FILE.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from harness.bench.budget_h200 import run
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=None, help="also write the figures as JSON")
+    print(run(parser.parse_args().out))
+
+
+if __name__ == "__main__":
+    main()
