@@ -1,4 +1,5 @@
-"""The analytic memory plan, the fit verdict, and the sweep budget — no GPU, no torch.
+"""The analytic memory plan of a point, its fit verdict and its seconds — no GPU, no torch.
+The sweep's plan and budget (groups, phases, calibration) are harness.budget's.
 
 Formulas (bytes; GiB = 2**30):
   params        = embeddings + layers × (attention + MLP × experts + router + norms) + lm_head
@@ -12,17 +13,26 @@ Formulas (bytes; GiB = 2**30):
                   r × Σ_targets (in + out) × layers × bytes(compute dtype);
                   vLLM adds its LoRA slots: max_loras (1) × max_lora_rank (the smallest vLLM
                   rank ≥ r) × Σ_every linear (in + out) × layers × bytes(compute dtype)
-  reserve       = runtime context (CUDA/HIP context or the CPU process) + allocator margin
-  peak(phase)   = load: weights + reserve;
-                  prefill: + KV(context) + activations;
-                  decode: + KV(context + output) + decode logits
+  reserve       = runtime context + allocator margin; the context is the CUDA/HIP context, or on
+                  the CPU the group's process: its engine's (imports, engine start, a Ray actor)
+                  + the weight format's library
+  KV pool       = vLLM on the CPU holds its whole pool from the load on: kv_pool_bytes(the
+                  point's KV(context + output)), the pool the harness gives the engine
+  first forward = on the CPU, what an engine's first forward leaves in the process (kernels'
+                  scratch, thread arenas), per engine; 0 on GPUs
+  peak(phase)   = load: weights + KV pool + reserve;
+                  prefill: + first forward + KV(context) + activations;
+                  decode: + first forward + KV(context + output) + decode logits, and on the
+                  CPU the prefill's activations still (freed pages stay in the process's RSS
+                  until the point ends: the device loop trims the heap between points)
+                  (a KV cache inside the pool adds nothing)
 A vLLM point instead pre-allocates gpu_memory_utilization × card memory: it fits when weights +
 activations + the KV cache it needs fit inside that share.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -34,75 +44,48 @@ from harness.spec import adapters, catalog
 from harness.spec.capabilities import KV_CACHE_FORMATS, WEIGHT_FORMATS, compute_dtype_bytes
 from harness.spec.catalog import MLP_LINEARS, GpuSpec, ModelArch
 from harness.spec.labels import model_key
-from harness.spec.scenario import CONFIGURATION_FIELDS, Grid, GroupKey, Point, Scenario, Skip
+from harness.spec.scenario import CONFIGURATION_FIELDS, Point
 from harness.units import GIB, MIB
 
 CUDA_CONTEXT_BYTES = 700 * MIB  # CUDA context + cuBLAS: 680–750 MiB measured on an H200
 HIP_CONTEXT_BYTES = 900 * MIB  # ROCm's runtime context is larger
-CPU_RUNTIME_BYTES = 540 * MIB  # a worker's RSS with torch, transformers, bnb, Ray: ~540 MiB
+CPU_RUNTIME_BYTES = 540 * MIB  # a training worker's RSS with torch, transformers, bnb, Ray
 ALLOCATOR_MARGIN = 0.05  # caching-allocator fragmentation, share of the tensors' bytes
+# An inference group's process on the CPU (RSS), per engine, less the weights and the KV pool.
+# Measured here on 2026-12-01 with the tiny model (2 cores, other jobs running), three ways:
+# `make bench` at 7747e86 (results/bench-cpu: a fresh Ray actor per group), `make bench` on the
+# working tree of 2026-12-01 15:05 (transformers groups in a child forked by the node's host,
+# harness.run.host; vLLM groups in a fresh actor), both as peak_mib_load less the plan's weights
+# and the 64 MiB pool; and each group loaded alone in a fresh process, RSS read after every step
+# (the memory helper's probe, README "Memory"):
+# - transformers 5.19: Python and the harness 51 MiB, + torch and transformers 262, + the model's
+#   modules at load 405; a fresh Ray actor 478, a forked child 374 (shared library pages the
+#   child has not touched are not in its RSS): the forked child is planned; a group that falls
+#   back to a fresh process measures about 105 MiB more at load;
+# - vLLM 0.32 (always a fresh actor): its import + 109 (371), its engine start (inductor, OpenMP
+#   threads, buffers) and the actor 750-802 over the three benches, 796-810 in a fourth on a
+#   quiet machine (16:00, with the heap trimmed between points): 800 is planned.
+CPU_PROCESS_BYTES = {"transformers": 375 * MIB, "vllm": 800 * MIB}
+# A weight format's library on top: bitsandbytes +114 MiB at import, of which the model's load
+# then pays 79 less (+35 in the probe, +34 to +42 in the benches, fresh and forked).
+CPU_LIBRARY_BYTES = {"bitsandbytes": 36 * MIB}
+# What an engine's first forward leaves in the process on the CPU, with the heap trimmed after
+# the quality pass (harness.run.device.trim_heap; without the trim, 100-580 MiB of the quality
+# pass's freed pages stayed, different in every run): peak_mib_prefill - peak_mib_load at the
+# smallest point (batch 1, context 128) of `make bench`, 2026-12-01 16:00, quiet machine:
+# transformers 76 (fp32), 75 (bnb-int8), 66 (bnb-nf4) MiB; vLLM -13 to -4 (its load peak, the
+# engine's profiling run, is above its points'): 0.
+CPU_FIRST_FORWARD_BYTES = {"transformers": 75 * MIB, "vllm": 0.0}
+# An engine that sizes its KV pool up front (vLLM on the CPU, offline or behind a server) gets
+# the largest KV cache its sequences need with this headroom: blocks are allocated whole (128
+# tokens on the CPU), so each sequence may hold up to one block it does not fill.
+KV_POOL_HEADROOM = 1.25
+KV_POOL_MIN_BYTES = 64 * MIB
 EFFICIENCY = {"cpu": 0.25, "cuda": 0.6, "rocm": 0.5}  # share of roofline a budget assumes
-LOAD_GB_S = 1.0  # disk → device, for the budget's load time per group
-# Serving: a `vllm serve` start per group (process, engine, health check: 30-100 s measured on the
-# 2-core CPU with the tiny model), and one load-generator process per level (its imports).
-SERVER_START_S = 90.0
+# Serving: one load-generator process per level (its imports; the server's start per group is
+# the budget's, harness.budget).
 GENERATOR_START_S = 20.0
 VLLM_MAX_BATCHED_TOKENS = 8192  # vLLM prefills in chunks of at most this many tokens
-
-# The phases a run pays, as a person reads them (`harness plan`, the end-of-run line); a point's
-# own seconds are its mode's phase (MODE_PHASE). harness.run.history records each phase's seconds
-# and calibrates the budget from them.
-PHASES: dict[str, str] = {
-    "cluster": "Ray start",
-    "startup": "process start + imports",
-    "load": "model load + engine start",
-    "quality": "quality scoring",
-    "measured": "measured work",
-    "server_start": "server starts",
-    "serving": "serving levels",
-    "training": "training steps",
-}
-MODE_PHASE = {"offline": "measured", "serving": "serving", "training": "training"}
-ANY = "*"  # a phase not of one engine or model (the Ray start), and a calibration's wildcard
-# Defaults before any history, per (engine, device kind), from runs measured here and on the H200:
-# - cpu: `make bench` (scenarios/default.yaml, 6 groups) on this 2-core CPU, 2026-12-01 09:48 at
-#   7747e86 (results/bench-cpu): load_s transformers 3.5-3.7 s, vLLM 0.32 16.8-31.1 s; wall
-#   176.0 s - Σ the rows' phases 155.3 s = 20.7 s for the Ray start and six group processes.
-# - cuda: results/example/h200-2026-11-29 (`harness run`, two transformers groups in fresh Ray
-#   actors): load_s 7.0 and 8.2 s; wall 41.0 s - phases 26.1 s = 14.9 s for the Ray start and two
-#   processes; results/example/h200-2026-11-30: vLLM 0.26's engine start with CUDA graphs, 51.9 s
-#   (tiny model, with 16 windows scored) and 51.2 s (8B architecture).
-# - rocm: no run recorded; the cuda figures.
-ENGINE_START_S = {
-    ("transformers", "cpu"): 3.6,
-    ("vllm", "cpu"): 26.0,
-    ("transformers", "cuda"): 7.6,
-    ("vllm", "cuda"): 51.0,
-}
-GROUP_START_S = {"cpu": 2.5, "cuda": 5.0}  # a fresh Ray actor's process start + imports
-CLUSTER_START_S = {"cpu": 5.7, "cuda": 5.0}  # `ray.init` of a local node
-# Per-call latency bounds a small model rather than the roofline: the seconds of one decode step
-# (any batch; the timed runs, warm-ups and the energy pass) and of one scored quality unit (a
-# window or an ARC item) at least, per (engine, device kind), from the same runs' rows (timing =
-# measured_s less the quality share):
-# - cpu: transformers 2.3-14.1 ms a step (median 5.8, 12 rows), vLLM 1.8-9.7 ms (median 3.4);
-#   quality 24.6-59.1 ms a unit (mean of the six groups 46.9);
-# - cuda: transformers on the H200 (38 rows, 9 groups) 3.7-16.8 ms a step (median 7.8), quality
-#   13.4-52.5 ms a unit (median 26); vLLM (CUDA graphs): no small-model step recorded, the 8B
-#   architecture's batch-1 step was 5.0 ms (bandwidth-bound), so 3 ms is assumed.
-STEP_FLOOR_S = {
-    ("transformers", "cpu"): 0.0058,
-    ("vllm", "cpu"): 0.0034,
-    ("transformers", "cuda"): 0.0078,
-    ("vllm", "cuda"): 0.003,
-}
-QUALITY_UNIT_S = {"cpu": 0.047, "cuda": 0.026}
-# The tasks of a group (harness.tasks), in quality units: a scored continuation (a label, a
-# choice) and a generated token of an extract item (batched 32 at a time), from the tiny model on
-# this CPU with transformers, unloaded: 1,470 continuations in 18.5 s (12.6 ms each) and 210 items
-# × 64 tokens in 26.8 s (2.0 ms a token).
-TASK_CONTINUATION_UNITS = 0.0126 / 0.047
-TASK_TOKEN_UNITS = 0.0020 / 0.047
 
 
 class ParamCounts(BaseModel):
@@ -200,14 +183,45 @@ def activation_bytes(
     return tokens * per_token + logits_positions * arch.vocab_size * 4
 
 
-def runtime_context_bytes(target: str) -> float:
-    """The runtime's own memory: the CUDA/HIP context, or the CPU worker process."""
-    return {"cuda": CUDA_CONTEXT_BYTES, "rocm": HIP_CONTEXT_BYTES}.get(target, CPU_RUNTIME_BYTES)
+def runtime_context_bytes(
+    target: str, backend: str | None = None, quantization: str | None = None
+) -> float:
+    """The runtime's own memory: the CUDA/HIP context; on the CPU the inference group's process
+    of `backend` (CPU_PROCESS_BYTES) plus its weight format's library (CPU_LIBRARY_BYTES), or a
+    training worker's (CPU_RUNTIME_BYTES) when no engine is named."""
+    gpu = {"cuda": CUDA_CONTEXT_BYTES, "rocm": HIP_CONTEXT_BYTES}.get(target)
+    if gpu is not None:
+        return gpu
+    if backend is None:
+        return CPU_RUNTIME_BYTES
+    library = WEIGHT_FORMATS[quantization].library if quantization is not None else ""
+    return CPU_PROCESS_BYTES[backend] + CPU_LIBRARY_BYTES.get(library, 0.0)
 
 
-def runtime_reserve_bytes(target: str, tensors_bytes: float) -> float:
+def runtime_reserve_bytes(
+    target: str, tensors_bytes: float, backend: str | None = None, quantization: str | None = None
+) -> float:
     """The runtime's own memory and the allocator's margin over the tensors."""
-    return runtime_context_bytes(target) + ALLOCATOR_MARGIN * tensors_bytes
+    return runtime_context_bytes(target, backend, quantization) + ALLOCATOR_MARGIN * tensors_bytes
+
+
+def first_forward_bytes(point: Point) -> float:
+    """What the engine's first forward leaves in a CPU process (CPU_FIRST_FORWARD_BYTES); 0 on
+    GPUs, whose allocator figures count tensors only."""
+    return CPU_FIRST_FORWARD_BYTES[point.backend] if point.target == "cpu" else 0.0
+
+
+def kv_pool_bytes(largest_kv_bytes: float) -> int:
+    """The pool for a group whose sequences need at most `largest_kv_bytes` at once."""
+    return max(KV_POOL_MIN_BYTES, int(largest_kv_bytes * KV_POOL_HEADROOM))
+
+
+def held_kv_pool_bytes(point: Point, kv_bytes: float) -> float:
+    """The KV pool an engine holds from its load on (vLLM on the CPU: kv_pool_bytes of the
+    point's KV cache; the group's pool is at least this), else 0."""
+    if point.backend != "vllm" or point.target != "cpu":
+        return 0.0
+    return float(kv_pool_bytes(kv_bytes))
 
 
 # `harness plan --json`, per point: its configuration (no revision) and these figures.
@@ -349,7 +363,8 @@ def adapter_bytes(point: Point, arch: ModelArch) -> float:
 
 def inference_memory(point: Point, arch: ModelArch) -> tuple[dict[str, float], dict[str, float]]:
     """An inference point's bytes per phase (load, prefill, decode) and its terms (weights, the
-    decode-time KV cache, the prefill activations, the reserve): the formulas above."""
+    decode-time KV cache or the pool that holds it, the prefill activations or on the CPU what
+    the allocator retains if that is more, the reserve): the formulas above."""
     weights = weights_bytes(arch, point.quantization) + adapter_bytes(point, arch)
     kv_prefill = kv_cache_bytes(
         arch, point.kv_cache_dtype, point.quantization, point.context, point.batch
@@ -369,13 +384,26 @@ def inference_memory(point: Point, arch: ModelArch) -> tuple[dict[str, float], d
             arch, point.quantization, point.batch, point.context, all_logits=False
         )
     decode_acts = point.batch * arch.vocab_size * 4
-    reserve = runtime_reserve_bytes(point.target, weights + kv_decode + acts)
+    pool = held_kv_pool_bytes(point, kv_decode)
+    kv = max(pool, kv_decode)
+    reserve = runtime_reserve_bytes(
+        point.target, weights + kv + acts, point.backend, point.quantization
+    )
+    first = first_forward_bytes(point)
+    load = weights + pool + reserve
+    own_kv = (0.0, 0.0) if pool else (kv_prefill, kv_decode)  # a KV inside the pool adds nothing
+    held_acts = max(acts, decode_acts) if point.target == "cpu" else decode_acts
     phases = {
-        "load": weights + reserve,
-        "prefill": weights + kv_prefill + acts + reserve,
-        "decode": weights + kv_decode + decode_acts + reserve,
+        "load": load,
+        "prefill": load + first + own_kv[0] + acts,
+        "decode": load + first + own_kv[1] + held_acts,
     }
-    terms = {"weights": weights, "kv_cache": kv_decode, "activations": acts, "reserve": reserve}
+    terms = {
+        "weights": weights,
+        "kv_cache": kv,
+        "activations": first + acts,
+        "reserve": reserve,
+    }
     return phases, terms
 
 
@@ -417,249 +445,3 @@ def estimate_seconds(
     decode_s = point.batch * point.output_tokens / ceiling
     per_run = (prefill_s + decode_s) / EFFICIENCY[point.target]
     return (warmups + point.repeats) * per_run
-
-
-class Budget(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    points: int
-    skipped: int
-    groups: int
-    est_seconds: float
-    est_load_seconds: float
-    est_server_start_seconds: float = 0.0  # one `vllm serve` start per group with serving levels
-    est_quality_seconds: float = 0.0  # each group's quality phase (windows + ARC items scored)
-    est_phase_seconds: dict[str, float] = {}  # every phase (PHASES), calibrated where history is
-    calibrated_from: str | None = None  # the history file the figures were calibrated from
-    est_gpu_hours: float
-    est_cost_usd: float | None = None
-    tariff: str | None = None
-
-
-class Plan(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    points: list[PointPlan]
-    skipped: list[tuple[Skip, PointPlan | None]]
-    budget: Budget
-    phases: list[PhaseSeconds] = []  # the budget's phases per group (not in the --json contract)
-
-    def contract(self) -> dict[str, object]:
-        """The `harness plan --json` object (a contract: see README)."""
-        skipped = []
-        for skip, plan in self.skipped:
-            row: dict[str, object] = plan.contract() if plan else skip.point.model_dump()
-            row["reason"] = skip.reason
-            skipped.append(row)
-        return {
-            "points": [p.contract() for p in self.points],
-            "skipped": skipped,
-            "budget": self.budget.model_dump(),
-        }
-
-
-def plan_grid(
-    grid: Grid,
-    gpu: str | None = None,
-    hourly_usd: float | None = None,
-    *,
-    calibration: Calibration | None = None,
-    runner: str = "ray",
-) -> Plan:
-    """Plan every point; what cannot fit joins the skips (with the binding term). The budget's
-    phases are the defaults × `calibration` (harness.run.history); `runner` "in-process" (`harness
-    measure`) pays no Ray start and no process per group."""
-    scenario: Scenario = grid.scenario
-    default_gpu = gpu or scenario.gpu
-    fitting: list[PointPlan] = []
-    skipped: list[tuple[Skip, PointPlan | None]] = [(s, None) for s in grid.skipped]
-    util = scenario.vllm.gpu_memory_utilization
-    for point in grid.points:
-        plan = plan_point(
-            point,
-            default_card(point.target, default_gpu),
-            gpu_memory_utilization=util,
-            warmups=scenario.warmups,
-        )
-        if plan.fits:
-            fitting.append(plan)
-        else:
-            skipped.append((Skip(point=point, reason=f"does not fit: {plan.reason}"), plan))
-    quality_s = quality_seconds(fitting, scenario)
-    phases = phase_seconds(fitting, quality_s, warmups=scenario.warmups, runner=runner)
-    phases = calibrate(phases, calibration or {})
-    return Plan(
-        points=fitting,
-        skipped=skipped,
-        budget=budget(fitting, skipped, hourly_usd, phases=phases),
-        phases=phases,
-    )
-
-
-# Tokens one ARC-Easy item costs to score: each choice is scored after its query as one sequence
-# (the shipped items: 4.0 choices, queries of 124 and answers of 23 characters on average, at
-# ~4 characters a token).
-ARC_TOKENS_PER_ITEM = 4 * (31 + 6)
-ARC_ITEMS_IN_CORPUS = 2376  # harness/data/corpus/arc_easy.jsonl (its README); checked by a test
-
-
-def quality_seconds(fitting: Iterable[PointPlan], scenario: Scenario) -> dict[GroupKey, float]:
-    """Seconds of each group's quality phase (once per group with checkpoint weights and
-    offline points): a forward pass over every scored window and ARC item at the card's bf16
-    FLOP/s, 2 × active params per token, at the target's EFFICIENCY; at least the measured
-    seconds per unit (windows, ARC items, and the tasks' continuations and generated tokens)."""
-    settings = scenario.quality
-    out: dict[GroupKey, float] = {}
-    for p in fitting:
-        point = p.point
-        if point.mode != "offline" or point.weights == "random" or point.group in out:
-            continue
-        arch = catalog.model(point.model, point.revision)
-        windows = settings.max_windows or max(1, 300_000 // settings.window_tokens)
-        arc = ARC_ITEMS_IN_CORPUS if settings.arc_count is None else settings.arc_count
-        tokens = windows * settings.window_tokens + arc * ARC_TOKENS_PER_ITEM
-        counts = param_counts(arch)
-        flops = 2 * (counts.active_linear + counts.embeddings) * tokens
-        card = catalog.gpu(p.gpu)
-        roof_s = flops / (card.bf16_tflops * 1e12) / EFFICIENCY[point.target]
-        continuations, generated = settings.task_calls()
-        units = windows + arc + continuations * TASK_CONTINUATION_UNITS
-        units += generated * TASK_TOKEN_UNITS
-        out[point.group] = max(roof_s, units * QUALITY_UNIT_S[device_kind(point.target)])
-    return out
-
-
-def device_kind(target: str) -> str:
-    """The device kind a default was measured on: rocm has none of its own yet (cuda's)."""
-    return "cuda" if target == "rocm" else target
-
-
-class PhaseSeconds(BaseModel):
-    """One phase of one group (of the sweep, for the Ray start: group ``""``), in seconds: the
-    defaults' figure and the one calibrated from the node's history (harness.run.history)."""
-
-    model_config = ConfigDict(extra="forbid")
-    phase: str  # a key of PHASES
-    group: str  # GroupKey.label, "" for the sweep's own phases
-    engine: str  # the backend, ANY for the Ray start
-    device: str  # cpu | cuda | rocm
-    model: str  # ANY for the Ray start
-    default_s: float
-    seconds: float
-
-    @property
-    def key(self) -> tuple[str, str, str, str]:
-        return (self.engine, self.device, self.model, self.phase)
-
-
-# measured ÷ default seconds per (engine, device, model, phase); model ANY: any model
-Calibration = dict[tuple[str, str, str, str], float]
-
-
-def phase_seconds(
-    fitting: Iterable[PointPlan],
-    quality_s: dict[GroupKey, float],
-    *,
-    warmups: int = 1,
-    runner: str = "ray",
-) -> list[PhaseSeconds]:
-    """Every phase a run pays, per group. Ray: the Ray start once and a fresh process per group;
-    in one process: its start and imports once. Then the model load and engine start
-    (ENGINE_START_S + weights at LOAD_GB_S; training loads per point), the quality phase, a server
-    start per serving group, and each mode's points (offline points at least STEP_FLOOR_S a
-    decode step, warm-ups and the energy pass included). Uncalibrated: seconds = default_s."""
-    groups: dict[GroupKey, list[PointPlan]] = {}
-    for p in fitting:
-        groups.setdefault(p.point.group, []).append(p)
-    out: list[PhaseSeconds] = []
-    if groups:  # Ray: its start; in one process: that process's imports, once
-        device = device_kind(next(iter(groups)).target)
-        ray = runner == "ray"
-        phase, table = ("cluster", CLUSTER_START_S) if ray else ("startup", GROUP_START_S)
-        out.append(_phase(phase, "", ANY, device, ANY, table[device]))
-    for group, plans in groups.items():
-        out += group_phases(group, plans, quality_s.get(group), warmups=warmups, runner=runner)
-    return out
-
-
-def group_phases(
-    group: GroupKey, plans: list[PointPlan], quality: float | None, *, warmups: int, runner: str
-) -> list[PhaseSeconds]:
-    """One group's phases (phase_seconds)."""
-    kind = device_kind(group.target)
-    loads = len(plans) if plans[0].point.mode == "training" else 1
-    weights_s = plans[0].weights_gib * GIB / (LOAD_GB_S * 1e9)
-    seconds: dict[str, float] = {}
-    if runner == "ray":
-        seconds["startup"] = GROUP_START_S[kind]
-    seconds["load"] = loads * (ENGINE_START_S[(group.backend, kind)] + weights_s)
-    if quality is not None:
-        seconds["quality"] = quality
-    if any(p.point.serving is not None for p in plans):
-        seconds["server_start"] = SERVER_START_S
-    for mode, phase in MODE_PHASE.items():
-        mine = [p for p in plans if p.point.mode == mode]
-        if mine:
-            seconds[phase] = sum(point_seconds(p, warmups) for p in mine)
-    return [
-        _phase(phase, group.label, group.backend, group.target, group.model, s)
-        for phase, s in seconds.items()
-    ]
-
-
-def _phase(phase: str, group: str, engine: str, device: str, model: str, s: float) -> PhaseSeconds:
-    return PhaseSeconds(
-        phase=phase, group=group, engine=engine, device=device, model=model, default_s=s, seconds=s
-    )
-
-
-def point_seconds(plan: PointPlan, warmups: int) -> float:
-    """A point's planned seconds; an offline point at least STEP_FLOOR_S per decode step."""
-    point = plan.point
-    if point.mode != "offline":
-        return plan.est_seconds
-    runs = warmups + point.repeats + 1  # the timed runs, then the energy pass
-    steps = runs * (point.output_tokens + 1)  # + the prefill's own step
-    return max(plan.est_seconds, steps * STEP_FLOOR_S[(point.backend, device_kind(point.target))])
-
-
-def calibrate(phases: list[PhaseSeconds], calibration: Calibration) -> list[PhaseSeconds]:
-    """Each phase's seconds × its measured ÷ default ratio from the history: the exact (engine,
-    device, model, phase) first, else the same engine and device on any model, else the
-    defaults."""
-    out = []
-    for p in phases:
-        wildcard = (p.engine, p.device, ANY, p.phase)
-        factor = calibration.get(p.key, calibration.get(wildcard, 1.0))
-        out.append(p.model_copy(update={"seconds": p.default_s * factor}))
-    return out
-
-
-def budget(
-    fitting: Iterable[PointPlan],
-    skipped: list[tuple[Skip, PointPlan | None]],
-    hourly_usd: float | None,
-    quality_s: dict[GroupKey, float] | None = None,
-    phases: list[PhaseSeconds] | None = None,
-) -> Budget:
-    """The sweep's wall time as the sum of its phases (groups one after another on one device),
-    and its price: the package-hour price × that wall time when a GPU target is in it."""
-    fitting = list(fitting)
-    if phases is None:
-        phases = phase_seconds(fitting, quality_s or {})
-    by_phase: dict[str, float] = {}
-    for p in phases:
-        by_phase[p.phase] = by_phase.get(p.phase, 0.0) + p.seconds
-    seconds = sum(by_phase.values())
-    on_gpu = any(p.point.target != "cpu" for p in fitting)
-    gpu_hours = seconds / 3600 if on_gpu else 0.0
-    return Budget(
-        points=len(fitting),
-        skipped=len(skipped),
-        groups=len({p.point.group for p in fitting}),
-        est_seconds=seconds,
-        est_load_seconds=by_phase.get("load", 0.0),
-        est_server_start_seconds=by_phase.get("server_start", 0.0),
-        est_quality_seconds=by_phase.get("quality", 0.0),
-        est_phase_seconds=by_phase,
-        est_gpu_hours=gpu_hours,
-        est_cost_usd=gpu_hours * hourly_usd if hourly_usd is not None else None,
-    )

@@ -16,6 +16,9 @@ Status = Literal["ok", "oom", "error", "skipped", "node_lost"]
 # offline: one configuration measured in-process (batch × context); serving: the same configuration
 # behind a server under a load level; training: a fine-tuning step scenario.
 Mode = Literal["offline", "serving", "training"]
+# which process measured a group: a child forked from its node's pre-imported host
+# (harness.run.host), a fresh Ray actor process, or the `harness measure` process itself
+ProcessPath = Literal["forkserver", "fresh", "in-process"]
 
 
 class Provenance(BaseModel):
@@ -41,6 +44,7 @@ class Provenance(BaseModel):
     adapter_path: str | None = None  # the LoRA folder loaded on the model (harness.spec.adapters)
     adapter_sha256: str | None = None  # sha256 over the adapter's weight files
     adapter_base: str | None = None  # its recorded base: id@revision (commit), weights sha256
+    process: ProcessPath | None = None  # which process measured it (ProcessPath)
 
 
 class Part(BaseModel):

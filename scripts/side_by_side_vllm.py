@@ -2,7 +2,8 @@
 
 `make side-by-side-vllm`; what it measures and how: harness.bench.side_by_side_vllm.
 Usage: python scripts/side_by_side_vllm.py [--out DIR] [--scenario YAML] [--reps N]
-[--throughput-runs N] [--mp-point B:C | --mp-point none] [--max-load L]
+[--throughput-runs N] [--mp-point B:C | --mp-point none] [--max-load L] [--points B:C,...]
+[--no-explain]
 """
 
 from __future__ import annotations
@@ -33,6 +34,14 @@ def main() -> None:
     parser.add_argument(
         "--budget-s", type=float, default=240.0,
         help="no waiting and no retry started after this many seconds",
+    )  # fmt: skip
+    parser.add_argument(
+        "--points", default=None,
+        help="B:C,B:C: only these of the scenario's points (default: all)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--no-explain", dest="explain", action="store_false",
+        help="skip the one-engine pass that measures why the figures differ (the 'why' column)",
     )  # fmt: skip
     run(Options(**vars(parser.parse_args())))
 

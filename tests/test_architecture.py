@@ -35,8 +35,8 @@ RESULTS_READS = (
     "harness.spec", "harness.row", "harness.run.store", "harness.measure", "harness.tasks",
 )  # fmt: skip
 RUN_READS = (
-    "harness.spec", "harness.plan", "harness.measure", "harness.backends", "harness.row",
-    "harness.corpus", "harness.tasks",
+    "harness.spec", "harness.plan", "harness.budget", "harness.measure", "harness.backends",
+    "harness.row", "harness.corpus", "harness.tasks",
 )  # fmt: skip
 # room → the rooms (module prefixes) it may import, besides itself, BASE and the mode registry.
 MAY_IMPORT: dict[str, tuple[str, ...]] = {
@@ -46,6 +46,7 @@ MAY_IMPORT: dict[str, tuple[str, ...]] = {
     "harness.row": (),
     "harness.corpus": (),
     "harness.plan": ("harness.spec", "harness.measure.roofline"),
+    "harness.budget": ("harness.spec", "harness.plan"),  # the sweep's plan: points + phases
     "harness.backends": ("harness.spec", "harness.measure", "harness.corpus"),
     "harness.run": RUN_READS,
     "harness.results": (*RESULTS_READS, "harness.corpus"),
@@ -79,6 +80,7 @@ SAME_MODE: dict[str, tuple[str, ...]] = {
 # The device side besides every mode's device/ folder: never imported by orchestration or results.
 DEVICE_SIDE = (
     "harness.run.worker",
+    "harness.run.host",
     "harness.run.device",
     "harness.backends.transformers",
     "harness.backends.vllm",

@@ -169,49 +169,90 @@ def test_plan_json_matches_the_contract_and_is_fast() -> None:
     assert elapsed < 10  # a hang guard only; the 3 s target is measured by `make perf`
 
 
-def test_the_plan_counts_the_arc_items_the_corpus_ships() -> None:
-    from harness import corpus
+# --- the CPU terms (tiny-llama: 4,196,608 fp32 params = 16,786,432 B; K+V 4,096 B a token) ----
 
-    assert len(corpus.arc_items(None)) == plan.ARC_ITEMS_IN_CORPUS
-
-
-def test_the_budget_carries_each_groups_quality_phase_and_all_items_cost_more() -> None:
-    from harness.spec.scenario import Scenario, expand
-
-    base = {
-        "name": "q", "models": [{"id": "tiny-llama"}], "backend": ["transformers"],
-        "quantization": ["none", "bf16"], "kv_cache_dtype": ["auto"], "batch": [1, 4],
-        "context": [128], "output_tokens": 8, "targets": ["cpu"],
-    }  # fmt: skip
-    few = plan.plan_grid(expand(Scenario.model_validate({**base, "quality": {"arc_items": 10}})))
-    every = plan.plan_grid(
-        expand(Scenario.model_validate({**base, "quality": {"arc_items": "all"}}))
-    )
-    groups = 2  # none and bf16: one quality phase each, whatever the batches
-    per_group = few.budget.est_quality_seconds / groups
-    assert per_group > 0
-    assert every.budget.est_quality_seconds > few.budget.est_quality_seconds
-    assert every.budget.est_seconds - few.budget.est_seconds == pytest.approx(
-        every.budget.est_quality_seconds - few.budget.est_quality_seconds
-    )
+MIB = 2**20
+TINY_WEIGHTS = 16_786_432
 
 
-def test_the_tasks_of_a_group_add_their_continuations_and_tokens_to_its_quality_phase() -> None:
-    from harness.spec.scenario import Scenario, expand
+def tiny(**kw: object) -> Point:
+    base: dict[str, object] = dict(
+        model="tiny-llama", quantization="none", batch=1, context=128, output_tokens=32,
+        target="cpu",
+    )  # fmt: skip
+    return point(**{**base, **kw})
 
-    base = {
-        "name": "q", "models": [{"id": "tiny-llama"}], "backend": ["transformers"],
-        "quantization": ["none"], "kv_cache_dtype": ["auto"], "batch": [1],
-        "context": [128], "output_tokens": 8, "targets": ["cpu"],
-    }  # fmt: skip
-    quality = {"arc_items": 0, "max_windows": 4}
-    without = plan.plan_grid(expand(Scenario.model_validate({**base, "quality": quality})))
-    tasks = {**quality, "tasks": ["snips-intent", "snips-slots"]}
-    scenario = Scenario.model_validate({**base, "quality": tasks})
-    assert scenario.quality.task_calls() == (210 * 7, 210 * 64)
-    added = plan.plan_grid(expand(scenario)).budget.est_quality_seconds
-    extra = (210 * 7 * plan.TASK_CONTINUATION_UNITS + 210 * 64 * plan.TASK_TOKEN_UNITS) * (
-        plan.QUALITY_UNIT_S["cpu"]
-    )
-    # (the roofline floor of the four windows alone is a few hundredths of a second above theirs)
-    assert added - without.budget.est_quality_seconds == pytest.approx(extra, rel=1e-2)
+
+def test_a_transformers_cpu_point_pays_its_first_forward_and_its_own_tensors() -> None:
+    """KV: 128 tokens 524,288 B, 160 tokens 655,360 B; activations 128 × (2×256 + 512 + 2×768) ×
+    4 B + 4,096 × 4 B of logits = 1,327,104 B. Reserve = 375 MiB + 5 % × (16,786,432 + 655,360 +
+    1,327,104) = 394,154,444.8 B; load = 410,940,876.8 B (391.9 MiB); prefill = load + the first
+    forward's 75 MiB (78,643,200 B) + 524,288 + 1,327,104 = 491,435,468.8 B; decode = load +
+    78,643,200 + 655,360 + the prefill's activations still held (1,327,104 B, more than the
+    decode step's 4 × 4,096 B of logits) = 491,566,540.8 B."""
+    phases, terms = plan.inference_memory(tiny(quantization="none"), catalog.model("tiny-llama"))
+    assert terms["weights"] == TINY_WEIGHTS
+    assert terms["reserve"] == pytest.approx(394_154_444.8)
+    assert phases["load"] == pytest.approx(410_940_876.8)
+    assert phases["prefill"] == pytest.approx(491_435_468.8)
+    assert phases["decode"] == pytest.approx(491_566_540.8)
+    assert terms["activations"] == 75 * MIB + 1_327_104
+
+
+def test_a_vllm_cpu_point_holds_its_kv_pool_from_the_load_on() -> None:
+    """Pool = max(64 MiB, 1.25 × 655,360 B) = 67,108,864 B. Reserve = 800 MiB + 5 % ×
+    (16,786,432 + 67,108,864 + 1,327,104) = 843,121,920 B; load = weights + pool + reserve =
+    927,017,216 B (884.1 MiB); prefill = decode = load + the activations 1,327,104 B (no first-
+    forward term: vLLM's load peak is its profiling run; the KV inside the pool adds nothing) =
+    928,344,320 B."""
+    phases, terms = plan.inference_memory(tiny(backend="vllm"), catalog.model("tiny-llama"))
+    assert terms["kv_cache"] == 64 * MIB
+    assert phases["load"] == pytest.approx(927_017_216)
+    assert phases["prefill"] == phases["decode"] == pytest.approx(928_344_320)
+
+
+def test_the_cpu_process_adds_the_weight_formats_library_and_a_first_forward_per_engine() -> None:
+    """bitsandbytes: 375 + 36 = 411 MiB of process; a first forward leaves 75 MiB (transformers),
+    0 (vLLM)."""
+    assert plan.runtime_context_bytes("cpu", "transformers", "bnb-int8") == 411 * MIB
+    assert plan.runtime_context_bytes("cpu", "transformers", "none") == 375 * MIB
+    assert plan.runtime_context_bytes("cpu", "vllm", "fp32") == 800 * MIB
+    assert plan.first_forward_bytes(tiny(quantization="bnb-nf4")) == 75 * MIB
+    assert plan.first_forward_bytes(tiny(backend="vllm", kv_cache_dtype="fp8")) == 0
+
+
+def test_gpu_and_training_terms_are_unchanged_by_the_cpu_ones() -> None:
+    """On CUDA: no first-forward bytes, no held pool: prefill = weights + KV(context) + activations +
+    reserve, the reserve 700 MiB + 5 %; a training worker (no engine named) keeps 540 MiB."""
+    p = point(backend="vllm")
+    arch = catalog.model(LLAMA8B)
+    phases, terms = plan.inference_memory(p, arch)
+    kv_prefill = plan.kv_cache_bytes(arch, "auto", "bf16", 1024, 1)
+    assert plan.first_forward_bytes(p) == 0
+    assert phases["load"] == pytest.approx(terms["weights"] + terms["reserve"])
+    expected = phases["load"] + kv_prefill + terms["activations"]
+    assert phases["prefill"] == pytest.approx(expected)
+    assert plan.runtime_context_bytes("cuda", "vllm", "bf16") == plan.CUDA_CONTEXT_BYTES
+    assert plan.runtime_context_bytes("cpu") == plan.CPU_RUNTIME_BYTES == 540 * MIB
+
+
+def test_a_large_cpu_point_adds_its_own_tensors_to_the_first_forward() -> None:
+    """Llama 8B, batch 4 at 1,024 tokens: KV 4 × 134,217,728 B, activations 4,096 × 86,016 B +
+    4 × 128,256 × 4 B of logits = 354,373,632 B; the prefill is load + the first forward's
+    75 MiB + KV + activations; on vLLM the pool is 1.25 × KV(4 × 1,152 tokens) = 1.25 ×
+    603,979,776 = 754,974,720 B."""
+    arch = catalog.model(LLAMA8B)
+    phases, terms = plan.inference_memory(point(target="cpu", batch=4), arch)
+    kv_prefill = plan.kv_cache_bytes(arch, "auto", "bf16", 1024, 4)
+    assert terms["activations"] == 75 * MIB + 354_373_632
+    assert phases["prefill"] - phases["load"] == pytest.approx(kv_prefill + terms["activations"])
+    _, vllm_terms = plan.inference_memory(point(backend="vllm", target="cpu", batch=4), arch)
+    assert vllm_terms["kv_cache"] == 754_974_720
+
+
+def test_the_devices_kv_pool_is_the_plans() -> None:
+    from harness.run import device
+
+    assert device.kv_pool_bytes is plan.kv_pool_bytes
+    assert plan.kv_pool_bytes(1) == plan.KV_POOL_MIN_BYTES
+    assert plan.kv_pool_bytes(1000 * MIB) == int(1000 * MIB * plan.KV_POOL_HEADROOM)

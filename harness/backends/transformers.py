@@ -13,6 +13,7 @@ import json
 import logging
 import os
 import warnings
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -94,6 +95,51 @@ def count_new_tokens(rows: list[list[int]], eos_id: int | None) -> list[int]:
         end = row.index(eos_id) + 1 if eos_id is not None and eos_id in row else len(row)
         counts.append(end)
     return counts
+
+
+@dataclass
+class SharedContext:
+    """One context's tokens and its continuations: (pair index, continuation tokens)."""
+
+    context: list[int]
+    rows: list[tuple[int, list[int]]] = field(default_factory=list)
+
+
+def shared_context_chunks(
+    encoded: list[tuple[list[int], list[int]]], rows_per_chunk: int
+) -> list[list[SharedContext]]:
+    """The (context, continuation) pairs grouped by context (at most ``rows_per_chunk``
+    continuations a group), shortest context first, in chunks of at most ``rows_per_chunk``
+    continuations (a chunk's contexts all have a prefix before their last token, or none has)."""
+    groups: dict[tuple[int, ...], list[SharedContext]] = {}
+    for index, (context, continuation) in enumerate(encoded):
+        if not context:
+            raise ValueError(f"pair {index} has an empty context: nothing to condition on")
+        pieces = groups.setdefault(tuple(context), [SharedContext(context)])
+        if len(pieces[-1].rows) == rows_per_chunk:
+            pieces.append(SharedContext(context))
+        pieces[-1].rows.append((index, continuation))
+    ordered = sorted(
+        (g for pieces in groups.values() for g in pieces), key=lambda g: len(g.context)
+    )
+    chunks: list[list[SharedContext]] = []
+    rows = 0
+    for group in ordered:
+        fits = chunks and rows + len(group.rows) <= rows_per_chunk
+        if not fits or (len(chunks[-1][0].context) > 1) != (len(group.context) > 1):
+            chunks.append([])
+            rows = 0
+        chunks[-1].append(group)
+        rows += len(group.rows)
+    return chunks
+
+
+def right_padded(rows: list[list[int]], pad: int) -> tuple[list[list[int]], list[list[int]]]:
+    """(token rows padded on the right to the longest, their attention mask: 1 real, 0 pad)."""
+    width = max(map(len, rows))
+    ids = [row + [pad] * (width - len(row)) for row in rows]
+    mask = [[1] * len(row) + [0] * (width - len(row)) for row in rows]
+    return ids, mask
 
 
 class TransformersBackend(Backend):
@@ -344,23 +390,42 @@ class TransformersBackend(Backend):
     def _score_chunk(
         self, windows: list[list[int]], ref_ids: NDArray[Any] | None, k: int
     ) -> tuple[Any, ...]:
+        """One batch of windows. Each half's log-probs are computed and read on their own (the
+        log-softmax is per position, so this equals one over both halves joined) and never
+        joined: a chunk holds one half's log-probs at a time instead of four full copies."""
         torch = self.torch
         ids = torch.tensor(windows, dtype=torch.long, device=self.device)
         half = ids.shape[1] // 2
         with torch.no_grad():
             first = self.model(input_ids=ids[:, :half], past_key_values=self._new_cache())
+            reads = [self._read_half(first.logits, ids[:, 1 : half + 1], ref_ids, 0, k)]
             second = self.model(input_ids=ids[:, half:], past_key_values=first.past_key_values)
-            logits = torch.cat([first.logits, second.logits], dim=1)[:, :-1].float()
-            logprobs = torch.log_softmax(logits, dim=-1)
-            nll = -logprobs.gather(2, ids[:, 1:, None]).squeeze(2).double().sum(dim=1)
-            top = logprobs.topk(k, dim=-1)
-            at_ref = None
-            if ref_ids is not None:
-                ref = torch.as_tensor(ref_ids, device=logprobs.device, dtype=torch.long)
-                at_ref = logprobs.gather(2, ref).cpu().numpy()
+            del first
+            reads.append(self._read_half(second.logits[:, :-1], ids[:, half + 1 :], ref_ids,
+                                         half, k))  # fmt: skip
+            picked = torch.cat([r[0] for r in reads], dim=1)
+            nll = -picked.double().sum(dim=1)
         return (
             nll.cpu().numpy(),
             np.full(len(windows), ids.shape[1] - 1, dtype=np.int64),
+            *(np.concatenate([r[i] for r in reads], axis=1) for i in (1, 2, 3)),
+            None if ref_ids is None else np.concatenate([r[4] for r in reads], axis=1),
+        )
+
+    def _read_half(
+        self, logits: Any, targets: Any, ref_ids: NDArray[Any] | None, start: int, k: int
+    ) -> tuple[Any, ...]:
+        """(log-prob of each target, argmax, top-k ids, top-k log-probs, log-probs at the
+        reference's ids) of the positions ``start…`` of a chunk's windows that ``logits`` hold."""
+        torch = self.torch
+        logprobs = torch.log_softmax(logits.float(), dim=-1)
+        top = logprobs.topk(k, dim=-1)
+        at_ref = None
+        if ref_ids is not None:
+            ref = torch.as_tensor(ref_ids[:, start : start + logits.shape[1]], dtype=torch.long)
+            at_ref = logprobs.gather(2, ref.to(logprobs.device)).cpu().numpy()
+        return (
+            logprobs.gather(2, targets[:, :, None]).squeeze(2),
             logprobs.argmax(-1).cpu().numpy().astype(np.int32),
             top.indices.cpu().numpy().astype(np.int32),
             top.values.cpu().numpy().astype(np.float32),
@@ -368,33 +433,73 @@ class TransformersBackend(Backend):
         )
 
     def score_continuations(self, pairs: list[tuple[str, str]]) -> list[float]:
-        """Σ log p(continuation | context), batched with right padding (causal attention: the
-        padding after a row's end cannot change its scores)."""
+        """Σ log p(continuation | context) (nats), with the context and the continuation encoded
+        apart and joined. Each distinct context is run once: all its tokens but the last fill a
+        model-dtype KV cache (as one pass over context + continuation would use, whatever the
+        group's KV dtype), copied to each of its continuations, which are then scored together
+        from the context's last token on. Contexts are batched by length with right padding
+        (the attention mask hides the padding; position ids continue each row's own context)."""
         encoded = [(self.encode(ctx), self.encode(cont)) for ctx, cont in pairs]
         longest = max(len(c) + len(x) for c, x in encoded)
-        step = self._rows_per_chunk(longest)
-        scores: list[float] = []
-        for i in range(0, len(encoded), step):
-            scores += self._score_continuation_chunk(encoded[i : i + step])
+        scores: list[float] = [0.0] * len(pairs)
+        for chunk in shared_context_chunks(encoded, self._rows_per_chunk(longest)):
+            for index, score in self._score_shared_chunk(chunk):
+                scores[index] = score
         return scores
 
-    def _score_continuation_chunk(self, chunk: list[tuple[list[int], list[int]]]) -> list[float]:
+    def _score_shared_chunk(self, chunk: list[SharedContext]) -> list[tuple[int, float]]:
+        """(pair index, Σ log p) for every continuation of a chunk's contexts."""
         torch = self.torch
-        width = max(len(c) + len(x) for c, x in chunk)
         pad = self.tokenizer.pad_token_id or 0
-        rows = [c + x + [pad] * (width - len(c) - len(x)) for c, x in chunk]
-        mask = [[1] * (len(c) + len(x)) + [0] * (width - len(c) - len(x)) for c, x in chunk]
-        ids = torch.tensor(rows, dtype=torch.long, device=self.device)
-        attention = torch.tensor(mask, dtype=torch.long, device=self.device)
+        owners = [g for g, shared in enumerate(chunk) for _ in shared.rows]
+        prefixes = [shared.context[:-1] for shared in chunk]
+        prefix_ids, prefix_mask = right_padded(prefixes, pad)
+        tails = [[shared.context[-1], *cont] for shared in chunk for _, cont in shared.rows]
+        tail_ids, tail_mask = right_padded(tails, pad)
+        positions = [[len(prefixes[g]) + j for j in range(len(tail_ids[0]))] for g in owners]
+        as_long = {"dtype": torch.long, "device": self.device}
+        owner_index = torch.tensor(owners, **as_long)
+        mask = torch.tensor(prefix_mask, **as_long)[owner_index]
         with torch.no_grad():
-            logits = self.model(input_ids=ids, attention_mask=attention).logits.float()
-            logprobs = torch.log_softmax(logits, dim=-1)
-        scores = []
-        for row, (ctx, cont) in enumerate(chunk):
-            positions = torch.arange(len(ctx) - 1, len(ctx) + len(cont) - 1, device=ids.device)
-            targets = ids[row, len(ctx) : len(ctx) + len(cont)]
-            scores.append(float(logprobs[row, positions, targets].sum().item()))
-        return scores
+            cache = self._prefix_cache(
+                torch.tensor(prefix_ids, **as_long), prefix_mask, owner_index
+            )
+            logits = self.model(
+                input_ids=torch.tensor(tail_ids, **as_long),
+                attention_mask=torch.cat([mask, torch.tensor(tail_mask, **as_long)], dim=1),
+                position_ids=torch.tensor(positions, **as_long),
+                past_key_values=cache,
+            ).logits
+            sums = self._tail_logliks(logits, tails, tail_ids)
+        indices = [index for shared in chunk for index, _ in shared.rows]
+        return list(zip(indices, sums, strict=True))
+
+    def _tail_logliks(
+        self, logits: Any, tails: list[list[int]], ids: list[list[int]]
+    ) -> list[float]:
+        """Σ log p of each tail's tokens after its first (the context's last), each read at the
+        position before it: the log-softmax only at those positions, summed in float32."""
+        torch = self.torch
+        as_long = {"dtype": torch.long, "device": logits.device}
+        row_at = torch.tensor([r for r, tail in enumerate(tails) for _ in tail[1:]], **as_long)
+        step_at = torch.tensor([j for tail in tails for j in range(len(tail) - 1)], **as_long)
+        logprobs = torch.log_softmax(logits[row_at, step_at].float(), dim=-1)
+        targets = torch.tensor(ids, **as_long)[row_at, step_at + 1]
+        picked = logprobs.gather(1, targets[:, None]).squeeze(1)
+        return [float(s.sum().item()) for s in picked.split([len(t) - 1 for t in tails])]
+
+    def _prefix_cache(self, ids: Any, mask: list[list[int]], owners: Any) -> Any:
+        """A model-dtype KV cache of the contexts' prefixes, one row per continuation (None when
+        every prefix is empty)."""
+        if ids.shape[1] == 0:
+            return None
+        from transformers import DynamicCache
+
+        cache = DynamicCache(config=self.model.config)
+        attention = self.torch.tensor(mask, dtype=self.torch.long, device=self.device)
+        self.model(input_ids=ids, attention_mask=attention, past_key_values=cache, logits_to_keep=1)
+        cache.batch_select_indices(owners)
+        return cache
 
     # --- memory ---------------------------------------------------------------------------
 

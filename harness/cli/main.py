@@ -163,22 +163,22 @@ def print_plan(result: Any, *, show_skipped: bool = False) -> None:
 
 def calibrated_plan(grid: Any, scenario: Path, **options: Any) -> Any:
     """The plan with its budget calibrated from this node's history (harness.run.history)."""
-    from harness import plan as planner
+    from harness import budget
     from harness.run import history, sweep
 
     path = history.history_path()
     runs = history.read(path)
     calibration = history.calibration(runs, sweep.scenario_hash(scenario))
-    result = planner.plan_grid(grid, calibration=calibration, **options)
+    result = budget.plan_grid(grid, calibration=calibration, **options)
     result.budget.calibrated_from = history.calibration_note(path, runs)
     return result
 
 
 def print_budget(b: Any) -> None:
-    """The budget line: wall time by phase (harness.plan.PHASES), GPU-hours and $ (the
+    """The budget line: wall time by phase (harness.budget.PHASES), GPU-hours and $ (the
     package-hour price × that wall time), and what the figures were calibrated from."""
+    from harness.budget import PHASES
     from harness.console import duration
-    from harness.plan import PHASES
 
     cost = f", ≈ ${b.est_cost_usd:.2f} on {b.tariff}" if b.est_cost_usd is not None else ""
     parts = [f"{label} {duration(b.est_phase_seconds[phase])}"
@@ -302,6 +302,7 @@ def sweep_locked(
     simulate_on_cpu: bool,
 ) -> tuple[Path, dict[str, Any]]:
     from harness.run import driver, sweep
+    from harness.run.host import NodeHost
     from harness.run.worker import GroupActor
 
     started = time.perf_counter()
@@ -342,7 +343,7 @@ def sweep_locked(
 
         runner = driver.Driver(
             run_dir, plan.context, GroupActor, simulate_on_cpu=simulate_on_cpu, on_row=on_row,
-            on_group=on_group,
+            on_group=on_group, host=NodeHost,
         )  # fmt: skip
         references = [(w, p) for w, p in todo if w.reference]
         others = [(w, p) for w, p in todo if not w.reference]

@@ -15,6 +15,7 @@ job it gets, and the helpers all runners use instead of copying them.
 
 from __future__ import annotations
 
+import ctypes
 import gc
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -28,7 +29,7 @@ from harness.row import Part, Prediction, Provenance, ResultRow, Status
 from harness.run.contracts import GroupItem, WorkContext, point_row
 from harness.spec import adapters, catalog, models
 from harness.spec.scenario import GroupKey, Point
-from harness.units import GIB, MIB, to_mib
+from harness.units import GIB, to_mib
 
 
 def no_meter() -> energy.EnergyMeter[Any]:
@@ -145,13 +146,29 @@ def failure_text(exc: BaseException, where: str = "") -> str:
 
 
 def free_memory(device: str) -> None:
-    """Release what the last point (or engine) left: garbage, and on a GPU the allocator's cached
-    blocks, so the next point's memory figures do not count them."""
+    """Release what the last point (or engine) left: garbage, the C heap's free pages, and on a
+    GPU the allocator's cached blocks, so the next point's memory figures do not count them."""
     gc.collect()
+    trim_heap()
     if device.startswith("cuda"):
         import torch
 
         torch.cuda.empty_cache()
+
+
+def trim_heap() -> bool:
+    """Hand glibc's freed heap pages back to the system (`malloc_trim(0)`): the CPU counterpart
+    of `torch.cuda.empty_cache()`. Without it a process's RSS keeps the quality pass's freed
+    activations (100-580 MiB on the default CPU bench, different in every run), and the points
+    measured after it carry them. False where the C library has no malloc_trim (not glibc)."""
+    try:
+        libc = ctypes.CDLL(None)
+        trim = libc.malloc_trim
+    except (OSError, AttributeError):
+        return False
+    trim.argtypes = [ctypes.c_size_t]
+    trim(0)
+    return True
 
 
 # --- cards and the plan --------------------------------------------------------------------
@@ -210,13 +227,8 @@ def gap_pct(measured: float | None, predicted: float | None) -> float | None:
 
 # --- the KV pool ---------------------------------------------------------------------------
 
-# An engine that sizes its KV pool up front (vLLM on the CPU, offline or behind a server) gets
-# the largest KV cache its sequences need with this headroom: blocks are allocated whole (128
-# tokens on the CPU), so each sequence may hold up to one block it does not fill.
-KV_POOL_HEADROOM = 1.25
-KV_POOL_MIN_BYTES = 64 * MIB
-
-
-def kv_pool_bytes(largest_kv_bytes: float) -> int:
-    """The pool for a group whose sequences need at most `largest_kv_bytes` at once."""
-    return max(KV_POOL_MIN_BYTES, int(largest_kv_bytes * KV_POOL_HEADROOM))
+# The pool an engine that sizes it up front gets is the plan's (harness.plan.kv_pool_bytes), so
+# the plan's memory and the engine's pool are one formula; re-exported for the runners.
+KV_POOL_HEADROOM = planner.KV_POOL_HEADROOM
+KV_POOL_MIN_BYTES = planner.KV_POOL_MIN_BYTES
+kv_pool_bytes = planner.kv_pool_bytes

@@ -4,6 +4,12 @@ Rows come back to the driver as they are measured (a streaming generator), so th
 lives on the driver's machine and needs no shared filesystem. A lost node ends its actor's
 stream; the group's remaining points are retried on another matching node (bounded), and what
 still cannot run is written as `node_lost`. Resume is the default: `ok` points are never re-run.
+
+Each node that can run a group gets a host actor (harness.run.host, handed in by the CLI like the
+group's actor): it has imported the engines once, and each group's fresh actor runs its group in
+a child forked from it. The driver owns the hosts, so they end with the run. `HARNESS_FORKSERVER=0`
+creates none: every group then imports its engine in its own actor, as a group that cannot fork
+does (one line says why, once per reason).
 """
 
 from __future__ import annotations
@@ -11,7 +17,9 @@ from __future__ import annotations
 import os
 import re
 import socket
+import sys
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +35,7 @@ from harness.run.store import keep_scores, load_scores, reference_artifact
 from harness.spec.scenario import Point
 
 MAX_ATTEMPTS = 3  # per group: the first try and two retries on another node
+HOST_THREADS = 64  # groups one node host serves at once (one per GPU, and room for retries)
 PLACEMENT_TIMEOUT_S = 600.0  # an actor no node can host for this long is lost (image pulls)
 
 
@@ -133,18 +142,37 @@ class Attempt:
     received: set[str] = field(default_factory=set)
 
 
+def failure_text(exc: BaseException) -> str:
+    """An actor's failure in one line's worth: a task error names the exception it carries
+    (e.g. "RayTaskError: ChildDied: … killed by signal 9 (SIGKILL)"), not its traceback."""
+    cause = getattr(exc, "cause", None)
+    if isinstance(cause, BaseException):
+        return f"{type(exc).__name__}: {type(cause).__name__}: {str(cause)[:300]}"
+    return f"{type(exc).__name__}: {str(exc)[:300]}"
+
+
 class GroupActor(Protocol):
     """What the driver asks of the actor that measures one group on a node (harness.run.worker
     implements it; the driver is handed the class and never imports the device side)."""
 
-    def __init__(self, simulate_on_cpu: bool = False) -> None: ...
+    def __init__(
+        self, simulate_on_cpu: bool = False, fork_off: str | None = None, hosts: str = ""
+    ) -> None:
+        """`fork_off`: why no group forks (None: they may); `hosts`: the tag of the driver's
+        node hosts' names (harness.run.node.host_name)."""
 
     def measure(
         self, work: sweep.Work, points: list[Point], ctx: WorkContext, ref: WindowScores | None
-    ) -> Iterator[tuple[GroupItem, str]]:
+    ) -> Iterator[tuple[GroupItem, str, str | None]]:
         """Yields each item of the group (harness.run.contracts.GroupItem) with the Ray node id
-        that produced it."""
+        that produced it and, on the first item of a group that did not fork, why not."""
         ...
+
+
+class NodeHost(Protocol):
+    """The long-lived actor per node that forks a child per group (harness.run.host)."""
+
+    def __init__(self) -> None: ...
 
 
 class Driver:
@@ -157,6 +185,8 @@ class Driver:
         simulate_on_cpu: bool = False,
         on_row: Callable[[ResultRow, str | None], None] | None = None,
         on_group: Callable[[str, str | None], None] | None = None,
+        host: type[NodeHost] | None = None,
+        on_note: Callable[[str], None] | None = None,
     ) -> None:
         import ray
 
@@ -167,17 +197,46 @@ class Driver:
         self.on_row = on_row or (lambda row, node_id: None)
         self.on_group = on_group or (lambda label, node_id: None)
         self.actor_cls = ray.remote(max_restarts=0, max_task_retries=0)(actor)
+        self.fork_off = node.forkserver_off() or (None if host else "no node host given")
+        self.host_cls = None if host is None or self.fork_off else ray.remote(max_restarts=0)(host)
+        self.hosts: dict[str, Any] = {}  # node id -> its host actor (held: the driver owns them)
+        self.hosts_tag = uuid.uuid4().hex[:12]
+        self.on_note = on_note or (lambda line: print(line, file=sys.stderr, flush=True))
+        self.notes: set[str] = set()
         self.corpus_hash = corpus.corpus_hash()
         self.failures: list[dict[str, Any]] = []
 
     def reference_for(self, work: sweep.Work) -> WindowScores | None:
         return None if work.reference else load_scores(reference_artifact(self.ctx, work.group))
 
+    def start_hosts(self, works: list[tuple[sweep.Work, list[Point]]]) -> None:
+        """A host actor on every live node that can run one of these groups and has none yet,
+        pinned to it; it starts importing the engines while Ray places the groups' actors."""
+        if self.host_cls is None:
+            return
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        needs = [placement(w.group.target, self.simulate_on_cpu)["resources"] for w, _ in works]
+        for n in node_inventory():
+            fits = any(all(n["resources"].get(k, 0) >= v for k, v in r.items()) for r in needs)
+            if n["alive"] and fits and n["node_id"] not in self.hosts:
+                pin = NodeAffinitySchedulingStrategy(node_id=n["node_id"], soft=False)
+                name = node.host_name(n["node_id"], self.hosts_tag)
+                self.hosts[n["node_id"]] = self.host_cls.options(
+                    name=name, num_cpus=0, scheduling_strategy=pin, max_concurrency=HOST_THREADS
+                ).remote()
+
+    def note(self, line: str) -> None:
+        if line not in self.notes:
+            self.notes.add(line)
+            self.on_note(line)
+
     def launch(self, attempt: Attempt) -> None:
         """A fresh actor (process) per group: memory figures of one group never carry another's
         leftovers, and engines that keep device memory release it when the process ends."""
         options = placement(attempt.work.group.target, self.simulate_on_cpu)
-        attempt.actor = self.actor_cls.options(**options).remote(self.simulate_on_cpu)
+        actor = self.actor_cls.options(**options)
+        attempt.actor = actor.remote(self.simulate_on_cpu, self.fork_off, self.hosts_tag)
         attempt.stream = attempt.actor.measure.options(num_returns="streaming").remote(
             attempt.work, attempt.points, self.ctx, self.reference_for(attempt.work)
         )
@@ -186,6 +245,7 @@ class Driver:
     def run_wave(self, works: list[tuple[sweep.Work, list[Point]]]) -> None:
         """Launch every group of a wave at once; Ray queues what the cluster cannot host yet."""
         running: dict[Any, Attempt] = {}
+        self.start_hosts(works)
         for work, points in works:
             attempt = Attempt(work=work, points=points)
             self.launch(attempt)
@@ -206,7 +266,7 @@ class Driver:
         from ray.exceptions import RayError
 
         try:
-            item, node_id = self.ray.get(next(attempt.stream))
+            item, node_id, why_fresh = self.ray.get(next(attempt.stream))
         except StopIteration:
             self.ray.kill(attempt.actor)
             return False
@@ -215,6 +275,8 @@ class Driver:
         if attempt.node_id is None:
             attempt.node_id = node_id
             self.on_group(attempt.work.group.label, node_id)
+        if why_fresh is not None:
+            self.note(f"a fresh process per group, importing its engine ({why_fresh})")
         if isinstance(item, ResultRow):
             store.write_row(self.run_dir, item)
             attempt.received.add(item.key)
@@ -232,7 +294,7 @@ class Driver:
             {
                 "group": attempt.work.group.label,
                 "node_id": attempt.node_id,
-                "error": f"{type(exc).__name__}: {str(exc)[:300]}",
+                "error": failure_text(exc),
                 "points_left": len(left),
                 "attempt": attempt.tries,
             }

@@ -29,9 +29,9 @@ from pathlib import Path
 from typing import Any
 
 from harness import atomic
+from harness.budget import ANY, MODE_PHASE, PHASES, Calibration, PhaseSeconds
 from harness.console import GroupProgress, duration
 from harness.files import read_capped
-from harness.plan import ANY, MODE_PHASE, PHASES, Calibration, PhaseSeconds
 from harness.row import ResultRow
 
 HISTORY_ENV = "HARNESS_HISTORY"

@@ -12,7 +12,7 @@ from importlib import metadata
 from pathlib import Path
 
 from harness import __version__
-from harness.row import Provenance
+from harness.row import ProcessPath, Provenance
 from harness.spec import adapters
 
 REPO = Path(__file__).resolve().parents[2]
@@ -121,7 +121,12 @@ def collect(
     corpus_hash: str,
     model_commit: str | None = None,
     adapter: adapters.Adapter | None = None,
+    *,
+    process: ProcessPath = "in-process",
+    node_id: str | None = None,
 ) -> Provenance:
+    """`node_id`: the Ray node, for a process that measures for a Ray worker without being one
+    (a child forked by harness.run.host); else the node this process runs under, if any."""
     torch_version = package_version("torch")
     cuda = rocm = None
     if device.startswith("cuda"):
@@ -140,12 +145,13 @@ def collect(
         vllm=vllm_build(),
         python=platform.python_version(),
         hostname=socket.gethostname(),
-        node_id=ray_node_id(),
+        node_id=node_id or ray_node_id(),
         git_sha=git_sha(),
         model_commit=model_commit,
         container_image=os.environ.get("HARNESS_IMAGE"),
         harness=__version__,
         corpus_hash=corpus_hash,
         load_average=os.getloadavg()[0],
+        process=process,
         **(adapter.provenance() if adapter is not None else {}),
     )

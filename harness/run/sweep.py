@@ -15,8 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from harness import __version__, corpus, modes
-from harness import plan as planner
+from harness import __version__, budget, corpus, modes
 from harness.console import err_console
 from harness.errors import UserInputError
 from harness.row import SCHEMA_VERSION, ResultRow
@@ -42,7 +41,7 @@ class SweepPlan(BaseModel):
     work: list[Work]  # reference groups first
     skipped: list[tuple[Point, str]]
     added_reference_groups: list[str]
-    phases: list[planner.PhaseSeconds] = []  # the budget's phases, calibrated (run.history)
+    phases: list[budget.PhaseSeconds] = []  # the budget's phases, calibrated (run.history)
 
     @property
     def total_points(self) -> int:
@@ -88,7 +87,7 @@ def prepare(
     calibration = history.calibration(
         history.read(history.history_path()), scenario_hash(scenario_path)
     )
-    plan = planner.plan_grid(
+    plan = budget.plan_grid(
         grid.model_copy(update={"points": points}), gpu=gpu, calibration=calibration,
         runner=runner,
     )  # fmt: skip

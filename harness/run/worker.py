@@ -10,13 +10,13 @@ in a point becomes an `oom` row and the group goes on.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Generator, Iterator
+from typing import TYPE_CHECKING, Any
 
 from harness import corpus, modes
 from harness.backends.base import WindowScores
 from harness.measure import energy
-from harness.row import ResultRow
+from harness.row import ProcessPath, ResultRow
 from harness.run import node, provenance
 from harness.run.contracts import GroupItem, WorkContext, is_reference
 from harness.run.device import Job, Runner, bound_adapter
@@ -33,25 +33,86 @@ Emit = Callable[[ResultRow], None]
 class GroupActor:
     """A Ray actor on a worker node, one per group (a fresh process: one group's memory figures
     never carry another's leftovers): measures the group and streams each item back with the
-    node's id. Implements harness.run.driver.GroupActor; the CLI hands this class to the driver."""
+    node's id. Implements harness.run.driver.GroupActor; the CLI hands this class to the driver.
 
-    def __init__(self, simulate_on_cpu: bool = False) -> None:
+    The group runs in a child forked by the node's host (harness.run.host: the engines already
+    imported) unless `fork_off` says why not, the group is not forkable (`unforkable`), or the
+    host cannot fork; then it runs here, in this fresh process, as before the host existed. The
+    first item carries that reason (the driver prints it once); the rows' provenance says which
+    process measured them."""
+
+    def __init__(
+        self, simulate_on_cpu: bool = False, fork_off: str | None = None, hosts: str = ""
+    ) -> None:
         self.simulate_on_cpu = simulate_on_cpu
+        self.fork_off = fork_off
+        self.hosts = hosts
         os.environ["OMP_NUM_THREADS"] = str(node.node_threads())
 
     def measure(
         self, work: Work, points: list[Point], ctx: WorkContext, reference: WindowScores | None
-    ) -> Iterator[tuple[GroupItem, str]]:
+    ) -> Iterator[tuple[GroupItem, str, str | None]]:
         import ray
+
+        node_id = ray.get_runtime_context().get_node_id()
+        override = "cpu" if self.simulate_on_cpu else None
+        why = self.fork_off or unforkable(work.group, points)
+        if why is None:
+            forked = self.forked(work.group, points, ctx, reference, override, node_id)
+            why = yield from forked
+            if why is None:
+                return
         import torch
 
         torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
-        node_id = ray.get_runtime_context().get_node_id()
-        override = "cpu" if self.simulate_on_cpu else None
+        note: str | None = why
         for item in iter_group(
-            work.group, points, ctx, reference=reference, device_override=override
-        ):
-            yield item, node_id
+            work.group, points, ctx, reference=reference, device_override=override,
+            process="fresh",
+        ):  # fmt: skip
+            yield item, node_id, note
+            note = None
+
+    def forked(
+        self, group: GroupKey, points: list[Point], ctx: WorkContext,
+        reference: WindowScores | None, override: str | None, node_id: str,
+    ) -> Generator[tuple[GroupItem, str, str | None], None, str | None]:  # fmt: skip
+        """The group through the node host's child; returns why it could not fork (None: it
+        ran there). A failure once the child has started ends the stream as a lost actor's."""
+        import ray
+        from ray.exceptions import RayActorError
+
+        from harness.run import host
+
+        try:
+            node_host = ray.get_actor(node.host_name(node_id, self.hosts))
+        except ValueError:
+            return "no host on this node (it joined after the run started)"
+        kwargs = dict(
+            group=group, points=points, ctx=ctx, reference=reference, device_override=override,
+            process="forkserver", node_id=node_id,
+        )  # fmt: skip
+        stream: Any = node_host.run_group.options(num_returns="streaming").remote(
+            os.getpid(), host.device_env(), iter_group, kwargs
+        )
+        try:
+            first = ray.get(next(stream))
+        except RayActorError as exc:
+            return f"the node's host is gone ({type(exc).__name__})"
+        if isinstance(first, host.Fallback):
+            return first.reason
+        for ref in stream:
+            item = ray.get(ref)
+            yield item, node_id, None
+        return None
+
+
+def unforkable(group: GroupKey, points: list[Point]) -> str | None:
+    """Why a group must not run in a forked child: vLLM has its own processes (its engine core,
+    its server), and forking a process that imported it is not proven safe here."""
+    if group.backend == "vllm" or any(p.mode == "serving" for p in points):
+        return "a vLLM group (vLLM starts its own processes)"
+    return None
 
 
 def device_for(target: str) -> str:
@@ -81,6 +142,8 @@ def iter_group(
     *,
     reference: WindowScores | None = None,
     device_override: str | None = None,
+    process: ProcessPath = "in-process",
+    node_id: str | None = None,
 ) -> Iterator[GroupItem]:
     """Each mode's points of the group through its runner (`harness.run.device.Runner`), in
     registry order: the offline points (load once, score quality once, then each point: the
@@ -91,14 +154,19 @@ def iter_group(
     group's engine memory into the next.
 
     `device_override="cpu"` runs GPU-target groups on the CPU: only the multi-node tests use it
-    (routing on one machine); the rows' provenance then names the CPU that really ran them."""
+    (routing on one machine); the rows' provenance then names the CPU that really ran them.
+    `process` and `node_id` go into the rows' provenance (which process measured them, on which
+    Ray node: a forked child is not a Ray worker itself)."""
     device = device_override or device_for(group.target)
     random = group.weights == "random"
     # a hub id: its snapshot; random weights need its config.json only
     resolved = models.resolve(group.model, group.revision, need="config" if random else "weights")
     corpus_hash = corpus.corpus_hash()
     adapter = bound_adapter(group, resolved)
-    prov = provenance.collect(device, corpus_hash, model_commit=resolved.commit, adapter=adapter)
+    prov = provenance.collect(
+        device, corpus_hash, model_commit=resolved.commit, adapter=adapter, process=process,
+        node_id=node_id,
+    )  # fmt: skip
     by_mode = {name: [p for p in points if p.mode == name] for name in modes.REGISTRY}
     with energy.metering(device) as meter:  # one meter for the group, every mode's runner
         job = Job(

@@ -431,17 +431,11 @@ class Point(Strict):
 
     @property
     def group(self) -> GroupKey:
-        return GroupKey(
-            target=self.target,
-            model=self.model,
-            revision=self.revision,
-            weights=self.weights,
-            adapter=self.adapter,
-            backend=self.backend,
-            quantization=self.quantization,
-            kv_cache_dtype=self.kv_cache_dtype,
-            training=None if self.training is None else self.training.label,
-        )
+        """The group this point is loaded in: its fields that GroupKey names (a training point's
+        by its configuration label)."""
+        shared = {f: getattr(self, f) for f in GroupKey.model_fields if f != "training"}
+        training = None if self.training is None else self.training.label
+        return GroupKey(**shared, training=training)
 
 
 class GroupKey(Strict):

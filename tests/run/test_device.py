@@ -190,3 +190,30 @@ def test_the_job_asks_for_the_card_by_the_device_name_in_its_provenance(tmp_path
         provenance=Provenance(device_name="a GPU nobody knows"),
     )  # fmt: skip
     assert job.card("cuda") is None and job.card("cpu") is not None
+
+
+def test_trim_heap_hands_freed_heap_pages_back() -> None:
+    """Freed C-heap blocks below the top of the heap stay in RSS until malloc_trim: 2,000 blocks
+    of 64 KiB (under glibc's mmap threshold, so on the heap) are touched and freed but the last,
+    which pins the top; trim_heap must give most of the 125 MiB back."""
+    import ctypes
+
+    import psutil
+
+    from harness.run.device import trim_heap
+
+    libc = ctypes.CDLL(None)
+    libc.malloc.restype = ctypes.c_void_p
+    libc.malloc.argtypes = [ctypes.c_size_t]
+    libc.free.argtypes = [ctypes.c_void_p]
+    size, count = 64 * 1024, 2000
+    blocks = [libc.malloc(size) for _ in range(count)]
+    for b in blocks:
+        ctypes.memset(b, 1, size)
+    for b in blocks[:-1]:
+        libc.free(b)
+    before = psutil.Process().memory_info().rss
+    assert trim_heap() is True
+    after = psutil.Process().memory_info().rss
+    libc.free(blocks[-1])
+    assert before - after > 50 * 2**20, (before, after)

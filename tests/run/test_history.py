@@ -1,5 +1,5 @@
 """The node's run history: what each phase took, recorded per run, and the budget calibrated
-from it (harness.run.history, harness.plan's phases)."""
+from it (harness.run.history, harness.budget's phases)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from harness import plan as planner
+from harness import budget
 from harness.console import duration
 from harness.row import HarnessTime, Quality, ResultRow
 from harness.run import history, sweep
@@ -24,11 +24,11 @@ TINY = {
 }  # fmt: skip
 
 
-def tiny_plan(**options: object) -> planner.Plan:
-    return planner.plan_grid(expand(Scenario.model_validate(TINY)), **options)  # type: ignore[arg-type]
+def tiny_plan(**options: object) -> budget.Plan:
+    return budget.plan_grid(expand(Scenario.model_validate(TINY)), **options)  # type: ignore[arg-type]
 
 
-def rows_for(plan: planner.Plan, load_s: float, quality_s: float, work_s: float) -> list[ResultRow]:
+def rows_for(plan: budget.Plan, load_s: float, quality_s: float, work_s: float) -> list[ResultRow]:
     """Rows as a run writes them: per group one load and one quality phase, each point carrying
     its share of the quality time in measured_s."""
     rows = []
@@ -88,7 +88,7 @@ def test_a_recorded_run_calibrates_the_next_plan_by_measured_over_default(tmp_pa
 
 
 def test_a_model_without_history_borrows_its_engine_and_device_ratio() -> None:
-    plan = tiny_plan(calibration={("transformers", "cpu", planner.ANY, "load"): 3.0})
+    plan = tiny_plan(calibration={("transformers", "cpu", budget.ANY, "load"): 3.0})
     base = tiny_plan()
     assert plan.budget.est_load_seconds == pytest.approx(3 * base.budget.est_load_seconds)
     assert plan.budget.est_quality_seconds == pytest.approx(base.budget.est_quality_seconds)
@@ -157,7 +157,7 @@ def test_the_budget_pays_every_phase_and_prices_the_wall_time_on_a_gpu() -> None
     assert {p.phase for p in one_process.phases if not p.group} == {"startup"}  # imports once
     assert not any(p.phase == "startup" for p in one_process.phases if p.group)
     assert ray.budget.est_gpu_hours == 0.0  # a CPU sweep rents no GPU
-    gpu = planner.plan_grid(
+    gpu = budget.plan_grid(
         expand(Scenario.model_validate({**TINY, "targets": ["cuda"]})), hourly_usd=2.0
     )
     assert gpu.budget.est_gpu_hours == pytest.approx(gpu.budget.est_seconds / 3600)

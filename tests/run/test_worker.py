@@ -174,13 +174,13 @@ def test_a_rocm_point_is_planned_and_predicted_on_the_same_default_card(
 ) -> None:
     """No --gpu and a device the catalog does not know: `harness plan` and the worker's
     prediction both assume the target's default card (ROCm: MI300X), never a CUDA card."""
-    from harness import plan
+    from harness import budget, plan
     from harness.modes.offline.device import run as offline
+    from harness.spec.scenario import Grid
 
     rocm = point(target="rocm")
-    planned = plan.plan_grid(
-        plan.Grid(scenario=scenario_for(rocm), points=[rocm], skipped=[])
-    ).points[0]
+    grid = Grid(scenario=scenario_for(rocm), points=[rocm], skipped=[])
+    planned = budget.plan_grid(grid).points[0]
     seen: list[str] = []
     real = plan.plan_point
 

@@ -36,7 +36,12 @@ run that way, once, and the latency and engine-start cost of the difference are 
 
 Both also differ in what they ask the engine: the harness decodes greedily (temperature 0) on
 text windows of the eval corpus; vLLM's benchmark samples (temperature 1.0, top-p 1.0) on random
-token ids. EOS is ignored on both sides, so the token counts are exact.
+token ids. EOS is ignored on both sides, so the token counts are exact. Why the figures differ is
+measured too (``--no-explain`` skips it): after the points, one engine with the harness's engine
+arguments runs each point the harness's way and both `vllm bench` ways back to back
+(`explain`), and each table row gets a "why" cell: the factors of its figure (clock, prompts and
+sampling, warm-up, the decode derivation), the ratio they predict, and the rest. ``--points
+B:C,...`` narrows the run to some of the scenario's points.
 
 Writes DIR/side_by_side_vllm.json and DIR/side_by_side_vllm.md (and the raw JSON of every vLLM
 command, its stdout, and the harness run folders under DIR). The last line printed is the
@@ -49,6 +54,7 @@ contract::
 - `parse`: what vLLM writes (bench JSON and stdout, the engine arguments it logs) → dicts, flags;
 - `table`: each tool's figures for a point, the ratio table, Markdown, text, the contract line;
 - `vllm_side`: vLLM's benchmark run in one long-lived process (how, and why so: its docstring);
+- `explain`: the causes of the differences, measured in one engine, as factors per figure;
 - `harness_side`: the scenario, its model, one `harness measure` of one point;
 - `run`: the comparison (retries, the subprocess-engine point) and the report.
 """

@@ -20,6 +20,7 @@ from harness.bench.machine import (
     set_default_env,
     wait_for_quiet,
 )
+from harness.bench.side_by_side_vllm.explain import EXPLAIN_NOTE, counts_note, factors
 from harness.bench.side_by_side_vllm.harness_side import model_dir, read_scenario, run_harness
 from harness.bench.side_by_side_vllm.parse import engine_args_differ, engine_flags
 from harness.bench.side_by_side_vllm.table import (
@@ -34,7 +35,13 @@ from harness.bench.side_by_side_vllm.table import (
     text_table,
     vllm_figures,
 )
-from harness.bench.side_by_side_vllm.vllm_side import BenchPlan, Point, VllmWorker, vllm_pass
+from harness.bench.side_by_side_vllm.vllm_side import (
+    BenchPlan,
+    Point,
+    VllmWorker,
+    explain_pass,
+    vllm_pass,
+)
 
 DEFAULT_SCENARIO = REPO / "scenarios" / "examples" / "side-by-side-vllm.yaml"
 DEFAULT_OUT = REPO / "results" / "side-by-side-vllm"
@@ -57,6 +64,8 @@ class Options:
     max_foreign: float
     retries: int
     budget_s: float
+    explain: bool = True  # the causes measured in one engine (explain), the table's "why"
+    points: str | None = None  # "B:C,B:C": only these of the scenario's points
 
 
 @dataclass(frozen=True)
@@ -96,6 +105,25 @@ class Setup:
         return [(b, c) for b in self.batches for c in self.contexts]
 
 
+def chosen_points(setup: Setup, points: str | None) -> list[Point]:
+    """The scenario's points, or those of `points` ("B:C,B:C"), which must be among them."""
+    if not points:
+        return setup.points
+    chosen = [parse_point(p) for p in points.split(",") if p.strip()]
+    unknown = [p for p in chosen if p not in setup.points]
+    if unknown or not chosen:
+        raise SystemExit(f"--points {points}: expected B:C among the scenario's {setup.points}")
+    return chosen
+
+
+def parse_point(text: str) -> Point:
+    batch, _, context = text.strip().partition(":")
+    try:
+        return int(batch), int(context)
+    except ValueError:
+        raise SystemExit(f"--points: {text!r} is not B:C (two integers)") from None
+
+
 def shared(pair: Mapping[str, Mapping[str, Any]]) -> float:
     """The larger share of the machine others used while either tool measured the point."""
     return float(max(pair["harness"]["foreign_share"], pair["vllm"]["foreign_share"]))
@@ -111,6 +139,8 @@ class Comparison:
         self.vllm_runs: list[Run] = []
         self.attempts: list[dict[str, Any]] = []
         self.flags: list[str] = []
+        self.points = chosen_points(setup, options.points)
+        self.explained: dict[Point, dict[str, Any]] = {}
 
     def left_s(self) -> float:
         return self.options.budget_s - (time.perf_counter() - self.started)
@@ -202,11 +232,32 @@ class Comparison:
         try:
             turn = 0
             for rep in range(1, self.options.reps + 1):
-                for batch, context in self.setup.points:
+                for batch, context in self.points:
                     self.measure_point(worker, rep, batch, context, harness_first=turn % 2 == 0)
                     turn += 1
+            if self.options.explain:
+                self.explain(worker)
         finally:
             worker.close()
+
+    def explain(self, worker: VllmWorker) -> None:
+        """The causes of the differences, measured in one engine (explain), per point."""
+        s = self.setup
+        log(f"explain: the harness's and vllm bench's calls in one engine, {len(self.points)} "
+            f"points × {s.repeats} rounds …")  # fmt: skip
+        started = time.perf_counter()
+        measured = explain_pass(
+            worker, self.points, self.harness_runs[0]["engine_args"], out=self.out / "explain",
+            model=s.model, output_len=s.output_len, warmups=s.warmups, reps=s.repeats,
+            seed=s.seed,
+        )  # fmt: skip
+        if "error" in measured:
+            log(f"    explain failed, the table goes without its why column: {measured['error']}")
+            return
+        for key, calls in measured["points"].items():
+            point = parse_point(key)
+            self.explained[point] = {**factors(calls, point[0], s.output_len), "calls": calls}
+        log(f"    {time.perf_counter() - started:.1f} s")
 
     def subprocess_engine(self) -> dict[str, Any] | None:
         """--mp-point with the engine core in a subprocess (vLLM's default), once, against the
@@ -214,7 +265,7 @@ class Comparison:
         if self.options.mp_point == "none":
             return None
         if self.options.mp_point == "first":
-            b, c = self.setup.points[0]
+            b, c = self.points[0]
         else:
             b, c = (int(x) for x in self.options.mp_point.split(":"))
         self.quiet()
@@ -260,10 +311,15 @@ def subprocess_figures(
 
 
 def point_figures(
-    point: Point, output_len: int, harness_runs: Sequence[Run], vllm_runs: Sequence[Run]
+    point: Point,
+    output_len: int,
+    harness_runs: Sequence[Run],
+    vllm_runs: Sequence[Run],
+    explained: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """One point's entry of the report: both tools' figures (medians over repetitions of each
-    repetition's figure), each repetition's, what the machine did meanwhile, the raw timings."""
+    repetition's figure), each repetition's, what the machine did meanwhile, the raw timings,
+    and the causes measured in one engine (`explain.factors`, None when not measured)."""
     batch, context = point
     mine_h = [h for h in harness_runs if h["point"] == point]
     mine_vr = [v for v in vllm_runs if v["point"] == point]
@@ -297,6 +353,7 @@ def point_figures(
         ],
         "vllm_throughput_elapsed_s": [[t["elapsed_s"] for t in v["throughput"]] for v in mine_v],
         "harness_row_keys": [h["rows"][0]["key"] for h in mine_h],
+        "explained": explained,
     }
 
 
@@ -310,7 +367,7 @@ def notes(report: Mapping[str, Any], max_foreign: float) -> list[str]:
     )
     points = report["points"]
     noisy = [p["label"] for p in points if max(p["others_cpu_share"].values()) > max_foreign]
-    measurements = len(report["batches"]) * len(report["contexts"]) * report["reps"]
+    measurements = len(points) * report["reps"]
     said = [
         f"Harness quality (same run): perplexity {quality['ppl']:.2f} "
         f"[{quality['ppl_ci_low']:.2f}, {quality['ppl_ci_high']:.2f}], ARC-Easy "
@@ -324,6 +381,9 @@ def notes(report: Mapping[str, Any], max_foreign: float) -> list[str]:
         + (f"; still shared with others: {', '.join(noisy)}" if noisy else "")
         + ".",
     ]
+    explained = {p["label"]: p["explained"] for p in points if p.get("explained")}
+    if explained:
+        said += [EXPLAIN_NOTE, counts_note(explained)]
     mp = report["subprocess_engine"]
     if mp:
         said.append(
@@ -423,11 +483,17 @@ def run(options: Options) -> dict[str, Any]:
         f"{options.throughput_runs}; {CORES} cores; 1-min load avg {load1():.2f}; out {out}"
     )
     comparison = Comparison(options, setup, out, started)
+    if comparison.points != setup.points:
+        labels = [point_label(b, c, setup.output_len) for b, c in comparison.points]
+        log(f"--points: only {', '.join(labels)}")
     comparison.measure_all()
     compared = [
-        point_figures(p, setup.output_len, comparison.harness_runs, comparison.vllm_runs)
-        for p in setup.points
-    ]
+        point_figures(
+            p, setup.output_len, comparison.harness_runs, comparison.vllm_runs,
+            comparison.explained.get(p),
+        )
+        for p in comparison.points
+    ]  # fmt: skip
     mp = comparison.subprocess_engine()
     report = build_report(comparison, compared, mp)
     write_report(out, report, notes(report, options.max_foreign))

@@ -19,6 +19,8 @@ import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from harness.bench.side_by_side_vllm.explain import why
+
 TOLERANCE = 0.10  # the goal: harness within 10 % of vLLM's own figure
 METRICS = {
     "latency_s": "s per batch (median)",
@@ -96,8 +98,9 @@ def comparison_rows(
     points: Sequence[Mapping[str, Any]], tolerance: float = TOLERANCE
 ) -> list[dict[str, Any]]:
     """One table row per point × metric: {"point", "metric", "what", "vllm", "harness", "ratio",
-    "within", "load"}. `points` items carry "label", "vllm" and "harness" (figure dicts) and
-    optionally "load" (the 1-min load averages while each tool measured the point)."""
+    "within", "load", "why"}. `points` items carry "label", "vllm" and "harness" (figure dicts)
+    and optionally "load" (the 1-min load averages while each tool measured the point) and
+    "explained" (`explain.factors` of the point: the "why" cell)."""
     table = []
     for point in points:
         for metric, what in METRICS.items():
@@ -114,6 +117,7 @@ def comparison_rows(
                     "ratio": r,
                     "within": within(r, tolerance),
                     "load": point.get("load"),
+                    "why": why(metric, point.get("explained"), r),
                 }
             )
     return table
@@ -129,10 +133,12 @@ def markdown_table(rows: Sequence[Mapping[str, Any]], tolerance: float = TOLERAN
     """The comparison as a Markdown table (ratio = harness ÷ vLLM), with what the rows say of
     the machine while each tool measured the point ("load") when they carry it."""
     loads = any(r.get("load") for r in rows)
+    whys = any(r.get("why", "–") != "–" for r in rows)
     lines = [
         f"| point | figure | vLLM bench | harness | ratio | within {100 * tolerance:.0f} % |"
-        + (" others' CPU; load avg (vLLM / harness) |" if loads else ""),
-        "|---|---|---:|---:|---:|:---:|" + ("---:|" if loads else ""),
+        + (" others' CPU; load avg (vLLM / harness) |" if loads else "")
+        + (" why: factors → predicted ratio; rest |" if whys else ""),
+        "|---|---|---:|---:|---:|:---:|" + ("---:|" if loads else "") + ("---|" if whys else ""),
     ]
     for r in rows:
         ok = {True: "yes", False: "**no**", None: "–"}[r["within"]]
@@ -141,6 +147,7 @@ def markdown_table(rows: Sequence[Mapping[str, Any]], tolerance: float = TOLERAN
             f"| {r['point']} | {r['what']} | {_cell(r['vllm'], r['metric'])} | "
             f"{_cell(r['harness'], r['metric'])} | {rat} | {ok} |"
             + (f" {r.get('load') or '–'} |" if loads else "")
+            + (f" {r.get('why', '–')} |" if whys else "")
         )
     return "\n".join(lines) + "\n"
 
@@ -157,6 +164,7 @@ def text_table(rows: Sequence[Mapping[str, Any]]) -> str:
         out.append(
             f"{r['point']:<14}{r['what']:<30}{_cell(r['vllm'], r['metric']):>12}"
             f"{_cell(r['harness'], r['metric']):>12}{rat:>8}  {ok:<6}  {r.get('load') or '-'}"
+            + (f"\n{'':<14}why: {r['why']}" if r.get("why", "–") != "–" else "")
         )
     return "\n".join(out)
 

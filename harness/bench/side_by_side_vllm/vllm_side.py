@@ -15,7 +15,8 @@ How it is run, and why:
 - all commands run one after another in one long-lived process (`VllmWorker`: ``python -m
   harness.bench.side_by_side_vllm.vllm_side READY``, vLLM imported once, ~10 s saved per
   command; plans handed over on its stdin), each command's engine shut down and the distributed
-  state cleaned before the next.
+  state cleaned before the next. A plan may instead carry an "explain" pass (`explain_pass`:
+  `explain.measure` in the same process, the harness's and the benchmarks' calls in one engine).
 vLLM is imported only inside the functions that run in that process.
 """
 
@@ -37,6 +38,7 @@ from typing import Any, NoReturn
 from harness.bench import machine
 from harness.bench.machine import CORES, load1, machine_busy_s, own_cpu_s
 from harness.bench.side_by_side_vllm.parse import (
+    HARNESS_ONLY_ARGS,
     parse_engine_args,
     parse_latency_json,
     parse_throughput_json,
@@ -119,8 +121,14 @@ def run_plan(plan_path: Path) -> None:
     from vllm.entrypoints.cli.main import main as vllm_main
 
     plan = json.loads(plan_path.read_text())
-    _cap_latency_prompt_ids(int(plan["vocab_size"]), int(plan["seed"]))
-    timings = []
+    timings: list[dict[str, Any]] = []
+    if "explain" in plan:  # one engine, the causes measured (explain.measure)
+        from harness.bench.side_by_side_vllm import explain
+
+        explain.measure(plan["explain"])
+        plan["commands"] = []
+    else:
+        _cap_latency_prompt_ids(int(plan["vocab_size"]), int(plan["seed"]))
     for command in plan["commands"]:
         argv = list(command["argv"])
         sys.argv = ["vllm", *argv]
@@ -281,6 +289,37 @@ def read_results(
                 fail(f"vllm bench throughput b{batch} c{context} ran other lengths: {t}")
         results[(batch, context)] = {"latency": lat, "latency_one": one, "throughput": thr}
     return results
+
+
+def explain_pass(
+    worker: VllmWorker,
+    points: list[Point],
+    engine_args: Mapping[str, Any],
+    *,
+    out: Path,
+    model: Path,
+    output_len: int,
+    warmups: int,
+    reps: int,
+    seed: int,
+) -> dict[str, Any]:
+    """`explain.measure` of `points` on `worker`, in one engine with the harness's engine
+    arguments (its harness-only ones left out, as for `vllm bench`); its calls per point."""
+    out.mkdir(parents=True, exist_ok=True)
+    args = {k: v for k, v in engine_args.items() if k not in HARNESS_ONLY_ARGS}
+    result = out / "explain.json"
+    result.unlink(missing_ok=True)
+    plan = out / "explain-plan.json"
+    Path(f"{plan}.timings.json").unlink(missing_ok=True)
+    spec = {
+        "engine_args": {**args, "seed": seed}, "tokenizer": str(model),
+        "points": [list(p) for p in points], "output_len": output_len, "warmups": warmups,
+        "reps": reps, "seed": seed, "result": str(result),
+    }  # fmt: skip
+    plan.write_text(json.dumps({"explain": spec}))
+    worker.run(plan)
+    loaded: dict[str, Any] = json.loads(result.read_text())
+    return loaded
 
 
 def vllm_pass(

@@ -7,8 +7,10 @@ attainment and goodput. Roles of the files: see `harness.modes.base`.
   points, their plan, the level at the SLO priced per package, the report's serving charts.
 - `device/server`   the server process: start on a free port in its own process group, health check,
              stop the whole group (SIGTERM, then SIGKILL), its log's last lines on failure.
-- `device/loadgen`  prompts cut from the shipped corpus, one `vllm bench serve` run per load level,
-             its JSON parsed into a `LevelResult`.
+- `prompts`  a level's prompts: token slices of the shipped corpus (or a workload's prompt
+             ids) decoded with the model's tokenizer, written as the generator's dataset.
+- `device/loadgen`  one `vllm bench serve` run per load level, its JSON parsed into a
+             `LevelResult`.
 - `search`   the highest load that meets the SLO: bracket, then bisect, the stopping rule and
              the plan's worst case (pure; the device's probe loop is in `device/run`).
 - `slo`      the SLO rule (on `spec.SloTargets`) and the pure figures: per-request attainment,

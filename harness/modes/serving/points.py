@@ -45,7 +45,7 @@ def arrivals(serving: Serving) -> tuple[float, float] | None:
 def mean_lengths(level: ServingLevel, arch: catalog.ModelArch) -> tuple[int, int]:
     """The level's mean prompt and output tokens (rounded): its distributions' means, or its
     workload's requests' as sent (prompts cut to the model's positions beside the longest
-    output, as `device.loadgen.workload_prompts` cuts them)."""
+    output, as `prompts.workload_prompts` cuts them)."""
     if level.workload is None:
         return level.prompt_tokens.mean, level.output_tokens.mean
     lengths = workload.level_lengths(level)
@@ -64,7 +64,7 @@ def serving_skip_reason(point: Point, arch: catalog.ModelArch) -> str | None:
         )
     level = point.serving
     if level is not None and level.workload is not None:
-        return None  # a workload's prompts are cut to the model (device.loadgen.workload_prompts)
+        return None  # a workload's prompts are cut to the model (prompts.workload_prompts)
     longest = level.longest_sequence() if level is not None else 0
     if longest > arch.max_positions:
         return (

@@ -347,18 +347,16 @@ class Serving(_Input):
         return [v if isinstance(v, bool) else v == "on" for v in values] or [None]
 
     def level(self, c: int | None, r: float | None, requests: int, seed: int) -> ServingLevel:
-        return ServingLevel(
-            concurrency=c,
-            request_rate=r,
-            requests=requests,
-            prompt_tokens=self.prompt_tokens,
-            output_tokens=self.output_tokens,
-            slo=self.slo,
-            attainment=self.attainment,
-            seed=seed,
-            interactivity=self.interactivity,
-            workload=self.workload,
-        )
+        """A level of this block: its load, requests and seed, and the block's settings every
+        level carries as they are (LEVEL_SETTINGS)."""
+        settings = {name: getattr(self, name) for name in LEVEL_SETTINGS}
+        return ServingLevel(concurrency=c, request_rate=r, requests=requests, seed=seed, **settings)
+
+
+# The serving block's settings a level carries under the same names (ServingLevel's fields).
+LEVEL_SETTINGS = (
+    "prompt_tokens", "output_tokens", "slo", "attainment", "interactivity", "workload",
+)  # fmt: skip
 
 
 class Load(BaseModel):
@@ -444,7 +442,7 @@ class ServingLevel(Load):
         return f"probe{self.probe}-{own}"
 
     def drawn_lengths(self) -> list[tuple[int, int]]:
-        """(prompt, output) tokens per request, as `device.loadgen.cut_prompts` draws them
+        """(prompt, output) tokens per request, as `prompts.cut_prompts` draws them
         (`draw_lengths`, before a prompt is shortened to fit max_model_len)."""
         return draw_lengths(self.prompt_tokens, self.output_tokens, self.requests, self.seed)
 

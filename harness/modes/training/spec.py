@@ -17,6 +17,7 @@ as the rest of the scenario (no coercion, bounds in the message, no duplicates).
 from __future__ import annotations
 
 import itertools
+import math
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -79,6 +80,11 @@ class DataSettings(_Input):
     eval_windows: int = Field(32, gt=0, le=MAX_EVAL_WINDOWS)  # seq_len windows scored, at most
 
 
+# The training block's axes: each a list of values, every combination one point (TrainingPoint's
+# fields of the same names).
+AXES = ("method", "micro_batch", "grad_accum", "seq_len", "gradient_checkpointing", "optimizer")
+
+
 class Training(_Input):
     method: list[TrainMethod] = Few
     micro_batch: list[MicroBatch] = Few
@@ -113,31 +119,21 @@ class Training(_Input):
             )
         return self
 
-    @field_validator(
-        "method", "micro_batch", "grad_accum", "seq_len", "gradient_checkpointing", "optimizer"
-    )
+    @field_validator(*AXES)
     @classmethod
     def no_duplicates(cls, value: list[object]) -> list[object]:
         return unique(value)
 
     @property
     def cells(self) -> int:
-        axes = (self.method, self.micro_batch, self.grad_accum, self.seq_len)
-        n = len(self.gradient_checkpointing) * len(self.optimizer)
-        for axis in axes:
-            n *= len(axis)
-        return n
+        return math.prod(len(getattr(self, axis)) for axis in AXES)
 
     def points(self) -> list[TrainingPoint]:
-        """Every combination of the axes, in the order they are written."""
+        """Every combination of the axes (AXES), in the order they are written."""
+        combos = itertools.product(*(getattr(self, axis) for axis in AXES))
         return [
             TrainingPoint(
-                method=method,
-                micro_batch=mb,
-                grad_accum=acc,
-                seq_len=seq,
-                gradient_checkpointing=ckpt,
-                optimizer=opt,
+                **dict(zip(AXES, combo, strict=True)),
                 steps=self.steps,
                 lr=self.lr,
                 lora_r=self.lora.r,
@@ -152,14 +148,7 @@ class Training(_Input):
                 eval_every=self.eval_every,
                 save_adapter=self.save_adapter,
             )
-            for method, mb, acc, seq, ckpt, opt in itertools.product(
-                self.method,
-                self.micro_batch,
-                self.grad_accum,
-                self.seq_len,
-                self.gradient_checkpointing,
-                self.optimizer,
-            )
+            for combo in combos
         ]
 
 

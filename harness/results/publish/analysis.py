@@ -149,20 +149,37 @@ def mode_reports() -> list[ReportPart[Aggregate]]:
 # --------------------------------------------------------------------------- HTML
 
 
-def regressions_html(result: Aggregate, table: HtmlTable) -> list[str]:
-    out = ["<h2>Error analysis against the reference</h2>"]
+REGRESSIONS_TITLE = "Error analysis against the reference"
+NO_REFERENCE = "No configuration compared with a reference here."
+FLIPPED_TITLE = "Flipped items and worst windows"
+
+
+def regressions_intro(csv_name: str) -> str:
+    """What the section's tables say and where the rest is (both renderings)."""
+    return (
+        f"Test on the ARC flips: {reg.TEST}. ΔNLL is configuration − reference per predicted "
+        f"token. Every flipped item and the {reg.TOP_WINDOWS} windows with the largest ΔNLL per "
+        f"configuration are in {csv_name}."
+    )
+
+
+def compared(result: Aggregate) -> reg.Regressions | None:
+    """The run's error analysis, None when no configuration was compared with a reference."""
     found = result.regressions
-    if found is None or found.summary.empty:
-        return [*out, '<p class="note">No configuration compared with a reference here.</p>']
-    out += [
-        f'<p class="note">Test on the ARC flips: {escape(reg.TEST)}. ΔNLL is configuration − '
-        f"reference per predicted token. Every flipped item and the {reg.TOP_WINDOWS} windows "
-        "with the largest ΔNLL per configuration are in regressions.csv.</p>",
+    return None if found is None or found.summary.empty else found
+
+
+def regressions_html(result: Aggregate, table: HtmlTable) -> list[str]:
+    heading = f"<h2>{REGRESSIONS_TITLE}</h2>"
+    if (found := compared(result)) is None:
+        return [heading, f'<p class="note">{NO_REFERENCE}</p>']
+    return [
+        heading,
+        f'<p class="note">{escape(regressions_intro("regressions.csv"))}</p>',
         table(found.summary, SUMMARY_COLUMNS, "regressions"),
-        "<h3>Flipped items and worst windows</h3>",
+        f"<h3>{FLIPPED_TITLE}</h3>",
         table(found.items, ITEM_COLUMNS, "regression-items"),
     ]
-    return out
 
 
 # --------------------------------------------------------------------------- Markdown
@@ -181,16 +198,15 @@ def md_rows(frame: pd.DataFrame, columns: Sequence[Column], limit: int) -> list[
 
 
 def regressions_markdown(result: Aggregate, table: MdTable) -> list[str]:
-    out = ["\n## Error analysis against the reference\n"]
-    found = result.regressions
-    if found is None or found.summary.empty:
-        return [*out, "_No configuration compared with a reference here._\n"]
-    out += [
-        f"Test on the ARC flips: {reg.TEST}. ΔNLL is configuration − reference per predicted "
-        "token. Every flipped item and the worst windows are in `regressions.csv`.\n",
+    heading = f"\n## {REGRESSIONS_TITLE}\n"
+    if (found := compared(result)) is None:
+        return [heading, f"_{NO_REFERENCE}_\n"]
+    out = [
+        heading,
+        regressions_intro("`regressions.csv`") + "\n",
         table(md_rows(found.summary, SUMMARY_COLUMNS[:-1], 50)),
     ]
     if not found.items.empty:
-        out += ["### Flipped items and worst windows (first 30)\n",
+        out += [f"### {FLIPPED_TITLE} (first 30)\n",
                 table(md_rows(found.items, ITEM_COLUMNS, 30))]  # fmt: skip
     return out

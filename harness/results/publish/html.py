@@ -293,7 +293,63 @@ def memory_chart(result: Aggregate) -> list[str]:
                 diagonal=True,
             )
         )
+        out.append(f'<p class="note">{escape(memory_caption(mem))}</p>')
     return out
+
+
+# The memory chart's caption: the gap per measured phase, and where a phase is off by more than
+# MEMORY_GAP_LIMIT_PCT, why: the term the plan knows least on that device kind, with what was
+# measured (harness.plan's CPU constants say where and how).
+MEMORY_GAP_LIMIT_PCT = 10.0
+MEMORY_PHASES = {"prefill": "peak_mib_prefill", "decode": "peak_mib_decode"}
+LEAST_KNOWN_TERM = {
+    "cpu": (
+        "on the CPU the measured peak is the process RSS; the terms the plan does not model are "
+        "bitsandbytes int8's matmul buffers, which grow with batch x context (+61 MiB over "
+        "fp32's activations at 2,048 tokens on the tiny model, 2026-12-01), and a transformers "
+        "group that could not fork from the node's host (its rows' provenance: process fresh), "
+        "which holds about 105 MiB more from its load on"
+    ),
+}
+MAX_NAMED_POINTS = 4  # points named per phase in the caption; the rest are counted
+
+
+def memory_caption(mem: pd.DataFrame) -> str:
+    """Measured − predicted peak per phase in % of the plan's peak (its largest phase, prefill or
+    decode): the range over the points, the points more than MEMORY_GAP_LIMIT_PCT off, and for
+    their device kinds the term that explains it (LEAST_KNOWN_TERM)."""
+    parts: list[str] = []
+    off_devices: set[str] = set()
+    for phase, column in MEMORY_PHASES.items():
+        rows = mem.loc[mem[column].notna()]
+        if rows.empty:
+            continue
+        gaps = 100 * (rows[column] - rows["predicted_peak_mib"]) / rows["predicted_peak_mib"]
+        points = f"{len(rows)} point{'s' if len(rows) != 1 else ''}"
+        text = f"{phase} {gaps.min():+.1f} % to {gaps.max():+.1f} % over {points}"
+        off = rows.assign(gap_pct=gaps).loc[gaps.abs() > MEMORY_GAP_LIMIT_PCT]
+        if not off.empty:
+            text += f"; {off_points(off)}"
+            off_devices |= {str(d) for d in off["device"]}
+        parts.append(text)
+    why = [f"{d}: {LEAST_KNOWN_TERM[d]}" for d in sorted(off_devices) if d in LEAST_KNOWN_TERM]
+    return (
+        "Measured − predicted peak, in % of the plan's peak: " + "; ".join(parts) + ". The load "
+        "phase is not compared here: a row carries the plan's peak, not its load figure."
+        + "".join(f" Why, {w}." for w in why)
+    )
+
+
+def off_points(off: pd.DataFrame) -> str:
+    """The points more than MEMORY_GAP_LIMIT_PCT off (each with its ``gap_pct``): how many, and
+    the first MAX_NAMED_POINTS by name."""
+    named = [
+        f"{r['model']} {configuration_label(r)} {r['gap_pct']:+.1f} %"
+        for r in off.head(MAX_NAMED_POINTS).to_dict(orient="records")
+    ]
+    more = len(off) - len(named)
+    tail = f" and {more} more" if more > 0 else ""
+    return f"{len(off)} more than {MEMORY_GAP_LIMIT_PCT:.0f} % off ({', '.join(named)}{tail})"
 
 
 def quality_intervals(result: Aggregate, max_models: int) -> list[str]:

@@ -81,22 +81,30 @@ def axes(
         f'<text class="label" transform="translate(14,{top + height / 2:.1f}) rotate(-90)" '
         f'text-anchor="middle">{escape(y_label)}</text>',
     ]
-    x_all = nice_ticks(*xr) if x_ticks else []
-    for t, label in zip(x_all, tick_labels(x_all), strict=True):
-        if xr[0] <= t <= xr[1]:
-            out.append(
-                f'<text class="tick" x="{sx(t):.1f}" y="{bottom + 16}" text-anchor="middle">'
-                f"{escape(label)}</text>"
-            )
-    y_all = nice_ticks(*yr)
-    for t, label in zip(y_all, tick_labels(y_all), strict=True):
-        if yr[0] <= t <= yr[1]:
-            out.append(
-                f'<line class="grid" x1="{left}" y1="{sy(t):.1f}" x2="{right}" y2="{sy(t):.1f}"/>'
-                f'<text class="tick" x="{left - 6}" y="{sy(t) + 4:.1f}" text-anchor="end">'
-                f"{escape(label)}</text>"
-            )
+    if x_ticks:
+        out += x_tick_texts(xr, sx, bottom + 16)
+    for t, label in ticks_in(yr):
+        out.append(
+            f'<line class="grid" x1="{left}" y1="{sy(t):.1f}" x2="{right}" y2="{sy(t):.1f}"/>'
+            f'<text class="tick" x="{left - 6}" y="{sy(t) + 4:.1f}" text-anchor="end">'
+            f"{escape(label)}</text>"
+        )
     return out, sx, sy
+
+
+def ticks_in(span: tuple[float, float]) -> list[tuple[float, str]]:
+    """The nice ticks of a range that fall inside it, each with its label."""
+    ticks = nice_ticks(*span)
+    labelled = zip(ticks, tick_labels(ticks), strict=True)
+    return [(t, label) for t, label in labelled if span[0] <= t <= span[1]]
+
+
+def x_tick_texts(span: tuple[float, float], sx: Callable[[float], float], y: float) -> list[str]:
+    """The x axis's tick labels, centred under each tick at height `y`."""
+    return [
+        f'<text class="tick" x="{sx(t):.1f}" y="{y}" text-anchor="middle">{escape(label)}</text>'
+        for t, label in ticks_in(span)
+    ]
 
 
 def legend(names: Sequence[str]) -> list[str]:
@@ -226,13 +234,7 @@ def svg_intervals(
         f'<text class="label" x="{left + pw / 2:.1f}" y="{height - 8}" text-anchor="middle">'
         f"{escape(x_label)}</text>",
     ]
-    x_all = nice_ticks(*xr)
-    for t, label in zip(x_all, tick_labels(x_all), strict=True):
-        if xr[0] <= t <= xr[1]:
-            body.append(
-                f'<text class="tick" x="{sx(t):.1f}" y="{top + ph + 16}" text-anchor="middle">'
-                f"{escape(label)}</text>"
-            )
+    body += x_tick_texts(xr, sx, top + ph + 16)
     for i, (value, label) in enumerate(refs):
         anchor = "end" if sx(value) > left + pw * 0.6 else "start"
         body.append(

@@ -7,6 +7,7 @@ same sentences); the columns come from ``harness.results.gate``.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -134,39 +135,59 @@ def classes_from(quality_class: str) -> list[str]:
     return [quality_class, *(c for c in QUALITY_CLASSES if c != quality_class)]
 
 
+@dataclass(frozen=True)
+class ClassVerdict:
+    """One class's part of the section, as both renderings say it: its rule, its counts, and
+    its undecided configurations (the UNDECIDED table)."""
+
+    name: str
+    rule: str
+    counts: str
+    undecided: pd.DataFrame
+
+
+def section_title(result: Aggregate) -> str:
+    return f"Equal quality: the verdict (gated on {', '.join(result.gated)})"
+
+
+def class_verdicts(result: Aggregate, quality_class: str) -> list[ClassVerdict]:
+    """Every class's verdict, the report's own class first."""
+    every = verdict_counts(result)
+    out = []
+    for name in classes_from(quality_class):
+        c = every[name]
+        counts = f"Configurations: {c['pass']} pass, {c['fail']} fail, {c['undecided']} undecided."
+        rule = rule_line(name, result.gated)
+        out.append(ClassVerdict(name, rule, counts, undecided_table(result, name)))
+    return out
+
+
+def undecided_heading(name: str) -> str:
+    return f"Undecided in class {name}, and what would decide them:"
+
+
 def markdown_section(result: Aggregate, quality_class: str, table: MdTable) -> list[str]:
     """The verdict of every class: its rule, its counts, its undecided table."""
-    lines = [f"\n## Equal quality: the verdict (gated on {', '.join(result.gated)})\n"]
-    every = verdict_counts(result)
-    for name in classes_from(quality_class):
-        counts = every[name]
-        undecided = undecided_table(result, name)
-        lines += [
-            f"- {rule_line(name, result.gated)}.",
-            f"  Configurations: {counts['pass']} pass, {counts['fail']} fail, "
-            f"{counts['undecided']} undecided.",
-        ]
-        if not undecided.empty:
-            named = headers(UNDECIDED)
-            records = undecided.to_dict("records")
-            lines += [f"\nUndecided in class {name}, and what would decide them:\n"]
-            lines.append(table([{named[str(k)]: str(v) for k, v in r.items()} for r in records]))
+    lines = [f"\n## {section_title(result)}\n"]
+    named = headers(UNDECIDED)
+    for v in class_verdicts(result, quality_class):
+        lines += [f"- {v.rule}.", f"  {v.counts}"]
+        if not v.undecided.empty:
+            records = v.undecided.to_dict("records")
+            lines += [f"\n{undecided_heading(v.name)}\n"]
+            lines.append(table([{named[str(k)]: str(x) for k, x in r.items()} for r in records]))
     return lines
 
 
 def html_section(result: Aggregate, quality_class: str, table: HtmlTable) -> list[str]:
     """The verdict of every class: its rule, its counts, its undecided table."""
-    parts = [f"<h2>Equal quality: the verdict (gated on {escape(', '.join(result.gated))})</h2>"]
-    every = verdict_counts(result)
-    for name in classes_from(quality_class):
-        counts = every[name]
-        undecided = undecided_table(result, name)
-        parts += [
-            f"<p>{escape(rule_line(name, result.gated))}. Configurations: {counts['pass']} "
-            f"pass, {counts['fail']} fail, {counts['undecided']} undecided.</p>",
-        ]
-        if not undecided.empty:
-            parts.append(f"<p>Undecided in class {escape(name)}, and what would decide them:</p>")
-            table_id = "undecided" + ("" if name == quality_class else "-" + name.replace(".", "_"))
-            parts.append(table(undecided, table_columns(UNDECIDED), table_id))
+    parts = [f"<h2>{escape(section_title(result))}</h2>"]
+    for v in class_verdicts(result, quality_class):
+        parts.append(f"<p>{escape(v.rule)}. {v.counts}</p>")
+        if not v.undecided.empty:
+            parts.append(f"<p>{escape(undecided_heading(v.name))}</p>")
+            table_id = "undecided" + (
+                "" if v.name == quality_class else "-" + v.name.replace(".", "_")
+            )
+            parts.append(table(v.undecided, table_columns(UNDECIDED), table_id))
     return parts

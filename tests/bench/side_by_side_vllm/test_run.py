@@ -3,6 +3,7 @@ repetitions), the subprocess engine's figures, and the notes under the table; on
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -69,3 +70,16 @@ def test_the_notes_name_the_points_still_shared_with_others() -> None:
     assert len(said) == 3
     assert said[1].endswith("dtype 'float32' vs 'bfloat16'")
     assert "3 attempts for 2 point measurements; still shared with others: b1 c128 o32." in said[2]
+
+
+def test_points_narrow_the_scenario_and_refuse_others() -> None:
+    from harness.bench.side_by_side_vllm.run import Setup, chosen_points
+
+    setup = Setup(scenario={}, quant="fp32", model=Path("m"), vocab_size=4096, output_len=32,
+                  batches=[1, 4], contexts=[128, 512], warmups=2, repeats=5, seed=0)  # fmt: skip
+    assert chosen_points(setup, None) == [(1, 128), (1, 512), (4, 128), (4, 512)]
+    assert chosen_points(setup, "4:512, 1:128") == [(4, 512), (1, 128)]
+    with pytest.raises(SystemExit, match="among the scenario's"):
+        chosen_points(setup, "2:512")
+    with pytest.raises(SystemExit, match="is not B:C"):
+        chosen_points(setup, "4x512")

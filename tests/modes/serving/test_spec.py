@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from harness import __version__, corpus
+from harness import __version__, budget, corpus
 from harness import plan as planner
 from harness.errors import UserInputError
-from harness.modes.serving.device.loadgen import cut_prompts
+from harness.modes.serving.prompts import cut_prompts
 from harness.modes.serving.spec import Lengths, ServingLevel
 from harness.run import sweep
 from harness.spec import models, scenario
@@ -196,18 +196,16 @@ def test_a_request_longer_than_the_model_is_skipped() -> None:
 
 def test_the_plan_budgets_a_server_start_and_each_level() -> None:
     grid = scenario.expand(scenario.parse(BASE))
-    plan = planner.plan_grid(grid)
+    plan = budget.plan_grid(grid)
     served = [p for p in plan.points if p.point.serving is not None]
     assert len(served) == 3
     assert all(p.est_seconds >= planner.GENERATOR_START_S for p in served)
     # the 2 requests/s level lasts at least its arrivals' span
     assert served[2].est_seconds >= 32 / 2.0
-    assert plan.budget.est_server_start_seconds == planner.SERVER_START_S  # one vLLM group
-    offline_only = planner.plan_grid(scenario.expand(scenario.parse(BASE.split("serving:")[0])))
+    assert plan.budget.est_server_start_seconds == budget.SERVER_START_S  # one vLLM group
+    offline_only = budget.plan_grid(scenario.expand(scenario.parse(BASE.split("serving:")[0])))
     assert plan.budget.est_seconds == pytest.approx(
-        offline_only.budget.est_seconds
-        + planner.SERVER_START_S
-        + sum(p.est_seconds for p in served)
+        offline_only.budget.est_seconds + budget.SERVER_START_S + sum(p.est_seconds for p in served)
     )
     contract = plan.contract()["points"]
     assert [c.get("mode") for c in contract].count("serving") == 3

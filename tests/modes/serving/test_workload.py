@@ -18,7 +18,7 @@ import pytest
 from harness.corpus import eval_text
 from harness.errors import UserInputError
 from harness.modes.serving import workload as wl
-from harness.modes.serving.device.loadgen import _tokenizer, workload_prompts
+from harness.modes.serving.prompts import model_tokenizer, workload_prompts
 from harness.modes.serving.spec import Lengths, MultiTurn, Serving, SloTargets, Workload
 
 REPO = Path(__file__).resolve().parents[3]
@@ -27,7 +27,7 @@ TINY_MODEL = str(REPO / "harness" / "data" / "tiny-llama")
 
 @cache
 def tokenizer() -> tuple[wl.Encode, wl.Decode]:
-    return _tokenizer(TINY_MODEL)
+    return model_tokenizer(TINY_MODEL)
 
 
 @cache

@@ -11,10 +11,9 @@ Its version (`generator_version()`, e.g. "vllm bench serve 0.32.0+cpu") goes int
 
 One level = one `vllm bench serve` process: closed loop (`--max-concurrency C`, requests sent as
 fast as C clients allow) or open loop (`--request-rate R`, Poisson arrivals, burstiness 1). The
-prompts are cut from the shipped corpus (`harness/data/corpus/wiki.test.raw`) with the model's
-own tokenizer and written as the generator's `custom` JSONL dataset (`{"prompt", "output_tokens"}`
-per line, `--custom-output-len -1` so each request keeps its own output length, `--ignore-eos` so
-that length is exact, `--skip-chat-template` so the corpus text is the prompt). Its JSON is parsed
+prompts are the generator's `custom` JSONL dataset (harness.modes.serving.prompts), sent with
+`--custom-output-len -1` so each request keeps its own output length, `--ignore-eos` so that
+length is exact, `--skip-chat-template` so the corpus text is the prompt. Its JSON is parsed
 into `RequestTiming`s and one typed `LevelResult`; every figure that involves the SLO is
 recomputed here from the per-request data.
 
@@ -32,31 +31,22 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from harness.corpus import eval_text
 from harness.modes.serving.device.env import subprocess_env
 from harness.modes.serving.device.server import VLLM_COMMAND, VllmServer, tail_lines
 from harness.modes.serving.device.vllm_cli import vllm_version
 from harness.modes.serving.slo import RequestTiming, attainment, goodput_rps, saturated_flags
 from harness.modes.serving.spec import (
-    SPARE_TOKENS,
-    Lengths,
     Load,
     ServingLevel,
     SloTargets,
-    draw_lengths,
-)
-from harness.modes.serving.workload import (
-    BlockBook,
-    multi_turn_prompt_ids,
-    scaled_requests,
-    trace_prompt_ids,
 )
 
 PERCENTILES = (50, 90, 99)
@@ -67,7 +57,7 @@ def generator_version() -> str:
     return f"vllm bench serve {vllm_version() or 'unknown'}"
 
 
-# -- load levels and prompts -------------------------------------------------------------------
+# -- load levels -------------------------------------------------------------------------------
 def load_args(level: Load) -> list[str]:
     """The generator's arguments for a level's load: closed loop, or arrivals at a rate with
     gamma inter-arrival times (shape `burstiness`: a trace's, else 1, Poisson)."""
@@ -83,128 +73,6 @@ def caching_args(level: Load) -> list[str]:
     before the level and make its first request a cache hit."""
     on_axis = isinstance(level, ServingLevel) and level.prefix_caching is not None
     return ["--ready-check-timeout-sec", "0"] if on_axis else []
-
-
-class PromptSpec(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    prompt: str
-    prompt_tokens: int  # as the model's tokenizer counts the prompt text
-    output_tokens: int
-
-
-def _tokenizer(model_path: str) -> tuple[Callable[[str], list[int]], Callable[[list[int]], str]]:
-    """encode / decode with the model's own tokenizer (no special tokens)."""
-    local = Path(model_path).expanduser() / "tokenizer.json"
-    if local.is_file():
-        from tokenizers import Tokenizer
-
-        tok = Tokenizer.from_file(str(local))
-        return (
-            lambda text: list(tok.encode(text, add_special_tokens=False).ids),
-            lambda ids: str(tok.decode(ids)),
-        )
-    from transformers import AutoTokenizer
-
-    auto = AutoTokenizer.from_pretrained(model_path)
-    return (
-        lambda text: list(auto.encode(text, add_special_tokens=False)),
-        lambda ids: str(auto.decode(ids)),
-    )
-
-
-def cut_prompts(
-    model_path: str,
-    n: int,
-    prompt_tokens: Lengths,
-    output_tokens: Lengths,
-    *,
-    seed: int = 0,
-    max_model_len: int | None = None,
-    text: str | None = None,
-) -> list[PromptSpec]:
-    """`n` prompts: consecutive, non-overlapping token slices of the corpus (from its start,
-    wrapping around when it runs out), each of a drawn length, with a drawn output length
-    (`spec.draw_lengths`, the plan's draw).
-
-    With `max_model_len`, prompt + output fit it (the prompt is shortened; `SPARE_TOKENS` are
-    kept spare for a decode/encode round trip that merges or splits a token).
-    """
-    if n < 1:
-        raise ValueError("n must be at least 1")
-    lengths = draw_lengths(prompt_tokens, output_tokens, n, seed)
-    if max_model_len is not None:
-        if any(out + 1 + SPARE_TOKENS > max_model_len for _, out in lengths):
-            raise ValueError(f"an output length does not fit max_model_len {max_model_len}")
-        lengths = [(min(p, max_model_len - out - SPARE_TOKENS), out) for p, out in lengths]
-    encode, decode = _tokenizer(model_path)
-    corpus = eval_text() if text is None else text
-    needed = sum(p for p, _ in lengths)
-    ids = encode(corpus[: min(len(corpus), needed * 8 + 10_000)])
-    if len(ids) < needed and len(corpus) > needed * 8 + 10_000:
-        ids = encode(corpus)
-    if not ids:
-        raise ValueError("the corpus text gave no tokens")
-    prompts: list[PromptSpec] = []
-    offset = 0
-    for p_len, out_len in lengths:
-        piece = [ids[(offset + k) % len(ids)] for k in range(p_len)]
-        offset = (offset + p_len) % len(ids)
-        prompt = decode(piece)
-        prompts.append(
-            PromptSpec(prompt=prompt, prompt_tokens=len(encode(prompt)), output_tokens=out_len)
-        )
-    return prompts
-
-
-def workload_prompts(
-    model_path: str, level: ServingLevel, *, max_model_len: int | None = None,
-    text: str | None = None,
-) -> list[PromptSpec]:  # fmt: skip
-    """A level's prompts: a trace's or multi-turn workload's (harness.modes.serving.workload,
-    from the corpus's token ids; each prompt cut to fit max_model_len with its output), else
-    `cut_prompts` of its drawn lengths."""
-    workload = level.workload
-    if workload is None:
-        return cut_prompts(model_path, level.requests, level.prompt_tokens, level.output_tokens,
-                           seed=level.seed, max_model_len=max_model_len, text=text)  # fmt: skip
-    encode, decode = _tokenizer(model_path)
-    book = BlockBook(encode(eval_text() if text is None else text), encode, decode)
-    if workload.trace is not None:
-        requests = scaled_requests(workload)
-        outputs = [r.output_tokens for r in requests]
-        room = _room(max_model_len, max(outputs))
-        ids = trace_prompt_ids(requests, workload.block_tokens, book, room)
-        pairs = list(zip(ids, outputs, strict=True))
-    else:
-        pairs = multi_turn_prompt_ids(level, book, None)
-        pairs = [(p[: _room(max_model_len, o)], o) for p, o in pairs]
-    specs = []
-    for prompt_ids, out_len in pairs:
-        prompt = decode(prompt_ids)
-        specs.append(PromptSpec(prompt=prompt, prompt_tokens=len(encode(prompt)),
-                                output_tokens=out_len))  # fmt: skip
-    return specs
-
-
-def _room(max_model_len: int | None, output_tokens: int) -> int | None:
-    """The most prompt tokens that fit max_model_len beside `output_tokens` and the spare."""
-    if max_model_len is None:
-        return None
-    room = max_model_len - output_tokens - SPARE_TOKENS
-    if room < 1:
-        raise ValueError(f"an output length does not fit max_model_len {max_model_len}")
-    return room
-
-
-def write_dataset(prompts: Sequence[PromptSpec], path: Path) -> Path:
-    """The generator's `custom` dataset: one `{"prompt", "output_tokens"}` object per line."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w", encoding="utf-8") as handle:
-        for spec in prompts:
-            line = {"prompt": spec.prompt, "output_tokens": spec.output_tokens}
-            handle.write(json.dumps(line, ensure_ascii=False) + "\n")
-    return path
 
 
 # -- the generator's JSON ----------------------------------------------------------------------
@@ -336,6 +204,38 @@ def _percentile(values: Sequence[float], q: float) -> float | None:
     return float(np.percentile(np.asarray(values, dtype=np.float64), q)) if values else None
 
 
+# The percentiles a level record keeps of each per-request figure (LevelResult's `<figure>_p<q>`).
+LEVEL_PERCENTILES = {
+    "ttft_ms": PERCENTILES,
+    "tpot_ms": PERCENTILES,
+    "itl_ms": (99,),
+    "e2e_ms": (50, 99),
+}
+
+
+def percentile_fields(figures: Mapping[str, Sequence[float]]) -> dict[str, Any]:
+    """`<figure>_p<q>` for each figure and percentile of LEVEL_PERCENTILES (None: no value)."""
+    return {
+        f"{name}_p{q}": _percentile(figures[name], q)
+        for name, qs in LEVEL_PERCENTILES.items()
+        for q in qs
+    }
+
+
+def level_fields(level: Load, slo: SloTargets, sent: int) -> dict[str, Any]:
+    """What every record of a level says, measured or not: its load, the requests sent, the SLO
+    it is held to and the generator."""
+    return {
+        "mode": level.mode,
+        "concurrency": level.concurrency,
+        "request_rate": level.request_rate,
+        "requests_sent": sent,
+        "slo_ttft_ms": slo.ttft_ms_p99,
+        "slo_tpot_ms": slo.tpot_ms_p99,
+        "generator": generator_version(),
+    }
+
+
 def level_result(
     level: Load,
     run: BenchRun,
@@ -350,8 +250,7 @@ def level_result(
 ) -> LevelResult:
     """The record of one level from the generator's per-request data.
 
-    Requests the generator did not report (fewer entries than `sent`) count as failed. (Its
-    length is the record's one constructor call, a field a line.)
+    Requests the generator did not report (fewer entries than `sent`) count as failed.
     """
     if len(run.requests) > sent:
         raise ValueError(f"the generator reports {len(run.requests)} requests, {sent} were sent")
@@ -361,17 +260,16 @@ def level_result(
     )
     requests = [*run.requests, *([failed_stub] * missing)]
     ok = [r for r in requests if r.ok]
-    ttfts = [r.ttft_ms for r in ok]
-    tpots = [t for r in ok if (t := r.tpot_ms) is not None]
-    e2es = [r.e2e_ms for r in ok]
-    itls = [x for r in ok for x in r.itl_ms]
+    figures = {
+        "ttft_ms": [r.ttft_ms for r in ok],
+        "tpot_ms": [t for r in ok if (t := r.tpot_ms) is not None],
+        "itl_ms": [x for r in ok for x in r.itl_ms],
+        "e2e_ms": [r.e2e_ms for r in ok],
+    }
     duration = run.duration_s
     return LevelResult(
+        **level_fields(level, slo, sent),
         status=status,
-        mode=level.mode,
-        concurrency=level.concurrency,
-        request_rate=level.request_rate,
-        requests_sent=sent,
         requests_ok=len(ok),
         requests_failed=sent - len(ok),
         duration_s=duration,
@@ -380,21 +278,10 @@ def level_result(
         output_tokens=sum(r.output_tokens for r in ok),
         window_start_s=run.first_request_s,
         input_tokens_mean=float(np.mean([r.input_tokens for r in ok])) if ok else None,
-        ttft_ms_p50=_percentile(ttfts, 50),
-        ttft_ms_p90=_percentile(ttfts, 90),
-        ttft_ms_p99=_percentile(ttfts, 99),
-        tpot_ms_p50=_percentile(tpots, 50),
-        tpot_ms_p90=_percentile(tpots, 90),
-        tpot_ms_p99=_percentile(tpots, 99),
-        itl_ms_p99=_percentile(itls, 99),
-        e2e_ms_p50=_percentile(e2es, 50),
-        e2e_ms_p99=_percentile(e2es, 99),
-        slo_ttft_ms=slo.ttft_ms_p99,
-        slo_tpot_ms=slo.tpot_ms_p99,
+        **percentile_fields(figures),
         slo_attainment=attainment(requests, slo),
         goodput_rps=goodput_rps(requests, slo, duration),
         generator_goodput_rps=run.request_goodput,
-        generator=generator_version(),
         error=error,
         server_log_tail=list(server_log_tail),
         result_file=result_file,
@@ -413,17 +300,11 @@ def error_result(
 ) -> LevelResult:
     """A level with no usable generator output: every request sent counts as failed."""
     return LevelResult(
+        **level_fields(level, slo, sent),
         status="error",
-        mode=level.mode,
-        concurrency=level.concurrency,
-        request_rate=level.request_rate,
-        requests_sent=sent,
         requests_ok=0,
         requests_failed=sent,
-        slo_ttft_ms=slo.ttft_ms_p99,
-        slo_tpot_ms=slo.tpot_ms_p99,
         slo_attainment=0.0 if sent else None,
-        generator=generator_version(),
         error=error,
         server_log_tail=list(server_log_tail),
         bench_log=bench_log,
@@ -448,22 +329,28 @@ def mark_saturation(results: Sequence[LevelResult], **kwargs: float) -> list[Lev
 
 
 # -- running the generator ---------------------------------------------------------------------
-def bench_argv(
-    server: VllmServer,
-    level: Load,
-    dataset: Path,
-    result_dir: Path,
-    result_filename: str,
-    slo: SloTargets,
-    *,
-    requests: int,
-    seed: int = 0,
-    warmups: int = 0,
-    command: Sequence[str] = VLLM_COMMAND,
-) -> list[str]:
-    config = server.config
+@dataclass(frozen=True)
+class LevelRun:
+    """How every level of a series is run: the generator's dataset (`prompts.write_dataset`),
+    the folder its result and log go to, the SLO its goodput is counted at, the requests it
+    sends (after `warmups` untimed ones, drawn with `seed`), how long it may run, and the
+    command that starts it."""
+
+    dataset: Path
+    out_dir: Path
+    slo: SloTargets
+    requests: int
+    seed: int = 0
+    warmups: int = 0
+    timeout_s: float = 600.0
+    command: Sequence[str] = VLLM_COMMAND
+
+
+def bench_argv(server: VllmServer, level: Load, run: LevelRun, result_filename: str) -> list[str]:
+    """`vllm bench serve`'s arguments for one level (its result: `run.out_dir/result_filename`)."""
+    config, slo = server.config, run.slo
     return [
-        *command,
+        *run.command,
         "bench",
         "serve",
         "--backend", "vllm",
@@ -473,15 +360,15 @@ def bench_argv(
         "--served-model-name", config.served_model_name,
         "--tokenizer", config.tokenizer or config.model,
         "--dataset-name", "custom",
-        "--dataset-path", str(dataset),
+        "--dataset-path", str(run.dataset),
         "--custom-output-len", "-1",
         "--skip-chat-template",
         "--disable-shuffle",
-        "--num-prompts", str(requests),
-        "--num-warmups", str(warmups),
+        "--num-prompts", str(run.requests),
+        "--num-warmups", str(run.warmups),
         "--ignore-eos",
         "--temperature", "0",
-        "--seed", str(seed),
+        "--seed", str(run.seed),
         *load_args(level),
         *caching_args(level),
         "--percentile-metrics", "ttft,tpot,itl,e2el",
@@ -489,31 +376,20 @@ def bench_argv(
         "--goodput", f"ttft:{slo.ttft_ms_p99:g}", f"tpot:{slo.tpot_ms_p99:g}",
         "--save-result",
         "--save-detailed",
-        "--result-dir", str(result_dir),
+        "--result-dir", str(run.out_dir),
         "--result-filename", result_filename,
         "--disable-tqdm",
     ]  # fmt: skip
 
 
-def run_level(
-    server: VllmServer,
-    level: Load,
-    dataset: Path,
-    out_dir: Path,
-    slo: SloTargets,
-    *,
-    requests: int,
-    seed: int = 0,
-    warmups: int = 0,
-    timeout_s: float = 600.0,
-    command: Sequence[str] = VLLM_COMMAND,
-) -> LevelResult:
+def run_level(server: VllmServer, level: Load, run: LevelRun) -> LevelResult:
     """One level: `vllm bench serve` against `server`, its JSON turned into a `LevelResult`.
 
-    Writes `<out_dir>/<label>.json` (the generator's) and `<label>.bench.log` (its output).
+    Writes `<run.out_dir>/<label>.json` (the generator's) and `<label>.bench.log` (its output).
     Never raises for a failed level: a dead server, a generator that fails or runs past
-    `timeout_s` give an `error` record (with the server log's last lines).
+    `run.timeout_s` give an `error` record (with the server log's last lines).
     """
+    out_dir, slo, requests = run.out_dir, run.slo, run.requests
     out_dir.mkdir(parents=True, exist_ok=True)
     result_name = f"{level.label}.json"
     result_path = out_dir / result_name
@@ -527,15 +403,14 @@ def run_level(
             error=f"the server was not running (exit code {server.returncode()}); level not run",
             server_log_tail=server.log_tail(),
         )
-    argv = bench_argv(server, level, dataset, out_dir, result_name, slo, requests=requests,
-                      seed=seed, warmups=warmups, command=command)  # fmt: skip
+    argv = bench_argv(server, level, run, result_name)
     caching = isinstance(level, ServingLevel) and level.prefix_caching is True
     if caching:
         server.reset_prefix_cache()  # each level from an empty cache
     before = server.prefix_cache_counters()
-    rc, timed_out = run_generator(argv, log_path, timeout_s)
+    rc, timed_out = run_generator(argv, log_path, run.timeout_s)
     cache = cache_fields(level, before, server.prefix_cache_counters())
-    problems = level_problems(server, rc, timed_out, timeout_s)
+    problems = level_problems(server, rc, timed_out, run.timeout_s)
     log_tail = server.log_tail() if problems else []
     if not result_path.is_file():
         problems.append("vllm bench serve wrote no result: " + " | ".join(tail_lines(log_path, 3)))
@@ -547,10 +422,10 @@ def run_level(
             server_log_tail=server.log_tail(),
             bench_log=str(log_path),
         )
-    run = parse_bench_json(json.loads(result_path.read_text(encoding="utf-8")))
+    bench = parse_bench_json(json.loads(result_path.read_text(encoding="utf-8")))
     result = level_result(
         level,
-        run,
+        bench,
         slo,
         sent=requests,
         status="error" if problems else "ok",
@@ -623,21 +498,6 @@ def level_problems(server: VllmServer, rc: int, timed_out: bool, timeout_s: floa
     return problems
 
 
-def run_levels(
-    server: VllmServer,
-    levels: Sequence[Load],
-    dataset: Path,
-    out_dir: Path,
-    slo: SloTargets,
-    *,
-    requests: int,
-    seed: int = 0,
-    warmups: int = 0,
-    timeout_s: float = 600.0,
-) -> list[LevelResult]:
+def run_levels(server: VllmServer, levels: Sequence[Load], run: LevelRun) -> list[LevelResult]:
     """Every level in order (a dead server makes the rest `error` records), saturation marked."""
-    results = []
-    for level in levels:
-        results.append(run_level(server, level, dataset, out_dir, slo, requests=requests,
-                                 seed=seed, warmups=warmups, timeout_s=timeout_s))  # fmt: skip
-    return mark_saturation(results)
+    return mark_saturation([run_level(server, level, run) for level in levels])

@@ -39,12 +39,11 @@ from harness.measure import energy
 from harness.modes.serving import search, slo, workload
 from harness.modes.serving.device.loadgen import (
     LevelResult,
+    LevelRun,
     error_result,
     generator_version,
     mark_saturation,
     run_level,
-    workload_prompts,
-    write_dataset,
 )
 from harness.modes.serving.device.server import (
     DEV_MODE_ENV,
@@ -52,6 +51,7 @@ from harness.modes.serving.device.server import (
     ServerError,
     VllmServer,
 )
+from harness.modes.serving.prompts import workload_prompts, write_dataset
 from harness.modes.serving.spec import ServingLevel
 from harness.row import Energy, Part, ResultRow, Serving, Speed, Status
 from harness.run.contracts import WorkContext
@@ -129,42 +129,32 @@ def fit_gpu_utilization(config: ServerConfig, device: str) -> tuple[ServerConfig
     return config.model_copy(update={"gpu_memory_utilization": fitted}), note
 
 
+# A level record's figures a serving row carries under the same names: the latency columns
+# offline rows share (row.Speed), and the serving part's own (row.Serving).
+SPEED_FIGURES = ("ttft_ms_p50", "tpot_ms_p50", "itl_ms_p99", "e2e_ms_p50")
+SERVING_FIGURES = (
+    "concurrency", "request_rate", "requests_sent", "requests_ok", "requests_failed",
+    "request_throughput", "output_tok_s", "ttft_ms_p90", "ttft_ms_p99", "tpot_ms_p90",
+    "tpot_ms_p99", "e2e_ms_p99", "slo_attainment", "goodput_rps", "generator_goodput_rps",
+    "saturated", "prefix_caching", "prefix_cache_queried_tokens", "prefix_cache_hit_tokens",
+    "prefix_cache_hit_rate",
+)  # fmt: skip
+
+
 def level_parts(
     result: LevelResult, level: ServingLevel, server: VllmServer | None, log: Path
 ) -> list[Part]:
-    """A level's record as row parts (Speed holds the latency columns offline rows share)."""
-    speed = Speed(
-        ttft_ms_p50=result.ttft_ms_p50,
-        tpot_ms_p50=result.tpot_ms_p50,
-        itl_ms_p99=result.itl_ms_p99,
-        e2e_ms_p50=result.e2e_ms_p50,
-    )
+    """A level's record as row parts (Speed holds the latency columns offline rows share): the
+    record's figures under their own names (SPEED_FIGURES, SERVING_FIGURES), its duration, the
+    server's start and log, the level's SLO and settings."""
+    speed = Speed(**{name: getattr(result, name) for name in SPEED_FIGURES})
     serving = Serving(
-        concurrency=result.concurrency,
-        request_rate=result.request_rate,
-        requests_sent=result.requests_sent,
-        requests_ok=result.requests_ok,
-        requests_failed=result.requests_failed,
+        **{name: getattr(result, name) for name in SERVING_FIGURES},
         serving_duration_s=result.duration_s,
-        request_throughput=result.request_throughput,
-        output_tok_s=result.output_tok_s,
-        ttft_ms_p90=result.ttft_ms_p90,
-        ttft_ms_p99=result.ttft_ms_p99,
-        tpot_ms_p90=result.tpot_ms_p90,
-        tpot_ms_p99=result.tpot_ms_p99,
-        e2e_ms_p99=result.e2e_ms_p99,
-        **slo_fields(level),
-        slo_attainment=result.slo_attainment,
-        goodput_rps=result.goodput_rps,
-        generator_goodput_rps=result.generator_goodput_rps,
-        saturated=result.saturated,
         server_start_s=None if server is None else server.startup_s,
         server_log=str(log),
         server_log_tail=result.server_log_tail or None,
-        prefix_caching=result.prefix_caching,
-        prefix_cache_queried_tokens=result.prefix_cache_queried_tokens,
-        prefix_cache_hit_tokens=result.prefix_cache_hit_tokens,
-        prefix_cache_hit_rate=result.prefix_cache_hit_rate,
+        **slo_fields(level),
         **level_settings(level),
     )
     return [speed, serving]
@@ -280,7 +270,7 @@ def prompts_file(
     levels: Sequence[ServingLevel], tokenizer_dir: str, config: ServerConfig, folder: Path
 ) -> Path:
     """The prompts of every level (as many as the largest level sends), built from the corpus
-    as the first level's workload says (`loadgen.workload_prompts`), written as the generator's
+    as the first level's workload says (`prompts.workload_prompts`), written as the generator's
     dataset."""
     largest = max(levels, key=lambda level: level.requests)
     prompts = workload_prompts(tokenizer_dir, largest, max_model_len=config.max_model_len)
@@ -480,12 +470,11 @@ def measure_level(
 ) -> ResultRow:
     """One level through the generator, the counter traced meanwhile; `saturated` against the
     levels in `done` (this one appended)."""
+    timeout_s = max(LEVEL_TIMEOUT_FLOOR_S, 10.0 * point_budget_s(point, level))
+    run = LevelRun(dataset, folder / "levels", level.slo, level.requests, level.seed,
+                   timeout_s=timeout_s)  # fmt: skip
     with energy.CounterTrace(meter) as trace:
-        result = run_level(
-            server, level, dataset, folder / "levels", level.slo,
-            requests=level.requests, seed=level.seed,
-            timeout_s=max(LEVEL_TIMEOUT_FLOOR_S, 10.0 * point_budget_s(point, level)),
-        )  # fmt: skip
+        result = run_level(server, level, run)
     done.append(result)
     result = mark_saturation(done)[-1]
     status: Status = "ok" if result.status == "ok" else "error"

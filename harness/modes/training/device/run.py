@@ -27,18 +27,7 @@ from harness.modes.training import data
 from harness.modes.training.device import trainer
 from harness.modes.training.memory import TrainingMemory
 from harness.row import Energy, HarnessTime, Memory, Part, Prediction, ResultRow, Status, Training
-from harness.run.device import (
-    Job,
-    Runner,
-    comparable_peak_mib,
-    failure_status,
-    failure_text,
-    free_memory,
-    gap_pct,
-    plan_card,
-    point_plan,
-    predicted,
-)
+from harness.run import device as loop
 from harness.spec import adapters, catalog
 from harness.spec.scenario import GroupKey, Point
 from harness.units import to_mib
@@ -66,48 +55,48 @@ def steps_to_target(evals: list[tuple[int, float]], target: float | None) -> int
     return next((step for step, loss in evals if loss <= target), None)
 
 
-def train_points(group: GroupKey, points: list[Point], job: Job) -> Iterator[ResultRow]:
+def train_points(group: GroupKey, points: list[Point], job: loop.Job) -> Iterator[ResultRow]:
     """The group's training points (the `Runner` contract), one fresh model each, planned on
     the card that ran them (else the target's default card); a point that fails (an OOM, say)
     gives an `oom`/`error` row with its plan, and the next point starts with its memory freed."""
-    card = plan_card(job.card(group.target), group.target, job.ctx)
+    card = loop.plan_card(job.card(group.target), group.target, job.ctx)
     for point in points:
-        plan = point_plan(point, card, job.ctx)
+        plan = loop.point_plan(point, card, job.ctx)
         try:
             parts = train_point(point, plan, job)
             status: Status = "ok"
             error = None
         except Exception as exc:  # one failing point must not end the group
-            status = failure_status(exc)
-            error = failure_text(exc)
-            parts = [predicted(plan), planned_training(point, plan)]
+            status = loop.failure_status(exc)
+            error = loop.failure_text(exc)
+            parts = [loop.predicted(plan), planned_training(point, plan)]
         finally:
-            free_memory(job.device)
+            loop.free_memory(job.device)
         yield job.row(point, status, error, parts, card=card.name)
 
 
+# The training configuration's settings its row repeats under the same names (row.Training).
+ROW_SETTINGS = (
+    "micro_batch", "grad_accum", "seq_len", "gradient_checkpointing", "optimizer", "lr",
+    "tokens_per_step", "target_eval_loss", "train_data",
+)  # fmt: skip
+
+
 def planned_training(point: Point, plan: planner.PointPlan) -> Training:
-    """The configuration and the plan's figures (what a failed point still says)."""
+    """The configuration (its ROW_SETTINGS, its method, its data's hash) and the plan's figures:
+    what a failed point still says."""
     train = point.training
     mem = plan.mode_memory
     assert train is not None and isinstance(mem, TrainingMemory)
     return Training(
+        **{name: getattr(train, name) for name in ROW_SETTINGS},
         train_method=train.method,
-        micro_batch=train.micro_batch,
-        grad_accum=train.grad_accum,
-        seq_len=train.seq_len,
-        gradient_checkpointing=train.gradient_checkpointing,
-        optimizer=train.optimizer,
-        lr=train.lr,
-        tokens_per_step=train.tokens_per_step,
+        train_data_hash=data.data_hash(train.train_data),
         predicted_train_mib_forward=to_mib(mem.forward),
         predicted_train_mib_backward=to_mib(mem.backward),
         predicted_train_mib_optimizer=to_mib(mem.optimizer_step),
         predicted_gradients_mib=to_mib(mem.gradients),
         predicted_optimizer_mib=to_mib(mem.optimizer),
-        target_eval_loss=train.target_eval_loss,
-        train_data=train.train_data,
-        train_data_hash=data.data_hash(train.train_data),
     )
 
 
@@ -132,7 +121,7 @@ class Trained:
         return self.run.train.steps - 1
 
 
-def train_steps(point: Point, job: Job) -> Trained:
+def train_steps(point: Point, job: loop.Job) -> Trained:
     """A fresh model of the point's method (its load measured), then `steps` optimizer steps on
     the train block with the held-out loss evaluated on the eval block; memory per phase is
     measured on the last step."""
@@ -167,7 +156,7 @@ def train_steps(point: Point, job: Job) -> Trained:
                    load_s, train_s)  # fmt: skip
 
 
-def train_point(point: Point, plan: planner.PointPlan, job: Job) -> list[Part]:
+def train_point(point: Point, plan: planner.PointPlan, job: loop.Job) -> list[Part]:
     """One training point's row parts: its steps (`train_steps`), then extra steps for energy
     (`step_energy`, where the counter is readable), its memory against the plan, its curves."""
     train = point.training
@@ -178,12 +167,12 @@ def train_point(point: Point, plan: planner.PointPlan, job: Job) -> list[Part]:
     step = functools.partial(next_step, trained.run, trained.batches)
     joules = step_energy(job.meter, step, train.tokens_per_step)
     out = planned_training(point, plan)
-    prediction = predicted(plan)
+    prediction = loop.predicted(plan)
     memory_columns(out, prediction, trained, plan, job.device)
     curve_columns(out, trained, train.target_eval_loss)
     load = trained.load
     memory = Memory(
-        peak_mib_load=comparable_peak_mib(load, job.device),
+        peak_mib_load=loop.comparable_peak_mib(load, job.device),
         memory_source=load.source,
         memory_global_fallback=load.global_fallback,
     )
@@ -191,12 +180,12 @@ def train_point(point: Point, plan: planner.PointPlan, job: Job) -> list[Part]:
     return [memory, prediction, out, joules, timing]
 
 
-def adapter_folder(point: Point, job: Job) -> Path:
+def adapter_folder(point: Point, job: loop.Job) -> Path:
     """Where a point's adapter is saved: ``<run>/adapters/<point key>/``."""
     return Path(job.ctx.run_dir) / "adapters" / point.key(job.corpus_hash)
 
 
-def save_adapter(model: Any, point: Point, job: Job) -> Path:
+def save_adapter(model: Any, point: Point, job: loop.Job) -> Path:
     """The trained adapter as a PEFT folder with its base binding (harness.spec.adapters),
     written whole into a temporary folder, then renamed into place."""
     folder = adapter_folder(point, job)
@@ -217,9 +206,9 @@ def memory_columns(
     allocator's peaks (tensors only) against the plan's tensors."""
     phases = trained.records[trained.measured_step].phases or {}
     fwd, bwd, opt = (phases.get(k) for k in ("forward", "backward", "optimizer"))
-    out.train_peak_mib_forward = comparable_peak_mib(fwd, device) if fwd else None
-    out.train_peak_mib_backward = comparable_peak_mib(bwd, device) if bwd else None
-    out.train_peak_mib_optimizer = comparable_peak_mib(opt, device) if opt else None
+    out.train_peak_mib_forward = loop.comparable_peak_mib(fwd, device) if fwd else None
+    out.train_peak_mib_backward = loop.comparable_peak_mib(bwd, device) if bwd else None
+    out.train_peak_mib_optimizer = loop.comparable_peak_mib(opt, device) if opt else None
     measured = [v for v in (out.train_peak_mib_forward, out.train_peak_mib_backward,
                             out.train_peak_mib_optimizer) if v is not None]  # fmt: skip
     planned = plan.mode_memory
@@ -232,9 +221,9 @@ def memory_columns(
         alloc = [v for v in (out.train_alloc_mib_forward, out.train_alloc_mib_backward,
                              out.train_alloc_mib_optimizer) if v is not None]  # fmt: skip
         if alloc and tensors > 0:
-            out.train_alloc_gap_pct = gap_pct(max(alloc), tensors)
+            out.train_alloc_gap_pct = loop.gap_pct(max(alloc), tensors)
     if measured and prediction.predicted_peak_mib:
-        gap = gap_pct(max(measured), prediction.predicted_peak_mib)
+        gap = loop.gap_pct(max(measured), prediction.predicted_peak_mib)
         out.train_peak_gap_pct = prediction.peak_gap_pct = gap
 
 
@@ -293,4 +282,4 @@ def step_energy(
     return out
 
 
-_CONTRACT: Runner = train_points  # mypy checks the runner against harness.run.device.Runner
+_CONTRACT: loop.Runner = train_points  # mypy checks the runner against harness.run.device.Runner

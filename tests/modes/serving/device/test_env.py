@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from harness.modes.serving.device import env
-from harness.modes.serving.device.loadgen import run_level
+from harness.modes.serving.device.loadgen import LevelRun, run_level
 from harness.modes.serving.device.run import ENGINE_CORE_ENV, serve_points
 from harness.modes.serving.device.server import ServerConfig, ServerError, VllmServer
 from harness.modes.serving.spec import Load, SloTargets
@@ -69,7 +69,7 @@ def test_the_load_generator_starts_in_the_builders_environment(
     slo = SloTargets(ttft_ms_p99=1000, tpot_ms_p99=100)
     level = Load(concurrency=1)
     dataset = tmp_path / "d.jsonl"
-    result = run_level(server, level, dataset, tmp_path, slo, requests=1, command=PROBE)
+    result = run_level(server, level, LevelRun(dataset, tmp_path, slo, 1, command=PROBE))
     assert result.status == "error"  # the probe writes no result
     log = (tmp_path / "c1.bench.log").read_text()
     assert f"PYTHONPATH={env.REPO_ROOT}" in log and "NO_USAGE=1" in log

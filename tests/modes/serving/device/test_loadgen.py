@@ -1,6 +1,6 @@
-"""The load generator's side without a server: prompts cut from the corpus, the `vllm bench serve`
-command line, and its JSON (recorded from real runs here, see fixtures/README.md) parsed into
-per-level records whose figures match the generator's own."""
+"""The load generator's side without a server: the `vllm bench serve` command line, and its JSON
+(recorded from real runs here, see fixtures/README.md) parsed into per-level records whose figures
+match the generator's own."""
 
 from __future__ import annotations
 
@@ -13,15 +13,14 @@ from pydantic import ValidationError
 
 from harness.modes.serving.device.loadgen import (
     LevelResult,
+    LevelRun,
     bench_argv,
-    cut_prompts,
     error_result,
     generator_version,
     level_result,
     load_args,
     mark_saturation,
     parse_bench_json,
-    write_dataset,
 )
 from harness.modes.serving.device.server import ServerConfig, VllmServer
 from harness.modes.serving.slo import meets
@@ -162,38 +161,15 @@ def test_mark_saturation_per_series() -> None:
     assert [r.saturated for r in levels] == [False] * 4  # inputs untouched
 
 
-# --- prompts and the command line ---------------------------------------------------------------
-
-
-def test_prompts_are_cut_from_the_corpus_with_drawn_lengths(tmp_path: Path) -> None:
-    prompts = cut_prompts(TINY_MODEL, 24, Lengths(mean=48, sd=12), Lengths(mean=16, sd=4),
-                          seed=3, max_model_len=96)  # fmt: skip
-    again = cut_prompts(TINY_MODEL, 24, Lengths(mean=48, sd=12), Lengths(mean=16, sd=4),
-                        seed=3, max_model_len=96)  # fmt: skip
-    assert prompts == again  # deterministic per seed
-    assert len({p.prompt for p in prompts}) == 24  # non-overlapping slices
-    assert all(p.prompt_tokens + p.output_tokens <= 96 for p in prompts)
-    assert len({p.output_tokens for p in prompts}) > 1  # drawn, not constant
-    corpus = (REPO / "harness" / "data" / "corpus" / "wiki.test.raw").read_text(encoding="utf-8")
-    assert prompts[0].prompt.strip()[:20] in corpus
-    path = write_dataset(prompts, tmp_path / "d.jsonl")
-    lines = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
-    assert lines[0] == {"prompt": prompts[0].prompt, "output_tokens": prompts[0].output_tokens}
-
-
-def test_prompts_wrap_around_a_short_text_and_reject_impossible_lengths() -> None:
-    prompts = cut_prompts(TINY_MODEL, 5, Lengths(mean=30), Lengths(mean=4),
-                          text="The quick brown fox jumps over the lazy dog. ")  # fmt: skip
-    assert len(prompts) == 5 and all(p.output_tokens == 4 for p in prompts)
-    with pytest.raises(ValueError, match="max_model_len"):
-        cut_prompts(TINY_MODEL, 2, Lengths(mean=8), Lengths(mean=64), max_model_len=32)
+# --- the command line --------------------------------------------------------------------------
 
 
 def test_bench_command_line(tmp_path: Path) -> None:
     server = VllmServer(ServerConfig(model=TINY_MODEL, served_model_name="tiny"),
                         log_path=tmp_path / "s.log", port=8123)  # fmt: skip
-    argv = bench_argv(server, Load(concurrency=4), tmp_path / "d.jsonl", tmp_path, "c4.json",
-                      SloTargets(ttft_ms_p99=2000, tpot_ms_p99=100), requests=16)  # fmt: skip
+    slo = SloTargets(ttft_ms_p99=2000, tpot_ms_p99=100)
+    run = LevelRun(tmp_path / "d.jsonl", tmp_path, slo, requests=16)
+    argv = bench_argv(server, Load(concurrency=4), run, "c4.json")
     joined = " ".join(argv)
     assert argv[argv.index("bench") + 1] == "serve"
     for part in (

@@ -19,14 +19,9 @@ from typing import Any
 
 import pytest
 
-from harness.modes.serving.device.loadgen import (
-    LevelResult,
-    cut_prompts,
-    parse_bench_json,
-    run_levels,
-    write_dataset,
-)
+from harness.modes.serving.device.loadgen import LevelResult, LevelRun, parse_bench_json, run_levels
 from harness.modes.serving.device.server import ServerConfig, VllmServer, group_members, port_in_use
+from harness.modes.serving.prompts import cut_prompts, write_dataset
 from harness.modes.serving.slo import attainment, choose_at_slo
 from harness.modes.serving.spec import Lengths, Load, SloTargets
 
@@ -73,7 +68,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     killed = threading.Event()
     with server:
         levels = run_levels(server, [Load(concurrency=1), Load(concurrency=4)],
-                            dataset, out / "levels", SLO, requests=REQUESTS)  # fmt: skip
+                            LevelRun(dataset, out / "levels", SLO, REQUESTS))  # fmt: skip
         killer = threading.Thread(
             target=kill_when_the_level_runs,
             args=(server, out / "killed" / "c4.bench.log", killed),
@@ -81,7 +76,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         )
         killer.start()
         after_kill = run_levels(server, [Load(concurrency=4), Load(concurrency=8)],
-                                dataset, out / "killed", SLO, requests=KILL_REQUESTS)  # fmt: skip
+                                LevelRun(dataset, out / "killed", SLO, KILL_REQUESTS))  # fmt: skip
         killer.join(timeout=30)
     return {
         "levels": levels, "after_kill": after_kill, "port": server.port, "pgid": server.pgid,
