@@ -9,7 +9,9 @@ from typing import Any
 
 from harness.measure import verdict
 from harness.row import Provenance, ResultRow
+from harness.run.contracts import WorkContext
 from harness.run.store import write_row
+from harness.spec.scenario import Point, QualitySettings, Reference, VllmOptions
 from harness.spec.tariffs import Package, Tariff, TariffTable
 
 _counter = itertools.count()
@@ -204,3 +206,21 @@ def write_manifest(run_dir: Path, rows: list[ResultRow], **entry: Any) -> Path:
     fields.update(entry)
     store_write_manifest(run_dir, {"name": run_dir.name, "runs": [fields]})
     return run_dir / MANIFEST
+
+
+def work_context(run_dir: Path, quality: QualitySettings) -> WorkContext:
+    """A device-side WorkContext for a run folder: the default reference, transformers."""
+    return WorkContext(
+        run_dir=str(run_dir), run="t", reference=Reference(), quality=quality,
+        vllm=VllmOptions(), reference_backend="transformers",
+    )  # fmt: skip
+
+
+def tiny_point(quality: QualitySettings, **overrides: Any) -> Point:
+    """A tiny-llama offline point on the CPU scored with `quality`'s window settings."""
+    base: dict[str, Any] = dict(
+        model="tiny-llama", backend="transformers", quantization="none", kv_cache_dtype="auto",
+        batch=2, context=16, output_tokens=4, target="cpu", repeats=2, warmups=1,
+        window_tokens=quality.window_tokens, max_windows=quality.max_windows,
+    )  # fmt: skip
+    return Point.model_validate({**base, **overrides})

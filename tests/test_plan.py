@@ -222,8 +222,9 @@ def test_the_cpu_process_adds_the_weight_formats_library_and_a_first_forward_per
 
 
 def test_gpu_and_training_terms_are_unchanged_by_the_cpu_ones() -> None:
-    """On CUDA: no first-forward bytes, no held pool: prefill = weights + KV(context) + activations +
-    reserve, the reserve 700 MiB + 5 %; a training worker (no engine named) keeps 540 MiB."""
+    """On CUDA: no first-forward bytes, no held pool: prefill = weights + KV(context) +
+    activations + reserve, the reserve 700 MiB + 5 %; a training worker (no engine named) keeps
+    540 MiB."""
     p = point(backend="vllm")
     arch = catalog.model(LLAMA8B)
     phases, terms = plan.inference_memory(p, arch)

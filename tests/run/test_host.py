@@ -30,7 +30,8 @@ from harness.run import host, sweep
 from harness.run.contracts import WorkContext
 from harness.run.store import read_rows
 from harness.run.worker import iter_group, measure_group
-from harness.spec.scenario import Point, QualitySettings, Reference, VllmOptions
+from harness.spec.scenario import Point, QualitySettings
+from tests import factories as F
 
 QUALITY = QualitySettings(window_tokens=64, max_windows=2, arc_items=2, bootstrap_samples=200)
 SCENARIO = """name: host-{name}
@@ -49,19 +50,11 @@ quality: {{window_tokens: 64, max_windows: 2, arc_items: 2, bootstrap_samples: 2
 
 
 def context(tmp_path: Path) -> WorkContext:
-    return WorkContext(
-        run_dir=str(tmp_path), run="t", reference=Reference(), quality=QUALITY,
-        vllm=VllmOptions(), reference_backend="transformers",
-    )  # fmt: skip
+    return F.work_context(tmp_path, QUALITY)
 
 
 def point(**kw: Any) -> Point:
-    base: dict[str, Any] = dict(
-        model="tiny-llama", backend="transformers", quantization="none", kv_cache_dtype="auto",
-        batch=1, context=16, output_tokens=4, target="cpu", repeats=1, warmups=0,
-        window_tokens=QUALITY.window_tokens, max_windows=QUALITY.max_windows,
-    )  # fmt: skip
-    return Point.model_validate({**base, **kw})
+    return F.tiny_point(QUALITY, **{"batch": 1, "repeats": 1, "warmups": 0, **kw})
 
 
 @pytest.fixture(scope="module")

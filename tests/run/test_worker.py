@@ -12,25 +12,18 @@ from harness.row import ResultRow
 from harness.run.contracts import WorkContext
 from harness.run.store import reference_artifact
 from harness.run.worker import measure_group
-from harness.spec.scenario import Point, QualitySettings, Reference, VllmOptions
+from harness.spec.scenario import Point, QualitySettings
+from tests import factories as F
 
 QUALITY = QualitySettings(window_tokens=64, max_windows=4, arc_items=4, bootstrap_samples=200)
 
 
 def context(tmp_path: Path) -> WorkContext:
-    return WorkContext(
-        run_dir=str(tmp_path), run="t", reference=Reference(), quality=QUALITY,
-        vllm=VllmOptions(), reference_backend="transformers",
-    )  # fmt: skip
+    return F.work_context(tmp_path, QUALITY)
 
 
 def point(**kw: Any) -> Point:
-    base: dict[str, Any] = dict(
-        model="tiny-llama", backend="transformers", quantization="none", kv_cache_dtype="auto",
-        batch=2, context=16, output_tokens=4, target="cpu", repeats=2, warmups=1,
-        window_tokens=QUALITY.window_tokens, max_windows=QUALITY.max_windows,
-    )  # fmt: skip
-    return Point.model_validate({**base, **kw})
+    return F.tiny_point(QUALITY, **{**kw})
 
 
 def run(tmp_path: Path, points: list[Point]) -> list[ResultRow]:
