@@ -87,7 +87,7 @@ class GroupActor:
         try:
             node_host = ray.get_actor(node.host_name(node_id, self.hosts))
         except ValueError:
-            return "no host on this node (it joined after the run started)"
+            return "no host on this node (it joined after the run started, or its host has ended)"
         kwargs = dict(
             group=group, points=points, ctx=ctx, reference=reference, device_override=override,
             process="forkserver", node_id=node_id,

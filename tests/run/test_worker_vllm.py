@@ -13,6 +13,7 @@ from harness.row import ResultRow
 from harness.run.contracts import WorkContext
 from harness.run.worker import measure_group
 from harness.spec.scenario import Point, QualitySettings, Reference, VllmOptions
+from tests import factories as F
 
 pytestmark = pytest.mark.skipif(
     importlib.util.find_spec("vllm") is None, reason="vLLM is not installed in this venv"
@@ -21,12 +22,8 @@ QUALITY = QualitySettings(window_tokens=128, max_windows=8, arc_items=6, bootstr
 
 
 def point(**kw: Any) -> Point:
-    base: dict[str, Any] = dict(
-        model="tiny-llama", backend="vllm", quantization="fp32", kv_cache_dtype="auto",
-        batch=2, context=32, output_tokens=8, target="cpu", repeats=2, warmups=1,
-        window_tokens=QUALITY.window_tokens, max_windows=QUALITY.max_windows,
-    )  # fmt: skip
-    return Point.model_validate({**base, **kw})
+    vllm_point = {"backend": "vllm", "quantization": "fp32", "context": 32, "output_tokens": 8}
+    return F.tiny_point(QUALITY, **{**vllm_point, **kw})
 
 
 @pytest.fixture(scope="module")
