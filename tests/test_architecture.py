@@ -90,6 +90,7 @@ DEVICE_SIDE = (
 )
 ORCHESTRATION = (
     "harness.run.contracts",
+    "harness.run.forking",
     "harness.run.store",
     "harness.run.sweep",
     "harness.run.driver",

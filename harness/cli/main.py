@@ -12,8 +12,9 @@ import json
 import sys
 import time
 from collections.abc import Callable, Iterator
+from contextlib import ExitStack
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 from rich.markup import escape as markup_escape
@@ -30,6 +31,9 @@ from rich.table import Table
 from harness.console import console, err_console
 from harness.errors import UserInputError, fault_line
 from harness.spec.labels import PLAN_LABEL, configuration_label
+
+if TYPE_CHECKING:
+    from harness.run.host import HostServer
 
 app = typer.Typer(
     add_completion=False, no_args_is_help=True, help=__doc__, pretty_exceptions_show_locals=False
@@ -285,12 +289,19 @@ def run_sweep(
     gpu: str | None,
     simulate_on_cpu: bool = False,
 ) -> tuple[Path, dict[str, Any]]:
-    from harness.run import store
-    from harness.spec import scenario as scen
+    from harness.run import forking, host
 
-    run_dir = out or Path("results") / scen.load(scenario).name
-    with store.run_lock(run_dir, "run"):  # one writer per run folder
-        return sweep_locked(scenario, address, run_dir, resume, gpu, simulate_on_cpu)
+    with ExitStack() as owned:
+        # A local run's host server starts first, so that the engines import (≈5 s) while the
+        # scenario is planned and Ray starts; it is stopped again if no group will fork.
+        local = address is None and forking.forkserver_off() is None
+        server = owned.enter_context(host.start_server()) if local else None
+        from harness.run import store
+        from harness.spec import scenario as scen
+
+        run_dir = out or Path("results") / scen.load(scenario).name
+        with store.run_lock(run_dir, "run"):  # one writer per run folder
+            return sweep_locked(scenario, address, run_dir, resume, gpu, simulate_on_cpu, server)
 
 
 def sweep_locked(
@@ -300,15 +311,21 @@ def sweep_locked(
     resume: bool,
     gpu: str | None,
     simulate_on_cpu: bool,
+    server: HostServer | None = None,
 ) -> tuple[Path, dict[str, Any]]:
-    from harness.run import driver, sweep
-    from harness.run.host import NodeHost
-    from harness.run.worker import GroupActor
+    """`server`: the host server already started for this node (harness.run.host)."""
+    from harness.run import driver, forking, host, sweep
+    from harness.run.worker import GroupActor, measure_forked
 
     started = time.perf_counter()
     cluster_s: list[float] = []
+    servers: list[forking.ServerInfo] = []  # this node's server, when a group will fork
 
-    def start_cluster() -> dict[str, Any]:
+    def start_cluster(plan: Any) -> dict[str, Any]:
+        if server is not None and forks_here(plan):
+            servers.append(server.info)
+        elif server is not None:
+            server.stop()
         began = time.perf_counter()
         cluster = {"cluster": driver.connect(address), "nodes": driver.node_inventory()}
         cluster_s.append(time.perf_counter() - began)
@@ -317,6 +334,32 @@ def sweep_locked(
     plan, todo = sweep.begin(
         scenario, run_dir, gpu=gpu, resume=resume, mode="ray", on_start=start_cluster
     )
+    runner = functools.partial(
+        driver.Driver, run_dir, plan.context, GroupActor, simulate_on_cpu=simulate_on_cpu,
+        host=host.NodeHost, task=measure_forked, own_server=servers[0] if servers else None,
+    )  # fmt: skip
+    rows, failures = drive(runner, plan, todo, started)
+    driver.disconnect()
+    wall_s = time.perf_counter() - started
+    sweep.finish_manifest(run_dir, wall_s=wall_s, failures=failures)
+    end_of_run(scenario, run_dir, plan, rows, wall_s, runner="ray", cluster_s=sum(cluster_s))
+    return run_dir, {"wall_s": wall_s}
+
+
+def forks_here(plan: Any) -> bool:
+    """Will a group of this plan fork from a node host (see harness.run.host)?"""
+    from harness.run import forking
+
+    if forking.forkserver_off():
+        return False
+    return any(forking.unforkable(w.group, w.points) is None for w in plan.work if w.points)
+
+
+def drive(
+    make_driver: Callable[..., Any], plan: Any, todo: list[Any], started: float
+) -> tuple[list[Any], list[dict[str, Any]]]:
+    """The sweep's waves through a driver (references first: the others compare with them),
+    with the progress bar or the log's lines; the rows measured and the driver's failures."""
     tracker, rows = sweep_tracker(plan, todo, started), []
     with progress_bar(plan.total_points) as (progress, task):
         progress.advance(task, plan.total_points - sum(len(pts) for _, pts in todo))
@@ -341,19 +384,13 @@ def sweep_locked(
             groups[label] = progress.add_task(f"  {label} @ node {where}", total=size)
             tracker.group_started(label, f"node {where}")
 
-        runner = driver.Driver(
-            run_dir, plan.context, GroupActor, simulate_on_cpu=simulate_on_cpu, on_row=on_row,
-            on_group=on_group, host=NodeHost,
-        )  # fmt: skip
+        runner = make_driver(on_row=on_row, on_group=on_group)
         references = [(w, p) for w, p in todo if w.reference]
         others = [(w, p) for w, p in todo if not w.reference]
         for wave in (references, others):
             if wave:
                 runner.run_wave(wave)
-    wall_s = time.perf_counter() - started
-    sweep.finish_manifest(run_dir, wall_s=wall_s, failures=runner.failures if todo else [])
-    end_of_run(scenario, run_dir, plan, rows, wall_s, runner="ray", cluster_s=sum(cluster_s))
-    return run_dir, {"wall_s": wall_s}
+    return rows, runner.failures if todo else []
 
 
 def sweep_tracker(plan: Any, todo: list[Any], started: float | None = None) -> Any:

@@ -1,15 +1,19 @@
-"""The Ray driver: one actor per group on a node that matches its target, rows streamed back.
+"""The Ray driver: one task (or actor) per group on a node that matches its target, rows streamed
+back.
 
 Rows come back to the driver as they are measured (a streaming generator), so the run folder
 lives on the driver's machine and needs no shared filesystem. A lost node ends its actor's
 stream; the group's remaining points are retried on another matching node (bounded), and what
 still cannot run is written as `node_lost`. Resume is the default: `ok` points are never re-run.
 
-Each node that can run a group gets a host actor (harness.run.host, handed in by the CLI like the
-group's actor): it has imported the engines once, and each group's fresh actor runs its group in
-a child forked from it. The driver owns the hosts, so they end with the run. `HARNESS_FORKSERVER=0`
-creates none: every group then imports its engine in its own actor, as a group that cannot fork
-does (one line says why, once per reason).
+Each node that can run a group gets a host (harness.run.host, handed in by the CLI like the
+group's task and actor): a server that has imported the engines once, and forks a fresh child per
+group. A group that can fork runs as a Ray task: it holds the group's resources and relays what
+the child sends, so Ray reuses its worker process and a group starts in a fraction of a second.
+The driver owns the hosts, so they end with the run; on a local run it starts its own node's
+server before Ray, so the engines import while Ray starts. `HARNESS_FORKSERVER=0` creates none:
+every group then imports its engine in a fresh actor, as a group that cannot fork does (one line
+says why, once per reason).
 """
 
 from __future__ import annotations
@@ -29,13 +33,12 @@ from harness import corpus
 from harness.backends.base import WindowScores
 from harness.errors import UserInputError
 from harness.row import ResultRow
-from harness.run import auth, node, store, sweep
+from harness.run import auth, forking, node, store, sweep
 from harness.run.contracts import GroupItem, WorkContext, point_row
 from harness.run.store import keep_scores, load_scores, reference_artifact
 from harness.spec.scenario import Point
 
 MAX_ATTEMPTS = 3  # per group: the first try and two retries on another node
-HOST_THREADS = 64  # groups one node host serves at once (one per GPU, and room for retries)
 PLACEMENT_TIMEOUT_S = 600.0  # an actor no node can host for this long is lost (image pulls)
 
 
@@ -99,6 +102,17 @@ def connect(address: str | None) -> dict[str, Any]:
     return {"address": "local", "inventory": inventory.model_dump()}
 
 
+def disconnect() -> None:
+    """End this driver's Ray session once its sweep is done: a local node that `connect`
+    started stops with it; a joined cluster only loses this driver. Ray's own exit hook would
+    do the same after a 0.5 s pause for log lines, which this driver does not take
+    (log_to_driver=False)."""
+    import ray
+
+    if ray.is_initialized():
+        ray.shutdown()
+
+
 def placement(target: str, simulate_on_cpu: bool) -> dict[str, Any]:
     """Actor options for a target. Simulation (tests only) routes by vendor but takes no GPU."""
     options = node.actor_options(target)
@@ -136,10 +150,11 @@ class Attempt:
     work: sweep.Work
     points: list[Point]
     tries: int = 1
-    actor: Any = None
+    actor: Any = None  # the group's fresh actor; None while it runs as a task (a forked child)
     stream: Any = None
     node_id: str | None = None
     received: set[str] = field(default_factory=set)
+    fresh: str | None = None  # why this group runs in a fresh actor (None: it may fork)
 
 
 def failure_text(exc: BaseException) -> str:
@@ -152,27 +167,35 @@ def failure_text(exc: BaseException) -> str:
 
 
 class GroupActor(Protocol):
-    """What the driver asks of the actor that measures one group on a node (harness.run.worker
-    implements it; the driver is handed the class and never imports the device side)."""
+    """What the driver asks of the fresh actor that measures one group on a node in its own
+    process (harness.run.worker implements it; the driver is handed the class and never
+    imports the device side)."""
 
-    def __init__(
-        self, simulate_on_cpu: bool = False, fork_off: str | None = None, hosts: str = ""
-    ) -> None:
-        """`fork_off`: why no group forks (None: they may); `hosts`: the tag of the driver's
-        node hosts' names (harness.run.node.host_name)."""
+    def __init__(self, simulate_on_cpu: bool = False) -> None: ...
 
     def measure(
         self, work: sweep.Work, points: list[Point], ctx: WorkContext, ref: WindowScores | None
-    ) -> Iterator[tuple[GroupItem, str, str | None]]:
+    ) -> Iterator[tuple[GroupItem, str]]:
         """Yields each item of the group (harness.run.contracts.GroupItem) with the Ray node id
-        that produced it and, on the first item of a group that did not fork, why not."""
+        that produced it."""
         ...
 
 
-class NodeHost(Protocol):
-    """The long-lived actor per node that forks a child per group (harness.run.host)."""
+class GroupTask(Protocol):
+    """The task that measures one group in a child of its node's host (harness.run.worker
+    .measure_forked); `hosts`: the tag of the driver's node hosts' names. Yields what the
+    actor yields, or first a `forking.Fallback`: run this group in a fresh actor instead."""
 
-    def __init__(self) -> None: ...
+    def __call__(
+        self, work: sweep.Work, points: list[Point], ctx: WorkContext,
+        reference: WindowScores | None, simulate_on_cpu: bool, hosts: str,
+    ) -> Iterator[tuple[GroupItem | forking.Fallback, str]]: ...  # fmt: skip
+
+
+class NodeHost(Protocol):
+    """The long-lived actor per node that tells groups how to reach its host server."""
+
+    def __init__(self, server: forking.ServerInfo | None = None) -> None: ...
 
 
 class Driver:
@@ -186,8 +209,12 @@ class Driver:
         on_row: Callable[[ResultRow, str | None], None] | None = None,
         on_group: Callable[[str, str | None], None] | None = None,
         host: type[NodeHost] | None = None,
+        task: GroupTask | None = None,
         on_note: Callable[[str], None] | None = None,
+        own_server: forking.ServerInfo | None = None,
     ) -> None:
+        """`own_server`: the host server the CLI started on this (the driver's) node before
+        Ray; the node's host adopts it."""
         import ray
 
         self.ray = ray
@@ -197,8 +224,12 @@ class Driver:
         self.on_row = on_row or (lambda row, node_id: None)
         self.on_group = on_group or (lambda label, node_id: None)
         self.actor_cls = ray.remote(max_restarts=0, max_task_retries=0)(actor)
-        self.fork_off = node.forkserver_off() or (None if host else "no node host given")
+        self.fork_off = forking.forkserver_off() or (
+            None if host and task else "no node host given"
+        )
         self.host_cls = None if host is None or self.fork_off else ray.remote(max_restarts=0)(host)
+        self.task_fn = None if task is None else ray.remote(max_retries=0)(task)
+        self.own_server = own_server
         self.hosts: dict[str, Any] = {}  # node id -> its host actor (held: the driver owns them)
         self.hosts_tag = uuid.uuid4().hex[:12]
         self.on_note = on_note or (lambda line: print(line, file=sys.stderr, flush=True))
@@ -217,14 +248,16 @@ class Driver:
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         needs = [placement(w.group.target, self.simulate_on_cpu)["resources"] for w, _ in works]
+        here = self.ray.get_runtime_context().get_node_id()
         for n in node_inventory():
             fits = any(all(n["resources"].get(k, 0) >= v for k, v in r.items()) for r in needs)
             if n["alive"] and fits and n["node_id"] not in self.hosts:
                 pin = NodeAffinitySchedulingStrategy(node_id=n["node_id"], soft=False)
                 name = node.host_name(n["node_id"], self.hosts_tag)
+                server = self.own_server if n["node_id"] == here else None
                 self.hosts[n["node_id"]] = self.host_cls.options(
-                    name=name, num_cpus=0, scheduling_strategy=pin, max_concurrency=HOST_THREADS
-                ).remote()
+                    name=name, num_cpus=0, scheduling_strategy=pin
+                ).remote(server)
 
     def note(self, line: str) -> None:
         if line not in self.notes:
@@ -232,15 +265,33 @@ class Driver:
             self.on_note(line)
 
     def launch(self, attempt: Attempt) -> None:
-        """A fresh actor (process) per group: memory figures of one group never carry another's
-        leftovers, and engines that keep device memory release it when the process ends."""
-        options = placement(attempt.work.group.target, self.simulate_on_cpu)
-        actor = self.actor_cls.options(**options)
-        attempt.actor = actor.remote(self.simulate_on_cpu, self.fork_off, self.hosts_tag)
-        attempt.stream = attempt.actor.measure.options(num_returns="streaming").remote(
-            attempt.work, attempt.points, self.ctx, self.reference_for(attempt.work)
-        )
+        """A fresh process per group: a child forked from its node's host (through a task), or
+        a fresh actor where the group cannot fork. Either way the memory figures of one group
+        never carry another's leftovers, and engines that keep device memory release it when
+        the process ends."""
+        work = attempt.work
+        options = placement(work.group.target, self.simulate_on_cpu)
+        why = attempt.fresh or self.fork_off or forking.unforkable(work.group, attempt.points)
+        reference = self.reference_for(work)
         attempt.node_id = None
+        if why is None and self.task_fn is not None:
+            attempt.actor = None
+            attempt.stream = self.task_fn.options(**options, num_returns="streaming").remote(
+                work, attempt.points, self.ctx, reference, self.simulate_on_cpu, self.hosts_tag
+            )
+            return
+        self.note(f"a fresh process per group, importing its engine ({why})")
+        attempt.actor = self.actor_cls.options(**options).remote(self.simulate_on_cpu)
+        attempt.stream = attempt.actor.measure.options(num_returns="streaming").remote(
+            work, attempt.points, self.ctx, reference
+        )
+
+    def stop(self, attempt: Attempt) -> None:
+        """End an attempt's process: its actor, or its task (the child ends with its caller)."""
+        if attempt.actor is not None:
+            self.ray.kill(attempt.actor)
+        elif attempt.stream is not None:
+            self.ray.cancel(attempt.stream, force=True)
 
     def run_wave(self, works: list[tuple[sweep.Work, list[Point]]]) -> None:
         """Launch every group of a wave at once; Ray queues what the cluster cannot host yet."""
@@ -266,17 +317,20 @@ class Driver:
         from ray.exceptions import RayError
 
         try:
-            item, node_id, why_fresh = self.ray.get(next(attempt.stream))
+            item, node_id = self.ray.get(next(attempt.stream))
         except StopIteration:
-            self.ray.kill(attempt.actor)
+            if attempt.actor is not None:
+                self.ray.kill(attempt.actor)
             return False
         except RayError as exc:
             return self.retry_or_lose(attempt, exc)
+        if isinstance(item, forking.Fallback):  # the node cannot fork it: a fresh actor instead
+            attempt.fresh = item.reason
+            self.launch(attempt)
+            return True
         if attempt.node_id is None:
             attempt.node_id = node_id
             self.on_group(attempt.work.group.label, node_id)
-        if why_fresh is not None:
-            self.note(f"a fresh process per group, importing its engine ({why_fresh})")
         if isinstance(item, ResultRow):
             store.write_row(self.run_dir, item)
             attempt.received.add(item.key)
@@ -299,10 +353,12 @@ class Driver:
                 "attempt": attempt.tries,
             }
         )
-        self.ray.kill(attempt.actor)
+        self.stop(attempt)
         target = attempt.work.group.target
         if left and attempt.tries < MAX_ATTEMPTS and has_capacity(target, self.simulate_on_cpu):
-            retry = Attempt(work=attempt.work, points=left, tries=attempt.tries + 1)
+            retry = Attempt(
+                work=attempt.work, points=left, tries=attempt.tries + 1, fresh=attempt.fresh
+            )
             self.launch(retry)
             attempt.__dict__.update(retry.__dict__)
             return True
@@ -326,5 +382,5 @@ class Driver:
                 continue
             if not has_capacity(attempt.work.group.target, self.simulate_on_cpu):
                 running.pop(stream)
-                self.ray.kill(attempt.actor)
+                self.stop(attempt)
                 self.write_lost(attempt.work, self.remaining(attempt), "no node can host it")

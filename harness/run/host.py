@@ -1,50 +1,74 @@
 """A node's host: one long-lived process per node that has imported the engines, and a fresh
 child forked from it per group. Device side: the child runs the group's generator (the worker
-hands in `harness.run.worker.iter_group`; this module imports no worker, so no cycle).
+hands in `harness.run.worker.iter_group`; this module imports no worker, so no cycle, and at
+run time nothing of the harness but itself: the host server starts in a fraction of a second).
 
-`NodeHost` is a Ray actor the driver creates on each node that can run a group (the driver owns
-it, so it shares the driver's fate and never outlives the run). It owns a `multiprocessing`
-forkserver: a process started fresh (not forked from the Ray worker, so no Ray or thread
-state) that imports `PRELOAD` once (torch, transformers, the llama modeling module,
-bitsandbytes and torchao where installed, the harness device-side modules). Each group's
-`GroupActor` (a fresh Ray actor still: it holds the group's Ray resources, and Ray sets its
-CUDA_VISIBLE_DEVICES) calls `NodeHost.run_group` with its device environment; the host asks the
-forkserver for a child, which
+The host server (`host.main(NAME)` in a fresh interpreter, its authkey on stdin) is a plain
+process:
+1. it starts a `multiprocessing` forkserver that imports `PRELOAD` once (torch, transformers,
+   the llama modeling module, bitsandbytes and torchao where installed, the harness device
+   side), in the background;
+2. it listens on a local socket (`multiprocessing.connection`, the authkey checked on every
+   connection) and serves each connection in a thread: one group, forked into a fresh child;
+3. it ends when its parent does (its stdin reaches end of file), and its forkserver and the
+   children with it.
+
+Who starts it: the driver, before it starts Ray, for its own node when the run is local (the
+engines import while Ray starts); on every other node that can run a group, the driver's
+`NodeHost` actor (owned by the driver, so it never outlives the run). Each node's `NodeHost`
+(named, pinned) tells a group's task how to reach its node's server (`ServerInfo`).
+
+A group's Ray task (harness.run.worker: it holds the group's resources, and Ray sets its
+CUDA_VISIBLE_DEVICES; it only relays, so Ray reuses its worker process) connects to the server
+(`run_group_via`) with its device environment; the server asks the forkserver for a child, which
 
 1. sets that environment before any CUDA call (torch reads CUDA_VISIBLE_DEVICES when CUDA
-   initializes, not at import) and its torch threads;
+   initializes, not at import) and its torch threads, and freezes what it inherited out of the
+   garbage collector's reach (`gc.freeze`: the preloaded modules are never garbage, and a
+   `gc.collect()` between points then costs milliseconds, not 0.15 s; the forkserver imported
+   them with the collector off, `harness.run.preload`);
 2. says hello (`ChildStart`): its pid, whether torch was already imported (the point of the
    forkserver), and whether forking was safe (no CUDA context inherited); an unsafe child exits
-   at once and the group runs in its actor instead (`Fallback`);
+   at once and the group runs in a fresh actor instead (`Fallback`);
 3. runs the group (`iter_group`) and sends each `GroupItem` over a `multiprocessing` Pipe
    (pickle), then `DONE`, and exits, so its memory figures (RSS, CUDA allocator) are its own.
 
 A child that dies before `DONE` (killed, `os._exit`, the OOM killer) raises `ChildDied` naming
-its exit code or signal; the actor's stream then fails as a lost actor's does, and the driver
+its exit code or signal; the task's stream then fails as a lost actor's does, and the driver
 retries the group's remaining points or writes them `node_lost` (harness.run.driver). A caller
-that disappears (its actor killed) has its child killed within `POLL_S`.
+that disappears (its worker killed, its connection closed) has its child killed within `POLL_S`.
 """
 
 from __future__ import annotations
 
+import gc
 import multiprocessing
 import os
+import pickle
 import signal
+import subprocess
 import sys
+import threading
 import time
 import traceback
-from collections.abc import Callable, Iterator
+import uuid
+from collections.abc import Callable, Generator, Iterator
+from contextlib import closing
 from dataclasses import dataclass
-from multiprocessing.connection import Connection
+from multiprocessing.connection import Client, Connection, Listener
 from multiprocessing.context import BaseContext
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import psutil
 
-from harness.run.contracts import GroupItem
+from harness.run.forking import Fallback, ServerInfo
+
+if TYPE_CHECKING:
+    from harness.run.contracts import GroupItem
 
 # imported once per node by the forkserver; a module that is not installed is skipped by it
 PRELOAD = (
+    "harness.run.preload",  # first: the garbage collector off while the engines import
     "torch",
     "transformers",
     "transformers.models.llama.modeling_llama",
@@ -79,13 +103,6 @@ class ChildStart:
 
 
 @dataclass(frozen=True)
-class Fallback:
-    """The group cannot run in a forked child: run it in the calling actor (today's path)."""
-
-    reason: str
-
-
-@dataclass(frozen=True)
 class ChildFailed:
     """The group raised in the child: the exception (when it pickles) and its traceback."""
 
@@ -97,9 +114,10 @@ class ChildDied(RuntimeError):
     """A group's child ended before sending every item (killed, os._exit, out of memory)."""
 
 
-HostItem = ChildStart | Fallback | GroupItem
+HostItem: TypeAlias = "ChildStart | Fallback | GroupItem"
 # the group's generator, called with keyword arguments in the child (pickled by reference)
-GroupRun = Callable[..., Iterator[GroupItem]]
+GroupRun = Callable[..., Iterator["GroupItem"]]
+CONNECT_S = 20.0  # how long a group's task retries reaching a server that is still starting
 
 
 def device_env() -> dict[str, str | None]:
@@ -120,28 +138,171 @@ def start_forkserver() -> BaseContext:
     return context
 
 
+# --- the host server ----------------------------------------------------------------------
+
+
+@dataclass
+class HostServer:
+    """A started host server (this process is its parent: it ends when this process does)."""
+
+    process: subprocess.Popen[bytes]
+    info: ServerInfo
+
+    def __enter__(self) -> HostServer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def stop(self) -> None:
+        """End the server (and its forkserver, and any child) and wait for it."""
+        if self.process.stdin is not None and not self.process.stdin.closed:
+            self.process.stdin.close()
+        try:
+            self.process.wait(JOIN_S)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+
+def start_server() -> HostServer:
+    """Start a host server for this node; it returns at once (the engines import in the
+    background, and a group's task waits for them only at its first fork)."""
+    name = f"harness-host-{uuid.uuid4().hex}"
+    authkey = os.urandom(32)
+    # not `-m harness.run.host`: as __main__, this module's functions would not pickle by name
+    command = "import sys; from harness.run import host; host.main(sys.argv[1])"
+    process = subprocess.Popen(
+        [sys.executable, "-c", command, name], stdin=subprocess.PIPE, close_fds=True
+    )
+    assert process.stdin is not None
+    process.stdin.write(authkey.hex().encode() + b"\n")
+    process.stdin.flush()  # kept open: its end of file tells the server this process is gone
+    return HostServer(process, ServerInfo(socket_address(name), authkey))
+
+
+def socket_address(name: str) -> str:
+    """Linux: an abstract socket (no file to leave behind); elsewhere a file in the temp dir."""
+    if sys.platform.startswith("linux"):
+        return "\0" + name
+    import tempfile
+
+    return os.path.join(tempfile.gettempdir(), name)
+
+
+def serve(name: str, authkey: bytes) -> None:
+    """The host server's main: the forkserver first (its imports take seconds), then each
+    connection in a thread. Ends, with everything it forked, when its parent is gone."""
+    os.setsid()  # a process group of its own: the forkserver and its children join it
+    threading.Thread(target=exit_with_parent, daemon=True).start()
+    context: BaseContext | str
+    try:
+        context = start_forkserver()
+    except (OSError, ValueError, RuntimeError) as exc:  # every group then runs fresh, told why
+        context = f"the forkserver did not start ({type(exc).__name__}: {exc})"
+    with Listener(socket_address(name), family="AF_UNIX", authkey=authkey) as listener:
+        while True:
+            try:
+                conn = listener.accept()
+            except (OSError, EOFError, multiprocessing.AuthenticationError):
+                continue  # a caller without the key, or one that hung up while greeting
+            threading.Thread(target=serve_group, args=(context, conn), daemon=True).start()
+
+
+def exit_with_parent() -> None:
+    """Block on stdin (the parent holds its other end); at end of file end this process's
+    group: the server, its forkserver (even one still importing) and every child."""
+    sys.stdin.buffer.read()
+    os.killpg(os.getpgid(0), signal.SIGKILL)
+
+
+def serve_group(context: BaseContext | str, conn: Connection) -> None:
+    """One connection, one group: the request (caller pid, device env, pickled run), then
+    every message of the child, then DONE or the failure. A caller that hangs up stops it.
+    `context` is a string when the forkserver did not start: why (the group then runs fresh)."""
+    with closing(conn):
+        try:
+            caller_pid, env, payload = conn.recv()
+            if isinstance(context, str):
+                conn.send(Fallback(context))
+                return
+            with closing(fork_group(context, env, payload, caller_pid=caller_pid)) as stream:
+                for message in stream:
+                    conn.send(message)
+            conn.send(DONE)
+        except (EOFError, OSError):
+            return  # the caller went away: closing the stream has stopped its child
+        except BaseException as exc:  # the child died, or it failed: the caller re-raises it
+            try:
+                conn.send(failure(exc))
+            except OSError:
+                return
+
+
+def run_group_via(
+    server: ServerInfo, env: dict[str, str | None], run: GroupRun, kwargs: dict[str, Any],
+    *, caller_pid: int,
+) -> Iterator[HostItem]:  # fmt: skip
+    """`run(**kwargs)` in a fresh child of the node's host server: its ChildStart, then each
+    GroupItem (or one Fallback). Raises what the child raised, or ChildDied."""
+    try:
+        conn = connect(server)
+    except (OSError, EOFError, multiprocessing.AuthenticationError) as exc:
+        yield Fallback(f"the node's host server cannot be reached ({type(exc).__name__}: {exc})")
+        return
+    with closing(conn):
+        conn.send((caller_pid, env, pickle.dumps((run, kwargs))))
+        while True:
+            try:
+                message = conn.recv()
+            except (EOFError, OSError):
+                raise ChildDied("the node's host server ended before the group's last row") from (
+                    None
+                )
+            if message == DONE:
+                return
+            if isinstance(message, ChildFailed):
+                raise_failure(message)
+            yield message
+            if isinstance(message, Fallback):
+                return
+
+
+def connect(server: ServerInfo) -> Connection:
+    """A connection to the server, retried while it is still starting (not yet listening)."""
+    deadline = time.monotonic() + CONNECT_S
+    while True:
+        try:
+            return Client(server.address, family="AF_UNIX", authkey=server.authkey)
+        except (FileNotFoundError, ConnectionRefusedError):
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
 class NodeHost:
-    """A Ray actor, one per node, owned by the driver: forks one child per group (threaded, so
-    groups on one node's several GPUs fork side by side). The CLI hands this class to the
+    """A Ray actor, one per node, owned by the driver: the node's host server (one it was
+    handed, started by the driver before Ray; or its own). The CLI hands this class to the
     driver, which never imports the device side."""
 
-    def __init__(self) -> None:
-        self.broken: str | None = None
-        self.context: BaseContext | None = None
-        try:
-            self.context = start_forkserver()
-        except (OSError, ValueError, RuntimeError) as exc:
-            self.broken = f"the forkserver did not start ({type(exc).__name__}: {exc})"
-
-    def run_group(
-        self, caller_pid: int, env: dict[str, str | None], run: GroupRun, kwargs: dict[str, Any]
-    ) -> Iterator[HostItem]:
-        """`run(**kwargs)` in a fresh child: its ChildStart, then each GroupItem (or one
-        Fallback)."""
-        if self.context is None:
-            yield Fallback(self.broken or "no forkserver")
+    def __init__(self, server: ServerInfo | None = None) -> None:
+        self.own: HostServer | None = None
+        self.info: ServerInfo | str
+        if server is not None:
+            self.info = server
             return
-        yield from run_group_in_child(self.context, env, run, kwargs, caller_pid=caller_pid)
+        try:
+            self.own = start_server()
+            self.info = self.own.info
+        except OSError as exc:
+            self.info = f"the host server did not start ({type(exc).__name__}: {exc})"
+
+    def server(self) -> ServerInfo | str:
+        """How to reach this node's server, or why there is none."""
+        return self.info
+
+
+# --- forking one group ----------------------------------------------------------------------
 
 
 def run_group_in_child(
@@ -151,13 +312,24 @@ def run_group_in_child(
     kwargs: dict[str, Any],
     *,
     caller_pid: int | None = None,
-) -> Iterator[HostItem]:
-    """Fork a child that sets `env` and runs `run(**kwargs)`; yield what it sends: ChildStart,
-    then each GroupItem; a Fallback (the child was unsafe) ends it early. The child is killed
-    however this ends (its caller gone, the consumer stopped, an error)."""
+) -> Generator[HostItem, None, None]:
+    """Fork a child that sets `env` and runs `run(**kwargs)` (see `fork_group`)."""
+    return fork_group(context, env, pickle.dumps((run, kwargs)), caller_pid=caller_pid)
+
+
+def fork_group(
+    context: BaseContext,
+    env: dict[str, str | None],
+    payload: bytes,
+    *,
+    caller_pid: int | None = None,
+) -> Generator[HostItem, None, None]:
+    """Fork a child that sets `env` and runs the pickled `(run, kwargs)` (unpickled only there,
+    so the server never imports the device side); yield what it sends: ChildStart, then each
+    GroupItem; a Fallback (the child was unsafe) ends it early. The child is killed however
+    this ends (its caller gone, the consumer stopped, an error)."""
     receive, send = context.Pipe(duplex=False)
-    args = (send, env, run, kwargs)
-    child = context.Process(target=child_main, args=args, daemon=False)  # type: ignore[attr-defined]
+    child = context.Process(target=child_main, args=(send, env, payload), daemon=False)  # type: ignore[attr-defined]
     began = time.perf_counter()
     try:
         child.start()
@@ -225,11 +397,11 @@ def end_child(child: Any) -> None:
     child.join(JOIN_S)
 
 
-def child_main(
-    conn: Connection, env: dict[str, str | None], run: GroupRun, kwargs: dict[str, Any]
-) -> None:
+def child_main(conn: Connection, env: dict[str, str | None], payload: bytes) -> None:
     """A group's child (forked by the forkserver): the device env first, then the group."""
     die_with_parent()
+    gc.freeze()  # what the forkserver imported is never scanned again (harness.run.preload)
+    gc.enable()
     preloaded = "torch" in sys.modules
     apply_env(env)
     import torch
@@ -242,6 +414,7 @@ def child_main(
     if os.environ.get("OMP_NUM_THREADS"):
         torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
     try:
+        run, kwargs = pickle.loads(payload)
         for item in run(**kwargs):
             conn.send(item)
     except BaseException as exc:
@@ -286,11 +459,14 @@ def fork_unsafe(torch: Any) -> str | None:
 
 
 def failure(exc: BaseException) -> ChildFailed:
-    import pickle
-
     text = "".join(traceback.format_exception(exc))
     try:
         pickle.loads(pickle.dumps(exc))
     except Exception:
         return ChildFailed(None, text)
     return ChildFailed(exc, text)
+
+
+def main(name: str) -> None:
+    """The host server's entry (start_server): its socket's name; its authkey on stdin."""
+    serve(name, bytes.fromhex(sys.stdin.buffer.readline().decode().strip()))

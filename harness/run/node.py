@@ -401,17 +401,6 @@ def node_threads() -> int:
     return max(1, min(int(advertised), usable or 1))
 
 
-# `HARNESS_FORKSERVER=0` (read by the driver): every group imports its engine in a fresh process
-FORKSERVER_SWITCH = "HARNESS_FORKSERVER"
-
-
-def forkserver_off() -> str | None:
-    """Why this run forks no group from a node host (harness.run.host), or None: it does."""
-    if os.environ.get(FORKSERVER_SWITCH, "1").strip() == "0":
-        return f"{FORKSERVER_SWITCH}=0"
-    return None
-
-
 def host_name(node_id: str, driver_tag: str) -> str:
     """The Ray name of a node's host actor: the driver creates it, a group's actor looks it up.
     `driver_tag` is the driver's own, so a driver never finds an earlier driver's host."""

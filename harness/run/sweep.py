@@ -192,9 +192,10 @@ def begin(
     gpu: str | None,
     resume: bool,
     mode: str,
-    on_start: Callable[[], dict[str, Any]] | None = None,
+    on_start: Callable[[SweepPlan], dict[str, Any]] | None = None,
 ) -> tuple[SweepPlan, list[tuple[Work, list[Point]]]]:
-    """Start (or resume) a run: plan it, call `on_start` (e.g. connect to a cluster; what it
+    """Start (or resume) a run: plan it, call `on_start` with the plan (e.g. connect to a
+    cluster; what it
     returns joins the manifest entry), record the run, write the skip rows, and return the
     groups with the points still to measure. Bad input fails before anything starts; without
     resume, a folder that already holds points is refused rather than silently mixed."""
@@ -217,7 +218,7 @@ def begin(
             f"{now}): its rows would mix with these; choose a new --out",
             file=str(scenario_path),
         )
-    extra = on_start() if on_start else {}
+    extra = on_start(plan) if on_start else {}
     started = start_manifest(run_dir, scenario_path, plan, mode=mode)
     for line in started["runs"][-1].get("leakage_warnings") or []:  # a task on text seen
         err_console.print(f"[yellow]warning[/]: {line}", highlight=False)

@@ -10,14 +10,14 @@ in a point becomes an `oom` row and the group goes on.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Generator, Iterator
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, cast
 
 from harness import corpus, modes
 from harness.backends.base import WindowScores
 from harness.measure import energy
 from harness.row import ProcessPath, ResultRow
-from harness.run import node, provenance
+from harness.run import forking, host, node, provenance
 from harness.run.contracts import GroupItem, WorkContext, is_reference
 from harness.run.device import Job, Runner, bound_adapter
 from harness.run.store import keep_scores, load_scores, reference_artifact
@@ -31,88 +31,75 @@ Emit = Callable[[ResultRow], None]
 
 
 class GroupActor:
-    """A Ray actor on a worker node, one per group (a fresh process: one group's memory figures
-    never carry another's leftovers): measures the group and streams each item back with the
-    node's id. Implements harness.run.driver.GroupActor; the CLI hands this class to the driver.
+    """A Ray actor on a worker node, one per group that cannot fork (a fresh process: one
+    group's memory figures never carry another's leftovers): measures the group here, with its
+    engine imported here, and streams each item back with the node's id. Implements
+    harness.run.driver.GroupActor; the CLI hands this class to the driver."""
 
-    The group runs in a child forked by the node's host (harness.run.host: the engines already
-    imported) unless `fork_off` says why not, the group is not forkable (`unforkable`), or the
-    host cannot fork; then it runs here, in this fresh process, as before the host existed. The
-    first item carries that reason (the driver prints it once); the rows' provenance says which
-    process measured them."""
-
-    def __init__(
-        self, simulate_on_cpu: bool = False, fork_off: str | None = None, hosts: str = ""
-    ) -> None:
+    def __init__(self, simulate_on_cpu: bool = False) -> None:
         self.simulate_on_cpu = simulate_on_cpu
-        self.fork_off = fork_off
-        self.hosts = hosts
         os.environ["OMP_NUM_THREADS"] = str(node.node_threads())
 
     def measure(
         self, work: Work, points: list[Point], ctx: WorkContext, reference: WindowScores | None
-    ) -> Iterator[tuple[GroupItem, str, str | None]]:
+    ) -> Iterator[tuple[GroupItem, str]]:
         import ray
-
-        node_id = ray.get_runtime_context().get_node_id()
-        override = "cpu" if self.simulate_on_cpu else None
-        why = self.fork_off or unforkable(work.group, points)
-        if why is None:
-            forked = self.forked(work.group, points, ctx, reference, override, node_id)
-            why = yield from forked
-            if why is None:
-                return
         import torch
 
+        node_id = ray.get_runtime_context().get_node_id()
         torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
-        note: str | None = why
         for item in iter_group(
-            work.group, points, ctx, reference=reference, device_override=override,
-            process="fresh",
+            work.group, points, ctx, reference=reference,
+            device_override="cpu" if self.simulate_on_cpu else None, process="fresh",
         ):  # fmt: skip
-            yield item, node_id, note
-            note = None
-
-    def forked(
-        self, group: GroupKey, points: list[Point], ctx: WorkContext,
-        reference: WindowScores | None, override: str | None, node_id: str,
-    ) -> Generator[tuple[GroupItem, str, str | None], None, str | None]:  # fmt: skip
-        """The group through the node host's child; returns why it could not fork (None: it
-        ran there). A failure once the child has started ends the stream as a lost actor's."""
-        import ray
-        from ray.exceptions import RayActorError
-
-        from harness.run import host
-
-        try:
-            node_host = ray.get_actor(node.host_name(node_id, self.hosts))
-        except ValueError:
-            return "no host on this node (it joined after the run started, or its host has ended)"
-        kwargs = dict(
-            group=group, points=points, ctx=ctx, reference=reference, device_override=override,
-            process="forkserver", node_id=node_id,
-        )  # fmt: skip
-        stream: Any = node_host.run_group.options(num_returns="streaming").remote(
-            os.getpid(), host.device_env(), iter_group, kwargs
-        )
-        try:
-            first = ray.get(next(stream))
-        except RayActorError as exc:
-            return f"the node's host is gone ({type(exc).__name__})"
-        if isinstance(first, host.Fallback):
-            return first.reason
-        for ref in stream:
-            item = ray.get(ref)
-            yield item, node_id, None
-        return None
+            yield item, node_id
 
 
-def unforkable(group: GroupKey, points: list[Point]) -> str | None:
-    """Why a group must not run in a forked child: vLLM has its own processes (its engine core,
-    its server), and forking a process that imported it is not proven safe here."""
-    if group.backend == "vllm" or any(p.mode == "serving" for p in points):
-        return "a vLLM group (vLLM starts its own processes)"
-    return None
+def measure_forked(
+    work: Work, points: list[Point], ctx: WorkContext, reference: WindowScores | None,
+    simulate_on_cpu: bool, hosts: str,
+) -> Iterator[tuple[GroupItem | forking.Fallback, str]]:  # fmt: skip
+    """A Ray task per group that can fork (harness.run.driver.GroupTask): it holds the group's
+    Ray resources and relays, while the group runs in a fresh child of the node's host server
+    (harness.run.host: the engines already imported). Ray reuses the task's worker process:
+    nothing of the group runs in it. Yields each item with the node's id; a `forking.Fallback`
+    first (no host, or it cannot fork) asks the driver for a fresh actor instead. A failure
+    once the child has started ends the stream as a lost actor's does."""
+    import ray
+
+    node_id = ray.get_runtime_context().get_node_id()
+    server = node_server(node_id, hosts)
+    if isinstance(server, str):
+        yield forking.Fallback(server), node_id
+        return
+    kwargs = dict(
+        group=work.group, points=points, ctx=ctx, reference=reference,
+        device_override="cpu" if simulate_on_cpu else None, process="forkserver",
+        node_id=node_id,
+    )  # fmt: skip
+    env = {**host.device_env(), "OMP_NUM_THREADS": str(node.node_threads())}
+    stream = host.run_group_via(server, env, iter_group, kwargs, caller_pid=os.getpid())
+    for item in stream:
+        if isinstance(item, forking.Fallback):
+            yield item, node_id
+            return
+        if not isinstance(item, host.ChildStart):
+            yield item, node_id
+
+
+def node_server(node_id: str, hosts: str) -> forking.ServerInfo | str:
+    """How to reach this node's host server (its NodeHost actor knows), or why not."""
+    import ray
+    from ray.exceptions import RayActorError
+
+    try:
+        node_host = ray.get_actor(node.host_name(node_id, hosts))
+    except ValueError:
+        return "no host on this node (it joined after the run started, or its host has ended)"
+    try:
+        return cast("forking.ServerInfo | str", ray.get(node_host.server.remote()))
+    except RayActorError as exc:
+        return f"the node's host is gone ({type(exc).__name__})"
 
 
 def device_for(target: str) -> str:

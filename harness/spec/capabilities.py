@@ -43,6 +43,17 @@ BOTH_ENGINES: frozenset[Backend] = frozenset(get_args(Backend))
 ALL_TARGETS: frozenset[Target] = frozenset(get_args(Target))
 GPU_TARGETS: frozenset[Target] = frozenset({"cuda", "rocm"})
 TRANSFORMERS: frozenset[Backend] = frozenset({"transformers"})
+# Engines that start processes of their own (vLLM: its engine core; serving: its server): a
+# group of them never runs in a child forked from a node's host (harness.run.host), where
+# forking a process that imported them is not proven safe, but in a fresh process.
+OWN_PROCESSES: frozenset[Backend] = frozenset({"vllm"})
+
+
+def forks_from_host(backend: str, modes: set[str]) -> bool:
+    """Does a group of this engine, with points of these modes, run in a forked child?"""
+    return backend not in OWN_PROCESSES and "serving" not in modes
+
+
 VLLM: frozenset[Backend] = frozenset({"vllm"})
 
 # vLLM's name for FP8 quantized on the fly from a 16-bit checkpoint differs between builds

@@ -1,9 +1,12 @@
 """The node host (harness.run.host): a group in a child forked from a pre-imported forkserver.
 
 The first tests drive `run_group_in_child` directly on a forkserver started in this process
-(no Ray): the child's hello, its rows, a killed child, a failing group, a caller gone. The last
-ones run real Ray with the real tiny model: the memory figures of the forked path against the
-fresh path, and a child killed mid-group ending its group as a lost actor does.
+(no Ray): the child's hello, its rows, a killed child, a failing group, a caller gone. Then the
+host server, a process of its own (no Ray): a group through its socket, a wrong key refused, and
+the server with everything it forked gone when its parent dies. The last ones run real Ray with
+the real tiny model: the memory figures of the forked path against the fresh path, a child
+killed mid-group ending its group as a lost actor does, and a server that cannot be reached
+sending the group to a fresh actor.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import os
 import signal
 import statistics
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -26,7 +30,7 @@ import pytest
 from harness import corpus
 from harness.errors import UserInputError
 from harness.row import ResultRow
-from harness.run import host, sweep
+from harness.run import forking, host, sweep
 from harness.run.contracts import WorkContext
 from harness.run.store import read_rows
 from harness.run.worker import iter_group, measure_group
@@ -149,6 +153,95 @@ def running(pid: int) -> bool:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return False
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[host.HostServer]:
+    with host.start_server() as started:
+        yield started
+
+
+def via_server(info: forking.ServerInfo, tmp_path: Path, points: list[Point]) -> list[Any]:
+    env = {**host.device_env(), "OMP_NUM_THREADS": "1"}
+    kwargs = dict(
+        group=points[0].group, points=points, ctx=context(tmp_path), process="forkserver",
+        node_id="node-y",
+    )  # fmt: skip
+    return list(host.run_group_via(info, env, iter_group, kwargs, caller_pid=os.getpid()))
+
+
+def test_the_host_server_runs_each_group_in_a_fresh_child_of_its_forkserver(
+    server: host.HostServer, tmp_path: Path
+) -> None:
+    """Two groups through the server's socket: each a child of the server's forkserver (not
+    the server, not this process), started with torch imported, gone once its group is done."""
+    starts = []
+    for quantization in ("none", "bnb-nf4"):
+        first, *rest = via_server(server.info, tmp_path, [point(quantization=quantization)])
+        assert isinstance(first, host.ChildStart) and first.preloaded and first.unsafe is None
+        starts.append(first)
+        (row,) = [i for i in rest if isinstance(i, ResultRow)]
+        assert row.status == "ok" and row.provenance.process == "forkserver", row.error
+        assert row.provenance.node_id == "node-y"
+    (forkserver,) = [
+        c
+        for c in psutil.Process(server.process.pid).children()
+        if "multiprocessing.forkserver" in " ".join(c.cmdline())
+    ]  # fmt: skip (its other child is multiprocessing's resource tracker)
+    pids = {s.pid for s in starts}
+    assert len(pids) == 2 and not pids & {os.getpid(), server.process.pid, forkserver.pid}
+    assert not any(running(pid) for pid in pids)
+
+
+def test_a_caller_without_the_servers_key_is_refused_and_told_to_run_fresh(
+    server: host.HostServer, tmp_path: Path
+) -> None:
+    wrong = forking.ServerInfo(server.info.address, b"not the key")
+    (only,) = via_server(wrong, tmp_path, [point()])
+    assert isinstance(only, forking.Fallback)
+    assert "host server cannot be reached (AuthenticationError" in only.reason
+    first, *_ = via_server(server.info, tmp_path, [point()])  # the server still serves
+    assert isinstance(first, host.ChildStart)
+
+
+def test_the_host_server_and_all_it_forked_end_when_its_parent_is_killed() -> None:
+    """The parent (here a plain process; in a run the driver or a node's host actor) is
+    SIGKILLed while the forkserver may still be importing: the server's process group (the
+    server, its forkserver) is gone within seconds, so nothing outlives a run."""
+    code = "from harness.run import host; s = host.start_server(); print(s.process.pid, flush=True)"
+    parent = subprocess.Popen(
+        [sys.executable, "-c", code + "; import time; time.sleep(120)"], stdout=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+    assert parent.stdout is not None
+    pid = int(parent.stdout.readline())
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and group_of(pid) != pid:  # its own group (os.setsid)
+        time.sleep(0.05)
+    assert group_of(pid) == pid
+    parent.kill()
+    parent.wait()
+    while time.monotonic() < deadline and group_alive(pid):
+        time.sleep(0.1)
+    assert not group_alive(pid)
+
+
+def group_of(pid: int) -> int | None:
+    try:
+        return os.getpgid(pid)
+    except ProcessLookupError:
+        return None
+
+
+def group_alive(pgid: int) -> bool:
+    """Is any process (not a zombie) left in process group `pgid`?"""
+    for p in psutil.process_iter(["status"]):
+        try:
+            if os.getpgid(p.pid) == pgid and p.info["status"] != psutil.STATUS_ZOMBIE:
+                return True
+        except (ProcessLookupError, psutil.Error):
+            continue
+    return False
 
 
 def test_harness_measure_records_its_rows_as_in_process(tmp_path: Path) -> None:
@@ -300,3 +393,26 @@ def test_a_child_killed_mid_group_is_retried_as_a_lost_actor_is(
     (failure,) = json.loads((run_dir / "manifest.json").read_text())["runs"][-1]["failures"]
     assert "ChildDied" in failure["error"] and "SIGKILL" in failure["error"], failure
     assert failure["points_left"] < 4  # the rows measured before the kill are kept
+
+
+@pytest.mark.slow
+def test_a_group_whose_host_server_cannot_be_reached_runs_in_a_fresh_actor(
+    cluster: Cluster, server: host.HostServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    capfd: pytest.CaptureFixture[str],
+) -> None:  # fmt: skip
+    """The node's host hands out a server its group's task cannot reach (a wrong key here; a
+    server that died, in life): the task answers Fallback, the driver says why once and runs
+    the group in a fresh actor instead; every row is measured there, none lost."""
+    from harness.cli.main import sweep_locked
+
+    monkeypatch.setenv("HARNESS_FORKSERVER", "1")
+    unreachable = host.HostServer(server.process, forking.ServerInfo(server.info.address, b"wrong"))
+    scenario = tmp_path / "unreached.yaml"
+    scenario.write_text(SCENARIO.format(name="unreached", contexts="16, 32"))
+    run_dir = tmp_path / "unreached"
+    sweep_locked(scenario, cluster.address, run_dir, False, None, False, unreachable)
+    rows, bad = read_rows(run_dir)
+    assert not bad and len(rows) == 2
+    assert all(r.status == "ok" and r.provenance.process == "fresh" for r in rows)
+    err = capfd.readouterr().err
+    assert err.count("host server cannot be reached (AuthenticationError") == 1, err[-2000:]

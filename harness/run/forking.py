@@ -1,0 +1,50 @@
+"""What the orchestration side (driver, CLI) and a node's host (harness.run.host, the device
+side) agree on about forking a group's process; at import the standard library only, so that
+the host's server starts without importing the rest of the harness.
+
+- ``FORKSERVER_SWITCH`` / ``forkserver_off``: `HARNESS_FORKSERVER=0` forks no group;
+- ``unforkable``: why a group must start in a fresh process (the engine rule is
+  `harness.spec.capabilities.forks_from_host`);
+- ``ServerInfo``: how a group's task reaches its node's host server;
+- ``Fallback``: what a host answers when it cannot fork a group (it then runs in a fresh actor).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+# `HARNESS_FORKSERVER=0` (read by the driver): every group imports its engine in a fresh process
+FORKSERVER_SWITCH = "HARNESS_FORKSERVER"
+
+
+def forkserver_off() -> str | None:
+    """Why this run forks no group from a node host, or None: it does."""
+    if os.environ.get(FORKSERVER_SWITCH, "1").strip() == "0":
+        return f"{FORKSERVER_SWITCH}=0"
+    return None
+
+
+def unforkable(group: Any, points: list[Any]) -> str | None:
+    """Why a group must not run in a forked child (None: it may)."""
+    from harness.spec.capabilities import forks_from_host  # here: the host server never asks
+
+    if forks_from_host(group.backend, {p.mode for p in points}):
+        return None
+    return f"a {group.backend} group with its own processes (its engine core, or a server)"
+
+
+@dataclass(frozen=True)
+class ServerInfo:
+    """How a group's task reaches its node's host server: a local socket and its authkey."""
+
+    address: str
+    authkey: bytes
+
+
+@dataclass(frozen=True)
+class Fallback:
+    """The group cannot run in a forked child: run it in a fresh actor (the path before hosts)."""
+
+    reason: str
