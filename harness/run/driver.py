@@ -183,12 +183,12 @@ class GroupActor(Protocol):
 
 class GroupTask(Protocol):
     """The task that measures one group in a child of its node's host (harness.run.worker
-    .measure_forked); `hosts`: the tag of the driver's node hosts' names. Yields what the
+    .measure_forked); `hosts`: node id -> that node's host actor. Yields what the
     actor yields, or first a `forking.Fallback`: run this group in a fresh actor instead."""
 
     def __call__(
         self, work: sweep.Work, points: list[Point], ctx: WorkContext,
-        reference: WindowScores | None, simulate_on_cpu: bool, hosts: str,
+        reference: WindowScores | None, simulate_on_cpu: bool, hosts: dict[str, Any],
     ) -> Iterator[tuple[GroupItem | forking.Fallback, str]]: ...  # fmt: skip
 
 
@@ -277,7 +277,7 @@ class Driver:
         if why is None and self.task_fn is not None:
             attempt.actor = None
             attempt.stream = self.task_fn.options(**options, num_returns="streaming").remote(
-                work, attempt.points, self.ctx, reference, self.simulate_on_cpu, self.hosts_tag
+                work, attempt.points, self.ctx, reference, self.simulate_on_cpu, self.hosts
             )
             return
         self.note(f"a fresh process per group, importing its engine ({why})")

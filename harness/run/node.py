@@ -402,8 +402,9 @@ def node_threads() -> int:
 
 
 def host_name(node_id: str, driver_tag: str) -> str:
-    """The Ray name of a node's host actor: the driver creates it, a group's actor looks it up.
-    `driver_tag` is the driver's own, so a driver never finds an earlier driver's host."""
+    """The Ray name of a node's host actor (the driver creates it and hands its handle to each
+    group's task; the name is for `ray list actors`). `driver_tag` is the driver's own, so two
+    drivers' hosts never share a name."""
     return f"harness-host-{driver_tag}-{node_id}"
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from harness import corpus, modes
 from harness.backends.base import WindowScores
@@ -57,7 +57,7 @@ class GroupActor:
 
 def measure_forked(
     work: Work, points: list[Point], ctx: WorkContext, reference: WindowScores | None,
-    simulate_on_cpu: bool, hosts: str,
+    simulate_on_cpu: bool, hosts: dict[str, Any],
 ) -> Iterator[tuple[GroupItem | forking.Fallback, str]]:  # fmt: skip
     """A Ray task per group that can fork (harness.run.driver.GroupTask): it holds the group's
     Ray resources and relays, while the group runs in a fresh child of the node's host server
@@ -87,15 +87,15 @@ def measure_forked(
             yield item, node_id
 
 
-def node_server(node_id: str, hosts: str) -> forking.ServerInfo | str:
-    """How to reach this node's host server (its NodeHost actor knows), or why not."""
+def node_server(node_id: str, hosts: dict[str, Any]) -> forking.ServerInfo | str:
+    """How to reach this node's host server (its NodeHost actor knows: the driver hands every
+    node's actor handle, so a host still starting is waited for, never missed), or why not."""
     import ray
     from ray.exceptions import RayActorError
 
-    try:
-        node_host = ray.get_actor(node.host_name(node_id, hosts))
-    except ValueError:
-        return "no host on this node (it joined after the run started, or its host has ended)"
+    node_host = hosts.get(node_id)
+    if node_host is None:
+        return "no host on this node (it joined after its wave started)"
     try:
         return cast("forking.ServerInfo | str", ray.get(node_host.server.remote()))
     except RayActorError as exc:

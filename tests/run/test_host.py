@@ -45,7 +45,7 @@ quantization: [none]
 kv_cache_dtype: [auto]
 batch: [1]
 context: [{contexts}]
-output_tokens: 4
+output_tokens: {output_tokens}
 targets: [cpu]
 repeats: 2
 warmups: 1
@@ -290,11 +290,13 @@ def cluster(monkeypatch: pytest.MonkeyPatch) -> Iterator[Cluster]:
     c.shutdown()
 
 
-def sweep_once(tmp_path: Path, address: str, name: str, contexts: str) -> Path:
+def sweep_once(
+    tmp_path: Path, address: str, name: str, contexts: str, output_tokens: int = 4
+) -> Path:
     from harness.cli.main import run_sweep
 
     scenario = tmp_path / f"{name}.yaml"
-    scenario.write_text(SCENARIO.format(name=name, contexts=contexts))
+    scenario.write_text(SCENARIO.format(name=name, contexts=contexts, output_tokens=output_tokens))
     run_dir = tmp_path / name
     run_sweep(scenario, address, run_dir, False, None)
     return run_dir
@@ -381,7 +383,9 @@ def test_a_child_killed_mid_group_is_retried_as_a_lost_actor_is(
 
     killer = threading.Thread(target=kill_after_first_row, daemon=True)
     killer.start()
-    sweep_once(tmp_path, cluster.address, "killed", "16, 32, 48, 64")
+    # 64 new tokens a point: a group's child starts in a fraction of a second and its rows reach
+    # the run folder as fast, so four 4-token points could all be measured before the killer looks
+    sweep_once(tmp_path, cluster.address, "killed", "16, 32, 48, 64", output_tokens=64)
     killer.join(timeout=5)
     assert killed, "the group ended before its child could be killed"
     rows, bad = read_rows(run_dir)
@@ -408,7 +412,7 @@ def test_a_group_whose_host_server_cannot_be_reached_runs_in_a_fresh_actor(
     monkeypatch.setenv("HARNESS_FORKSERVER", "1")
     unreachable = host.HostServer(server.process, forking.ServerInfo(server.info.address, b"wrong"))
     scenario = tmp_path / "unreached.yaml"
-    scenario.write_text(SCENARIO.format(name="unreached", contexts="16, 32"))
+    scenario.write_text(SCENARIO.format(name="unreached", contexts="16, 32", output_tokens=4))
     run_dir = tmp_path / "unreached"
     sweep_locked(scenario, cluster.address, run_dir, False, None, False, unreachable)
     rows, bad = read_rows(run_dir)
