@@ -320,6 +320,7 @@ def sweep_locked(
     started = time.perf_counter()
     cluster_s: list[float] = []
     servers: list[forking.ServerInfo] = []  # this node's server, when a group will fork
+    clusters: list[dict[str, Any]] = []  # what connecting said
 
     def start_cluster(plan: Any) -> dict[str, Any]:
         if server is not None and forks_here(plan):
@@ -329,6 +330,7 @@ def sweep_locked(
         began = time.perf_counter()
         cluster = {"cluster": driver.connect(address), "nodes": driver.node_inventory()}
         cluster_s.append(time.perf_counter() - began)
+        clusters.append(cluster)
         return cluster
 
     plan, todo = sweep.begin(
@@ -339,11 +341,16 @@ def sweep_locked(
         host=host.NodeHost, task=measure_forked, own_server=servers[0] if servers else None,
     )  # fmt: skip
     rows, failures = drive(runner, plan, todo, started)
-    driver.disconnect()
+    driver.disconnect(local=local_node(clusters))
     wall_s = time.perf_counter() - started
     sweep.finish_manifest(run_dir, wall_s=wall_s, failures=failures)
     end_of_run(scenario, run_dir, plan, rows, wall_s, runner="ray", cluster_s=sum(cluster_s))
     return run_dir, {"wall_s": wall_s}
+
+
+def local_node(clusters: list[dict[str, Any]]) -> bool:
+    """Did this run start its own local Ray node (rather than join a cluster)?"""
+    return any(c["cluster"].get("address") == "local" for c in clusters)
 
 
 def forks_here(plan: Any) -> bool:
