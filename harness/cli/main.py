@@ -275,7 +275,8 @@ def run(
     gpu: Annotated[str | None, typer.Option(help="catalog GPU, when the device is unknown")] = None,
     simulate_on_cpu: Annotated[bool, typer.Option(hidden=True)] = False,
 ) -> None:
-    """Fan the sweep out over Ray: one actor per group, on a node that matches its target."""
+    """Fan the sweep out over Ray: one task (or fresh actor) per group, on a node that matches
+    its target."""
     run_dir, _ = run_sweep(scenario, address, out, resume, gpu, simulate_on_cpu)
     console.print(f"results: {run_dir}")
     exit_on_failed_points(run_dir)
