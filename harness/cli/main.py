@@ -316,7 +316,7 @@ def sweep_locked(
 ) -> tuple[Path, dict[str, Any]]:
     """`server`: the host server already started for this node (harness.run.host)."""
     from harness.run import driver, forking, host, sweep
-    from harness.run.worker import GroupActor, measure_forked
+    from harness.run.worker import GroupActor, measure_in_child
 
     started = time.perf_counter()
     cluster_s: list[float] = []
@@ -339,7 +339,8 @@ def sweep_locked(
     )
     runner = functools.partial(
         driver.Driver, run_dir, plan.context, GroupActor, simulate_on_cpu=simulate_on_cpu,
-        host=host.NodeHost, task=measure_forked, own_server=servers[0] if servers else None,
+        host=host.NodeHost, task=host.relay_group, child_run=measure_in_child,
+        own_server=servers[0] if servers else None,
     )  # fmt: skip
     rows, failures = drive(runner, plan, todo, started)
     driver.disconnect(local=local_node(clusters))

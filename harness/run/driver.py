@@ -19,6 +19,7 @@ says why, once per reason).
 from __future__ import annotations
 
 import os
+import pickle
 import re
 import socket
 import sys
@@ -201,21 +202,32 @@ class GroupActor(Protocol):
         ...
 
 
-class GroupTask(Protocol):
-    """The task that measures one group in a child of its node's host (harness.run.worker
-    .measure_forked); `hosts`: node id -> that node's host actor. Yields what the
-    actor yields, or first a `forking.Fallback`: run this group in a fresh actor instead."""
+class ChildRun(Protocol):
+    """A group as a forked child runs it (harness.run.worker.measure_in_child): the driver
+    pickles the call (`forking.group_payload`), the child adds its task's node id."""
 
     def __call__(
         self, work: sweep.Work, points: list[Point], ctx: WorkContext,
-        reference: WindowScores | None, simulate_on_cpu: bool, hosts: dict[str, Any],
-    ) -> Iterator[tuple[GroupItem | forking.Fallback, str]]: ...  # fmt: skip
+        reference: WindowScores | None, simulate_on_cpu: bool, node_id: str,
+    ) -> Iterator[GroupItem]: ...  # fmt: skip
+
+
+class GroupTask(Protocol):
+    """The task that relays one group from a child of its node's host (harness.run.host
+    .relay_group); `hosts`: node id -> that node's host actor (the driver's own node: its
+    `forking.ServerInfo`). Yields each item as the child pickled it, with the node's id, or
+    first a `forking.Fallback`: run this group in a fresh actor instead."""
+
+    def __call__(
+        self, payload: bytes, hosts: dict[str, Any]
+    ) -> Iterator[tuple[bytes | forking.Fallback, str]]: ...
 
 
 class NodeHost(Protocol):
-    """The long-lived actor per node that tells groups how to reach its host server."""
+    """The long-lived actor per node (but the driver's) that starts its node's host server and
+    tells groups how to reach it."""
 
-    def __init__(self, server: forking.ServerInfo | None = None) -> None: ...
+    def __init__(self) -> None: ...
 
 
 class Driver:
@@ -230,11 +242,12 @@ class Driver:
         on_group: Callable[[str, str | None], None] | None = None,
         host: type[NodeHost] | None = None,
         task: GroupTask | None = None,
+        child_run: ChildRun | None = None,
         on_note: Callable[[str], None] | None = None,
         own_server: forking.ServerInfo | None = None,
     ) -> None:
         """`own_server`: the host server the CLI started on this (the driver's) node before
-        Ray; the node's host adopts it."""
+        Ray; this node's groups reach it with no host actor."""
         import ray
 
         self.ray = ray
@@ -245,12 +258,14 @@ class Driver:
         self.on_group = on_group or (lambda label, node_id: None)
         self.actor_cls = ray.remote(max_restarts=0, max_task_retries=0)(actor)
         self.fork_off = forking.forkserver_off() or (
-            None if host and task else "no node host given"
+            None if host and task and child_run else "no node host given"
         )
         self.host_cls = None if host is None or self.fork_off else ray.remote(max_restarts=0)(host)
         self.task_fn = None if task is None else ray.remote(max_retries=0)(task)
+        self.child_run = child_run
         self.own_server = own_server
-        self.hosts: dict[str, Any] = {}  # node id -> its host actor (held: the driver owns them)
+        # node id -> its host actor (held: the driver owns them), or this node's own server
+        self.hosts: dict[str, Any] = {}
         self.hosts_tag = uuid.uuid4().hex[:12]
         self.on_note = on_note or (lambda line: print(line, file=sys.stderr, flush=True))
         self.notes: set[str] = set()
@@ -262,7 +277,8 @@ class Driver:
 
     def start_hosts(self, works: list[tuple[sweep.Work, list[Point]]]) -> None:
         """A host actor on every live node that can run one of these groups and has none yet,
-        pinned to it; it starts importing the engines while Ray places the groups' actors."""
+        pinned to it; it starts importing the engines while Ray places the groups' tasks. This
+        node's own server, when the CLI started one, needs none."""
         if self.host_cls is None:
             return
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
@@ -271,13 +287,16 @@ class Driver:
         here = self.ray.get_runtime_context().get_node_id()
         for n in node_inventory():
             fits = any(all(n["resources"].get(k, 0) >= v for k, v in r.items()) for r in needs)
-            if n["alive"] and fits and n["node_id"] not in self.hosts:
-                pin = NodeAffinitySchedulingStrategy(node_id=n["node_id"], soft=False)
-                name = node.host_name(n["node_id"], self.hosts_tag)
-                server = self.own_server if n["node_id"] == here else None
-                self.hosts[n["node_id"]] = self.host_cls.options(
-                    name=name, num_cpus=0, scheduling_strategy=pin
-                ).remote(server)
+            if not n["alive"] or not fits or n["node_id"] in self.hosts:
+                continue
+            if n["node_id"] == here and self.own_server is not None:
+                self.hosts[here] = self.own_server
+                continue
+            pin = NodeAffinitySchedulingStrategy(node_id=n["node_id"], soft=False)
+            name = node.host_name(n["node_id"], self.hosts_tag)
+            self.hosts[n["node_id"]] = self.host_cls.options(
+                name=name, num_cpus=0, scheduling_strategy=pin
+            ).remote()
 
     def note(self, line: str) -> None:
         if line not in self.notes:
@@ -294,10 +313,16 @@ class Driver:
         why = attempt.fresh or self.fork_off or forking.unforkable(work.group, attempt.points)
         reference = self.reference_for(work)
         attempt.node_id = None
-        if why is None and self.task_fn is not None:
+        if why is None and self.task_fn is not None and self.child_run is not None:
             attempt.actor = None
+            payload = forking.group_payload(
+                self.child_run, dict(
+                    work=work, points=attempt.points, ctx=self.ctx, reference=reference,
+                    simulate_on_cpu=self.simulate_on_cpu,
+                ),
+            )  # fmt: skip
             attempt.stream = self.task_fn.options(**options, num_returns="streaming").remote(
-                work, attempt.points, self.ctx, reference, self.simulate_on_cpu, self.hosts
+                payload, self.hosts
             )
             return
         self.note(f"a fresh process per group, importing its engine ({why})")
@@ -344,6 +369,8 @@ class Driver:
             return False
         except RayError as exc:
             return self.retry_or_lose(attempt, exc)
+        if isinstance(item, bytes):  # as a forked child pickled it
+            item = pickle.loads(item)
         if isinstance(item, forking.Fallback):  # the node cannot fork it: a fresh actor instead
             attempt.fresh = item.reason
             self.launch(attempt)

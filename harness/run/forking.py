@@ -6,12 +6,16 @@ the host's server starts without importing the rest of the harness.
 - ``unforkable``: why a group must start in a fresh process (the engine rule is
   `harness.spec.capabilities.forks_from_host`);
 - ``ServerInfo``: how a group's task reaches its node's host server;
+- ``group_payload``: a group as the driver hands it to a forked child (bytes: the host server
+  and the group's task relay it without unpickling it);
 - ``Fallback``: what a host answers when it cannot fork a group (it then runs in a fresh actor).
 """
 
 from __future__ import annotations
 
 import os
+import pickle
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,3 +52,9 @@ class Fallback:
     """The group cannot run in a forked child: run it in a fresh actor (the path before hosts)."""
 
     reason: str
+
+
+def group_payload(run: Callable[..., Any], kwargs: dict[str, Any]) -> bytes:
+    """A group for a forked child, which runs `run(**kwargs, node_id=…)` (harness.run.host
+    .child_main; `run` is pickled by reference: only the child imports it)."""
+    return pickle.dumps((run, kwargs), protocol=pickle.HIGHEST_PROTOCOL)

@@ -18,9 +18,9 @@ engines import while Ray starts); on every other node that can run a group, the 
 `NodeHost` actor (owned by the driver, so it never outlives the run). Each node's `NodeHost`
 (named, pinned) tells a group's task how to reach its node's server (`ServerInfo`).
 
-A group's Ray task (harness.run.worker: it holds the group's resources, and Ray sets its
-CUDA_VISIBLE_DEVICES; it only relays, so Ray reuses its worker process) connects to the server
-(`run_group_via`) with its device environment; the server asks the forkserver for a child, which
+A group's Ray task (`relay_group`: it holds the group's resources, and Ray sets its
+CUDA_VISIBLE_DEVICES) connects to the server (`run_group_via`) with its device environment and
+the group, pickled by the driver; the server asks the forkserver for a child, which
 
 1. sets that environment before any CUDA call (torch reads CUDA_VISIBLE_DEVICES when CUDA
    initializes, not at import) and its torch threads, and freezes what it inherited out of the
@@ -30,8 +30,13 @@ CUDA_VISIBLE_DEVICES; it only relays, so Ray reuses its worker process) connects
 2. says hello (`ChildStart`): its pid, whether torch was already imported (the point of the
    forkserver), and whether forking was safe (no CUDA context inherited); an unsafe child exits
    at once and the group runs in a fresh actor instead (`Fallback`);
-3. runs the group (`iter_group`) and sends each `GroupItem` over a `multiprocessing` Pipe
-   (pickle), then `DONE`, and exits, so its memory figures (RSS, CUDA allocator) are its own.
+3. unpickles the group and runs it (harness.run.worker.measure_in_child), sends each
+   `GroupItem` pickled (`Pickled`) over a `multiprocessing` Pipe, then `DONE`, and exits, so
+   its memory figures (RSS, CUDA allocator) are its own.
+
+Only the driver and the child unpickle a group or its rows: the server and the task relay
+bytes, so neither imports the harness's models, and Ray reuses the task's worker process (a
+group starts a few hundredths of a second after the one before it ends).
 
 A child that dies before `DONE` (killed, `os._exit`, the OOM killer) raises `ChildDied` naming
 its exit code or signal; the task's stream then fails as a lost actor's does, and the driver
@@ -57,7 +62,7 @@ from contextlib import closing
 from dataclasses import dataclass
 from multiprocessing.connection import Client, Connection, Listener
 from multiprocessing.context import BaseContext
-from typing import TYPE_CHECKING, Any, TypeAlias
+from typing import TYPE_CHECKING, Any, TypeAlias, cast
 
 import psutil
 
@@ -99,14 +104,21 @@ class ChildStart:
     pid: int
     preloaded: bool
     unsafe: str | None
-    ready_s: float = 0.0  # seconds from the host's fork request to this message (the host's clock)
+
+
+@dataclass(frozen=True)
+class Pickled:
+    """One GroupItem as the child pickled it: relayed as bytes, unpickled by the driver."""
+
+    data: bytes
 
 
 @dataclass(frozen=True)
 class ChildFailed:
-    """The group raised in the child: the exception (when it pickles) and its traceback."""
+    """The group raised in the child: the exception pickled (when it pickles; unpickled only
+    where it is raised again) and its traceback."""
 
-    error: BaseException | None
+    error: bytes | None
     text: str
 
 
@@ -114,7 +126,19 @@ class ChildDied(RuntimeError):
     """A group's child ended before sending every item (killed, os._exit, out of memory)."""
 
 
-HostItem: TypeAlias = "ChildStart | Fallback | GroupItem"
+@dataclass(frozen=True)
+class Request:
+    """A group for a child: `payload` is `forking.group_payload` (made by the driver),
+    `extra` the keyword arguments only the caller knows (its Ray node's id), `env` the device
+    environment, `caller_pid` the process whose death stops the child (None: none)."""
+
+    payload: bytes
+    env: dict[str, str | None]
+    extra: dict[str, str]
+    caller_pid: int | None = None
+
+
+HostItem: TypeAlias = "ChildStart | Fallback | Pickled"
 # the group's generator, called with keyword arguments in the child (pickled by reference)
 GroupRun = Callable[..., Iterator["GroupItem"]]
 CONNECT_S = 20.0  # how long a group's task retries reaching a server that is still starting
@@ -217,16 +241,16 @@ def exit_with_parent() -> None:
 
 
 def serve_group(context: BaseContext | str, conn: Connection) -> None:
-    """One connection, one group: the request (caller pid, device env, pickled run), then
-    every message of the child, then DONE or the failure. A caller that hangs up stops it.
-    `context` is a string when the forkserver did not start: why (the group then runs fresh)."""
+    """One connection, one group: the request (`Request`), then every message of the child,
+    then DONE or the failure. A caller that hangs up stops it. `context` is a string when the
+    forkserver did not start: why (the group then runs fresh)."""
     with closing(conn):
         try:
-            caller_pid, env, payload = conn.recv()
+            request: Request = conn.recv()
             if isinstance(context, str):
                 conn.send(Fallback(context))
                 return
-            with closing(fork_group(context, env, payload, caller_pid=caller_pid)) as stream:
+            with closing(fork_group(context, request)) as stream:
                 for message in stream:
                     conn.send(message)
             conn.send(DONE)
@@ -239,19 +263,60 @@ def serve_group(context: BaseContext | str, conn: Connection) -> None:
                 return
 
 
-def run_group_via(
-    server: ServerInfo, env: dict[str, str | None], run: GroupRun, kwargs: dict[str, Any],
-    *, caller_pid: int,
-) -> Iterator[HostItem]:  # fmt: skip
-    """`run(**kwargs)` in a fresh child of the node's host server: its ChildStart, then each
-    GroupItem (or one Fallback). Raises what the child raised, or ChildDied."""
+def relay_group(payload: bytes, hosts: dict[str, Any]) -> Iterator[tuple[bytes | Fallback, str]]:
+    """A Ray task per group that can fork (harness.run.driver.GroupTask): it holds the group's
+    Ray resources and relays, while the group runs in a fresh child of its node's host server
+    (the engines already imported). It yields each item as the child pickled it, with the
+    node's id; a `Fallback` first (no host, or it cannot fork) asks the driver for a fresh
+    actor instead. A failure once the child has started ends the stream as a lost actor's does.
+    `hosts`: node id -> its NodeHost actor, or the driver's own node's ServerInfo."""
+    import ray
+
+    node_id = ray.get_runtime_context().get_node_id()
+    server = node_server(node_id, hosts)
+    if isinstance(server, str):
+        yield Fallback(server), node_id
+        return
+    from harness.run import node
+
+    env = {**device_env(), "OMP_NUM_THREADS": str(node.node_threads())}
+    request = Request(payload, env, {"node_id": node_id}, os.getpid())
+    for item in run_group_via(server, request):
+        if isinstance(item, Fallback):
+            yield item, node_id
+            return
+        if isinstance(item, Pickled):
+            yield item.data, node_id
+
+
+def node_server(node_id: str, hosts: dict[str, Any]) -> ServerInfo | str:
+    """How to reach this node's host server: the driver's own node's is handed over as it is;
+    another node's NodeHost actor knows (the driver hands every node's actor handle, so a host
+    still starting is waited for, never missed); or why there is none."""
+    import ray
+    from ray.exceptions import RayActorError
+
+    entry = hosts.get(node_id)
+    if entry is None:
+        return "no host on this node (it joined after its wave started)"
+    if isinstance(entry, ServerInfo):
+        return entry
+    try:
+        return cast("ServerInfo | str", ray.get(entry.server.remote()))
+    except RayActorError as exc:
+        return f"the node's host is gone ({type(exc).__name__})"
+
+
+def run_group_via(server: ServerInfo, request: Request) -> Iterator[HostItem]:
+    """The request's group in a fresh child of the node's host server: its ChildStart, then
+    each item pickled (or one Fallback). Raises what the child raised, or ChildDied."""
     try:
         conn = connect(server)
     except (OSError, EOFError, multiprocessing.AuthenticationError) as exc:
         yield Fallback(f"the node's host server cannot be reached ({type(exc).__name__}: {exc})")
         return
     with closing(conn):
-        conn.send((caller_pid, env, pickle.dumps((run, kwargs))))
+        conn.send(request)
         while True:
             try:
                 message = conn.recv()
@@ -281,16 +346,13 @@ def connect(server: ServerInfo) -> Connection:
 
 
 class NodeHost:
-    """A Ray actor, one per node, owned by the driver: the node's host server (one it was
-    handed, started by the driver before Ray; or its own). The CLI hands this class to the
-    driver, which never imports the device side."""
+    """A Ray actor on each node but the driver's (that one's server the driver started itself,
+    before Ray), owned by the driver: it starts its node's host server, which ends with it.
+    The CLI hands this class to the driver, which never imports the device side."""
 
-    def __init__(self, server: ServerInfo | None = None) -> None:
+    def __init__(self) -> None:
         self.own: HostServer | None = None
         self.info: ServerInfo | str
-        if server is not None:
-            self.info = server
-            return
         try:
             self.own = start_server()
             self.info = self.own.info
@@ -305,32 +367,16 @@ class NodeHost:
 # --- forking one group ----------------------------------------------------------------------
 
 
-def run_group_in_child(
-    context: BaseContext,
-    env: dict[str, str | None],
-    run: GroupRun,
-    kwargs: dict[str, Any],
-    *,
-    caller_pid: int | None = None,
-) -> Generator[HostItem, None, None]:
-    """Fork a child that sets `env` and runs `run(**kwargs)` (see `fork_group`)."""
-    return fork_group(context, env, pickle.dumps((run, kwargs)), caller_pid=caller_pid)
-
-
 def fork_group(
-    context: BaseContext,
-    env: dict[str, str | None],
-    payload: bytes,
-    *,
-    caller_pid: int | None = None,
-) -> Generator[HostItem, None, None]:
-    """Fork a child that sets `env` and runs the pickled `(run, kwargs)` (unpickled only there,
-    so the server never imports the device side); yield what it sends: ChildStart, then each
-    GroupItem; a Fallback (the child was unsafe) ends it early. The child is killed however
-    this ends (its caller gone, the consumer stopped, an error)."""
+    context: BaseContext, request: Request
+) -> Generator[HostItem | ChildFailed, None, None]:
+    """Fork a child that sets the request's env and runs its group (unpickled only there, so
+    the server never imports the device side); yield what it sends: ChildStart, then each item
+    pickled, and last a ChildFailed if the group raised; a Fallback (the child was unsafe)
+    ends it early. The child is killed however this ends (its caller gone, the consumer
+    stopped, an error)."""
     receive, send = context.Pipe(duplex=False)
-    child = context.Process(target=child_main, args=(send, env, payload), daemon=False)  # type: ignore[attr-defined]
-    began = time.perf_counter()
+    child = context.Process(target=child_main, args=(send, request), daemon=False)  # type: ignore[attr-defined]
     try:
         child.start()
     except (OSError, EOFError) as exc:  # the forkserver died (a crash in its preload, say)
@@ -341,19 +387,15 @@ def fork_group(
     send.close()  # the child holds the only write end: its exit is our EOF
     try:
         while True:
-            message = next_message(receive, child, caller_pid)
+            message = next_message(receive, child, request.caller_pid)
             if message == DONE:
                 return
-            if isinstance(message, ChildFailed):
-                raise_failure(message)
-            if isinstance(message, ChildStart):
-                if message.unsafe is not None:
-                    yield Fallback(message.unsafe)
-                    return
-                message = ChildStart(
-                    message.pid, message.preloaded, None, time.perf_counter() - began
-                )
+            if isinstance(message, ChildStart) and message.unsafe is not None:
+                yield Fallback(message.unsafe)
+                return
             yield message
+            if isinstance(message, ChildFailed):  # raised by whoever reads it (run_group_via)
+                return
     finally:
         receive.close()
         end_child(child)
@@ -386,8 +428,9 @@ def exit_words(code: int | None) -> str:
 def raise_failure(failed: ChildFailed) -> None:
     """Re-raise the child's exception (with its traceback as a note) as if raised here."""
     if failed.error is not None:
-        failed.error.add_note(f"in the group's child process:\n{failed.text}")
-        raise failed.error
+        error: BaseException = pickle.loads(failed.error)
+        error.add_note(f"in the group's child process:\n{failed.text}")
+        raise error
     raise RuntimeError(f"the group failed in its child process:\n{failed.text}")
 
 
@@ -397,13 +440,13 @@ def end_child(child: Any) -> None:
     child.join(JOIN_S)
 
 
-def child_main(conn: Connection, env: dict[str, str | None], payload: bytes) -> None:
+def child_main(conn: Connection, request: Request) -> None:
     """A group's child (forked by the forkserver): the device env first, then the group."""
     die_with_parent()
     gc.freeze()  # what the forkserver imported is never scanned again (harness.run.preload)
     gc.enable()
     preloaded = "torch" in sys.modules
-    apply_env(env)
+    apply_env(request.env)
     import torch
 
     unsafe = fork_unsafe(torch)
@@ -414,9 +457,9 @@ def child_main(conn: Connection, env: dict[str, str | None], payload: bytes) -> 
     if os.environ.get("OMP_NUM_THREADS"):
         torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
     try:
-        run, kwargs = pickle.loads(payload)
-        for item in run(**kwargs):
-            conn.send(item)
+        run, kwargs = pickle.loads(request.payload)
+        for item in run(**kwargs, **request.extra):
+            conn.send(Pickled(pickle.dumps(item, protocol=pickle.HIGHEST_PROTOCOL)))
     except BaseException as exc:
         conn.send(failure(exc))
         conn.close()
@@ -461,10 +504,11 @@ def fork_unsafe(torch: Any) -> str | None:
 def failure(exc: BaseException) -> ChildFailed:
     text = "".join(traceback.format_exception(exc))
     try:
-        pickle.loads(pickle.dumps(exc))
+        pickled = pickle.dumps(exc)
+        pickle.loads(pickled)
     except Exception:
         return ChildFailed(None, text)
-    return ChildFailed(exc, text)
+    return ChildFailed(pickled, text)
 
 
 def main(name: str) -> None:

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING
 
 from harness import corpus, modes
 from harness.backends.base import WindowScores
 from harness.measure import energy
 from harness.row import ProcessPath, ResultRow
-from harness.run import forking, host, node, provenance
+from harness.run import node, provenance
 from harness.run.contracts import GroupItem, WorkContext, is_reference
 from harness.run.device import Job, Runner, bound_adapter
 from harness.run.store import keep_scores, load_scores, reference_artifact
@@ -55,51 +55,18 @@ class GroupActor:
             yield item, node_id
 
 
-def measure_forked(
+def measure_in_child(
     work: Work, points: list[Point], ctx: WorkContext, reference: WindowScores | None,
-    simulate_on_cpu: bool, hosts: dict[str, Any],
-) -> Iterator[tuple[GroupItem | forking.Fallback, str]]:  # fmt: skip
-    """A Ray task per group that can fork (harness.run.driver.GroupTask): it holds the group's
-    Ray resources and relays, while the group runs in a fresh child of the node's host server
-    (harness.run.host: the engines already imported). Ray reuses the task's worker process:
-    nothing of the group runs in it. Yields each item with the node's id; a `forking.Fallback`
-    first (no host, or it cannot fork) asks the driver for a fresh actor instead. A failure
-    once the child has started ends the stream as a lost actor's does."""
-    import ray
-
-    node_id = ray.get_runtime_context().get_node_id()
-    server = node_server(node_id, hosts)
-    if isinstance(server, str):
-        yield forking.Fallback(server), node_id
-        return
-    kwargs = dict(
-        group=work.group, points=points, ctx=ctx, reference=reference,
-        device_override="cpu" if simulate_on_cpu else None, process="forkserver",
-        node_id=node_id,
+    simulate_on_cpu: bool, node_id: str,
+) -> Iterator[GroupItem]:  # fmt: skip
+    """A group in a fresh child of its node's host server (harness.run.host: the engines already
+    imported; the driver pickles this call, the group's Ray task relays it, `node_id` is that
+    task's node). Implements harness.run.driver.ChildRun; the CLI hands it to the driver."""
+    device_override = "cpu" if simulate_on_cpu else None
+    return iter_group(
+        work.group, points, ctx, reference=reference, device_override=device_override,
+        process="forkserver", node_id=node_id,
     )  # fmt: skip
-    env = {**host.device_env(), "OMP_NUM_THREADS": str(node.node_threads())}
-    stream = host.run_group_via(server, env, iter_group, kwargs, caller_pid=os.getpid())
-    for item in stream:
-        if isinstance(item, forking.Fallback):
-            yield item, node_id
-            return
-        if not isinstance(item, host.ChildStart):
-            yield item, node_id
-
-
-def node_server(node_id: str, hosts: dict[str, Any]) -> forking.ServerInfo | str:
-    """How to reach this node's host server (its NodeHost actor knows: the driver hands every
-    node's actor handle, so a host still starting is waited for, never missed), or why not."""
-    import ray
-    from ray.exceptions import RayActorError
-
-    node_host = hosts.get(node_id)
-    if node_host is None:
-        return "no host on this node (it joined after its wave started)"
-    try:
-        return cast("forking.ServerInfo | str", ray.get(node_host.server.remote()))
-    except RayActorError as exc:
-        return f"the node's host is gone ({type(exc).__name__})"
 
 
 def device_for(target: str) -> str:

@@ -1,7 +1,8 @@
 """The node host (harness.run.host): a group in a child forked from a pre-imported forkserver.
 
-The first tests drive `run_group_in_child` directly on a forkserver started in this process
-(no Ray): the child's hello, its rows, a killed child, a failing group, a caller gone. Then the
+The first tests drive `fork_group` directly on a forkserver started in this process (no Ray):
+the child's hello, its rows (pickled by the child, relayed as bytes), a killed child, a failing
+group, a caller gone. Then the
 host server, a process of its own (no Ray): a group through its socket, a wrong key refused, and
 the server with everything it forked gone when its parent dies. The last ones run real Ray with
 the real tiny model: the memory figures of the forked path against the fresh path, a child
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import signal
 import statistics
 import subprocess
@@ -69,14 +71,31 @@ def forkserver() -> Iterator[Any]:
         os.environ.pop("PYTORCH_NVML_BASED_CUDA_CHECK", None)
 
 
-def in_child(forkserver: Any, tmp_path: Path, points: list[Point], **kw: Any) -> Iterator[Any]:
-    """The points' group through `iter_group` in a child, as a node host runs it."""
-    env = {**host.device_env(), "OMP_NUM_THREADS": "1"}
+def request(tmp_path: Path, points: list[Point], node_id: str, caller_pid: int | None) -> Any:
+    """The points' group through `iter_group`, as the driver and a group's task ask for it."""
     kwargs = dict(
-        group=points[0].group, points=points, ctx=context(tmp_path), process="forkserver",
-        node_id="node-x",
+        group=points[0].group, points=points, ctx=context(tmp_path), process="forkserver"
     )  # fmt: skip
-    return host.run_group_in_child(forkserver, env, iter_group, kwargs, **kw)
+    env = {**host.device_env(), "OMP_NUM_THREADS": "1"}
+    payload = forking.group_payload(iter_group, kwargs)
+    return host.Request(payload, env, {"node_id": node_id}, caller_pid)
+
+
+def unpickled(stream: Iterator[Any]) -> Iterator[Any]:
+    """What the driver sees of a child's messages: each item unpickled, a failure raised."""
+    for message in stream:
+        if isinstance(message, host.ChildFailed):
+            host.raise_failure(message)
+        assert not isinstance(message, bytes)
+        yield pickle.loads(message.data) if isinstance(message, host.Pickled) else message
+
+
+def in_child(
+    forkserver: Any, tmp_path: Path, points: list[Point], caller_pid: int | None = None
+) -> Iterator[Any]:
+    """The points' group in a child of `forkserver`, as a node host runs it."""
+    ask = request(tmp_path, points, "node-x", caller_pid)
+    return unpickled(host.fork_group(forkserver, ask))
 
 
 def test_each_group_gets_its_own_child_that_finds_torch_already_imported(
@@ -162,12 +181,8 @@ def server() -> Iterator[host.HostServer]:
 
 
 def via_server(info: forking.ServerInfo, tmp_path: Path, points: list[Point]) -> list[Any]:
-    env = {**host.device_env(), "OMP_NUM_THREADS": "1"}
-    kwargs = dict(
-        group=points[0].group, points=points, ctx=context(tmp_path), process="forkserver",
-        node_id="node-y",
-    )  # fmt: skip
-    return list(host.run_group_via(info, env, iter_group, kwargs, caller_pid=os.getpid()))
+    ask = request(tmp_path, points, "node-y", os.getpid())
+    return list(unpickled(host.run_group_via(info, ask)))
 
 
 def test_the_host_server_runs_each_group_in_a_fresh_child_of_its_forkserver(
@@ -242,6 +257,24 @@ def group_alive(pgid: int) -> bool:
         except (ProcessLookupError, psutil.Error):
             continue
     return False
+
+
+def test_the_host_server_and_a_groups_task_import_none_of_the_harnesss_models() -> None:
+    """The server and the task (`relay_group`) only relay bytes: importing their module brings
+    in no pydantic, no torch and no other harness module, so the server starts in a fraction
+    of a second and Ray reuses the task's worker without it importing the harness."""
+    code = (
+        "import sys; from harness.run import host; "
+        "print(' '.join(sorted(m for m in sys.modules if m.split('.')[0] in "
+        "('harness', 'pydantic', 'torch', 'numpy'))))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == [
+        "harness",
+        "harness.run",
+        "harness.run.forking",
+        "harness.run.host",
+    ]
 
 
 def test_harness_measure_records_its_rows_as_in_process(tmp_path: Path) -> None:
