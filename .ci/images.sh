@@ -5,7 +5,9 @@
 #
 # Needs root and apt (it installs Debian's docker.io and debootstrap when absent) and the host's
 # venv (.venv, built by `make test`). Where it cannot run, it prints one line saying why and exits 0.
-# HARNESS_CI_IMAGES=0 skips it too.
+# HARNESS_CI_IMAGES=0 skips it too. HARNESS_CI_KEEP=DIR keeps the logs there: the steps' logs,
+# the run folders, each node container's `docker logs` and Ray session logs (copied before the
+# cleanup removes them). HARNESS_CI_STEPS="cut" (say) runs only those cluster steps (stop, cut).
 #
 # Steps, each timed:
 #   engine   docker.io (and debootstrap, jq, docker-compose) from apt if absent; dockerd started
@@ -75,9 +77,29 @@ step() { # step NAME: prints the time of the step before it
     [[ "$1" == end ]] || echo "images: == $1 ($(date -u +%H:%M:%S) UTC)"
 }
 
+keep_logs() { # HARNESS_CI_KEEP=DIR: what this run wrote, and the nodes' logs, kept in DIR
+    local keep="${HARNESS_CI_KEEP:-}" c
+    [[ -n "${keep}" ]] || return 0
+    mkdir -p "${keep}"
+    cp "${WORK}"/*.log "${WORK}"/*.txt "${keep}/" 2>/dev/null
+    [[ -d "${WORK}/results" ]] && cp -r "${WORK}/results" "${keep}/results"
+    for c in "${HEAD}" "${WORKER}"; do
+        docker inspect "${c}" >/dev/null 2>&1 || continue
+        docker logs -t "${c}" > "${keep}/${c}.docker.log" 2>&1
+        docker cp "${c}:/tmp/ray/session_latest/logs" "${keep}/${c}-ray-logs" >/dev/null 2>&1 \
+            || echo "images: no Ray logs copied from ${c}" >&2
+    done
+    echo "images: logs kept in ${keep}"
+}
+
+cluster_step() { # cluster_step NAME: is this cluster step to run (HARNESS_CI_STEPS, default all)?
+    [[ " ${HARNESS_CI_STEPS:-stop cut} " == *" $1 "* ]]
+}
+
 cleanup() {
     local rc=$?
     set +e
+    keep_logs
     docker ps -aq --filter label=harness-ci-images=1 | xargs -r docker rm -f >/dev/null 2>&1
     docker network rm "${NET}" >/dev/null 2>&1
     docker volume rm "${AUTH_VOLUME}" >/dev/null 2>&1
@@ -276,15 +298,21 @@ first_worker_row() { # first_worker_row RUN_DIR: wait until the worker has writt
     return 1
 }
 
+stamped() { # each line of stdin with the UTC time it arrived (the run's log has no clock)
+    .venv/bin/python -u -c 'import sys, datetime
+for line in sys.stdin:
+    print(datetime.datetime.now(datetime.timezone.utc).strftime("%H:%M:%S.%f")[:12], line, end="")'
+}
+
 cluster_run() { # cluster_run NAME ACTION...: harness run on the cluster; ACTION after the worker's first row
     local name="$1"
     shift
     local run_dir="${results}/${name}" rc=0
     timeout 1500 docker exec "${HEAD}" harness run scenarios/ci/cluster.yaml --address auto \
-        --out "/app/results/${name}" > "${WORK}/${name}.log" 2>&1 &
+        --out "/app/results/${name}" > >(stamped > "${WORK}/${name}.log") 2>&1 &
     RUN_PID=$!
     first_worker_row "${run_dir}" || { tail -30 "${WORK}/${name}.log"; return 1; }
-    echo "images:   worker measured its first row; $*"
+    echo "images:   worker measured its first row; $* ($(date -u +%H:%M:%S.%N | cut -c1-12) UTC)"
     "$@"
     wait "${RUN_PID}" || rc=$?
     # exit 0: all ok (the group retried on the head); 3: some points node_lost
@@ -299,7 +327,6 @@ cluster_run() { # cluster_run NAME ACTION...: harness run on the cluster; ACTION
 
 step stop
 start_head
-start_worker
 stop_worker() { # tini forwards SIGTERM to Ray: the node stops well before docker's 10 s grace
     local t0
     t0=$(date +%s.%N)
@@ -307,11 +334,17 @@ stop_worker() { # tini forwards SIGTERM to Ray: the node stops well before docke
     echo "images:   docker stop took $(awk -v a="${t0}" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }') s," \
         "exit code $(docker inspect -f '{{.State.ExitCode}}' "${WORKER}") (137: killed after the grace)"
 }
-cluster_run stop stop_worker
+if cluster_step stop; then
+    start_worker
+    cluster_run stop stop_worker
+fi
 
 step cut
-start_worker
-cluster_run cut docker network disconnect "${NET}" "${WORKER}"
+if cluster_step cut; then
+    start_worker
+    cluster_run cut docker network disconnect "${NET}" "${WORKER}"
+    echo "images:   the run ended ($(date -u +%H:%M:%S.%N | cut -c1-12) UTC)"
+fi
 
 step end
 exit 0

@@ -41,6 +41,7 @@ from harness.spec.scenario import Point
 
 MAX_ATTEMPTS = 3  # per group: the first try and two retries on another node
 PLACEMENT_TIMEOUT_S = 600.0  # an actor no node can host for this long is lost (image pulls)
+NODE_WATCH_S = 5.0  # how often the driver asks the GCS which nodes it has marked dead
 
 
 CONNECT_TIMEOUT_S = 10.0
@@ -178,6 +179,13 @@ class Attempt:
     fresh: str | None = None  # why this group runs in a fresh actor (None: it may fork)
 
 
+class NodeLost(RuntimeError):
+    """The GCS marked a running group's node dead. Ray fails an actor's stream as soon as it
+    does (the GCS fails the node's actors), but a task's only once the call to its worker fails:
+    on a node cut off from the network, when gRPC's keepalive gives up (300 s + 120 s by
+    default). The driver gives up on such a task's stream itself (`Driver.check_lost_nodes`)."""
+
+
 def failure_text(exc: BaseException) -> str:
     """An actor's failure in one line's worth: a task error names the exception it carries
     (e.g. "RayTaskError: ChildDied: … killed by signal 9 (SIGKILL)"), not its traceback."""
@@ -196,9 +204,9 @@ class GroupActor(Protocol):
 
     def measure(
         self, work: sweep.Work, points: list[Point], ctx: WorkContext, ref: WindowScores | None
-    ) -> Iterator[tuple[GroupItem, str]]:
-        """Yields each item of the group (harness.run.contracts.GroupItem) with the Ray node id
-        that produced it."""
+    ) -> Iterator[tuple[GroupItem | forking.Started, str]]:
+        """Yields `forking.Started` once, then each item of the group (harness.run.contracts
+        .GroupItem), each with the Ray node id that produced it."""
         ...
 
 
@@ -215,12 +223,13 @@ class ChildRun(Protocol):
 class GroupTask(Protocol):
     """The task that relays one group from a child of its node's host (harness.run.host
     .relay_group); `hosts`: node id -> that node's host actor (the driver's own node: its
-    `forking.ServerInfo`). Yields each item as the child pickled it, with the node's id, or
-    first a `forking.Fallback`: run this group in a fresh actor instead."""
+    `forking.ServerInfo`). Yields `forking.Started` once the child runs, then each item as
+    the child pickled it, each with the node's id; or first a `forking.Fallback`: run this
+    group in a fresh actor instead."""
 
     def __call__(
         self, payload: bytes, hosts: dict[str, Any]
-    ) -> Iterator[tuple[bytes | forking.Fallback, str]]: ...
+    ) -> Iterator[tuple[bytes | forking.Fallback | forking.Started, str]]: ...
 
 
 class NodeHost(Protocol):
@@ -271,6 +280,7 @@ class Driver:
         self.notes: set[str] = set()
         self.corpus_hash = corpus.corpus_hash()
         self.failures: list[dict[str, Any]] = []
+        self.nodes_checked = 0.0  # monotonic time of the last look for dead nodes
 
     def reference_for(self, work: sweep.Work) -> WindowScores | None:
         return None if work.reference else load_scores(reference_artifact(self.ctx, work.group))
@@ -349,8 +359,11 @@ class Driver:
         waiting_since = {id(a): time.monotonic() for a in running.values()}
         while running:
             ready, _ = self.ray.wait(list(running), num_returns=1, timeout=5.0)
+            self.check_lost_nodes(running, waiting_since)
             if not ready:
                 self.check_stalled(running, waiting_since)
+                continue
+            if ready[0] not in running:  # its node was lost just now: check_lost_nodes retried it
                 continue
             attempt = running.pop(ready[0])
             if self.advance(attempt):
@@ -378,6 +391,8 @@ class Driver:
         if attempt.node_id is None:
             attempt.node_id = node_id
             self.on_group(attempt.work.group.label, node_id)
+        if isinstance(item, forking.Started):
+            return True
         if isinstance(item, ResultRow):
             store.write_row(self.run_dir, item)
             attempt.received.add(item.key)
@@ -420,6 +435,23 @@ class Driver:
             )  # fmt: skip
             store.write_row(self.run_dir, row)
             self.on_row(row, None)
+
+    def check_lost_nodes(self, running: dict[Any, Attempt], since: dict[int, float]) -> None:
+        """An attempt whose node the GCS has marked dead is retried (or lost) now, not when Ray
+        fails its stream (see NodeLost); at most once per NODE_WATCH_S. An attempt names its
+        node from its first message (`forking.Started`); one still queued has none."""
+        if time.monotonic() - self.nodes_checked < NODE_WATCH_S:
+            return
+        self.nodes_checked = time.monotonic()
+        dead = {n["node_id"] for n in node_inventory() if not n["alive"]}
+        for stream, attempt in list(running.items()):
+            if attempt.node_id not in dead:
+                continue
+            running.pop(stream)
+            lost = NodeLost(f"the GCS marked node {attempt.node_id} dead mid-group")
+            if self.retry_or_lose(attempt, lost):
+                running[attempt.stream] = attempt
+                since[id(attempt)] = time.monotonic()
 
     def check_stalled(self, running: dict[Any, Attempt], since: dict[int, float]) -> None:
         """An attempt that never started because no node can host it any more is lost."""

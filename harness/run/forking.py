@@ -8,7 +8,9 @@ the host's server starts without importing the rest of the harness.
 - ``ServerInfo``: how a group's task reaches its node's host server;
 - ``group_payload``: a group as the driver hands it to a forked child (bytes: the host server
   and the group's task relay it without unpickling it);
-- ``Fallback``: what a host answers when it cannot fork a group (it then runs in a fresh actor).
+- ``Fallback``: what a host answers when it cannot fork a group (it then runs in a fresh actor);
+- ``Started``: a group's first message from its process, forked or fresh (the driver then knows
+  the group's node before its first row, and watches that node).
 """
 
 from __future__ import annotations
@@ -52,6 +54,12 @@ class Fallback:
     """The group cannot run in a forked child: run it in a fresh actor (the path before hosts)."""
 
     reason: str
+
+
+@dataclass(frozen=True)
+class Started:
+    """A group's process has started (a forked child said hello, or a fresh actor began): sent
+    first, with the node's id, so the driver knows where the group runs before its first row."""
 
 
 def group_payload(run: Callable[..., Any], kwargs: dict[str, Any]) -> bytes:

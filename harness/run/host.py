@@ -66,7 +66,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias, cast
 
 import psutil
 
-from harness.run.forking import Fallback, ServerInfo
+from harness.run.forking import Fallback, ServerInfo, Started
 
 if TYPE_CHECKING:
     from harness.run.contracts import GroupItem
@@ -263,12 +263,15 @@ def serve_group(context: BaseContext | str, conn: Connection) -> None:
                 return
 
 
-def relay_group(payload: bytes, hosts: dict[str, Any]) -> Iterator[tuple[bytes | Fallback, str]]:
+def relay_group(
+    payload: bytes, hosts: dict[str, Any]
+) -> Iterator[tuple[bytes | Fallback | Started, str]]:
     """A Ray task per group that can fork (harness.run.driver.GroupTask): it holds the group's
     Ray resources and relays, while the group runs in a fresh child of its node's host server
-    (the engines already imported). It yields each item as the child pickled it, with the
-    node's id; a `Fallback` first (no host, or it cannot fork) asks the driver for a fresh
-    actor instead. A failure once the child has started ends the stream as a lost actor's does.
+    (the engines already imported). It yields `Started` once the child said hello, then each
+    item as the child pickled it, each with the node's id; a `Fallback` first (no host, or it
+    cannot fork) asks the driver for a fresh actor instead. A failure once the child has
+    started ends the stream as a lost actor's does.
     `hosts`: node id -> its NodeHost actor, or the driver's own node's ServerInfo."""
     import ray
 
@@ -287,6 +290,8 @@ def relay_group(payload: bytes, hosts: dict[str, Any]) -> Iterator[tuple[bytes |
             return
         if isinstance(item, Pickled):
             yield item.data, node_id
+        else:  # the child's hello
+            yield Started(), node_id
 
 
 def node_server(node_id: str, hosts: dict[str, Any]) -> ServerInfo | str:

@@ -20,6 +20,7 @@ from harness.row import ProcessPath, ResultRow
 from harness.run import node, provenance
 from harness.run.contracts import GroupItem, WorkContext, is_reference
 from harness.run.device import Job, Runner, bound_adapter
+from harness.run.forking import Started
 from harness.run.store import keep_scores, load_scores, reference_artifact
 from harness.spec import models
 from harness.spec.scenario import GroupKey, Point
@@ -42,11 +43,12 @@ class GroupActor:
 
     def measure(
         self, work: Work, points: list[Point], ctx: WorkContext, reference: WindowScores | None
-    ) -> Iterator[tuple[GroupItem, str]]:
+    ) -> Iterator[tuple[GroupItem | Started, str]]:
         import ray
         import torch
 
         node_id = ray.get_runtime_context().get_node_id()
+        yield Started(), node_id
         torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
         for item in iter_group(
             work.group, points, ctx, reference=reference,
