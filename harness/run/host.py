@@ -15,8 +15,9 @@ process:
 
 Who starts it: the driver, before it starts Ray, for its own node when the run is local (the
 engines import while Ray starts); on every other node that can run a group, the driver's
-`NodeHost` actor (owned by the driver, so it never outlives the run). Each node's `NodeHost`
-(named, pinned) tells a group's task how to reach its node's server (`ServerInfo`).
+`NodeHost` actor (owned by the driver, so it never outlives the run). The driver hands each
+group's task every node's way to its server: the `ServerInfo` of the server it started itself,
+and each other node's `NodeHost` (named, pinned), which answers with its own.
 
 A group's Ray task (`relay_group`: it holds the group's resources, and Ray sets its
 CUDA_VISIBLE_DEVICES) connects to the server (`run_group_via`) with its device environment and
@@ -57,19 +58,16 @@ import threading
 import time
 import traceback
 import uuid
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Generator, Iterator
 from contextlib import closing
 from dataclasses import dataclass
 from multiprocessing.connection import Client, Connection, Listener
 from multiprocessing.context import BaseContext
-from typing import TYPE_CHECKING, Any, TypeAlias, cast
+from typing import Any, TypeAlias, cast
 
 import psutil
 
 from harness.run.forking import Fallback, ServerInfo, Started
-
-if TYPE_CHECKING:
-    from harness.run.contracts import GroupItem
 
 # imported once per node by the forkserver; a module that is not installed is skipped by it
 PRELOAD = (
@@ -139,8 +137,6 @@ class Request:
 
 
 HostItem: TypeAlias = "ChildStart | Fallback | Pickled"
-# the group's generator, called with keyword arguments in the child (pickled by reference)
-GroupRun = Callable[..., Iterator["GroupItem"]]
 CONNECT_S = 20.0  # how long a group's task retries reaching a server that is still starting
 
 
