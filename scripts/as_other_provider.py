@@ -9,12 +9,9 @@ Usage: python scripts/as_other_provider.py RUN OUT --hostname H --device D [--co
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from harness.bench.as_other_provider import copy_as, rewrite
+from harness.peers.as_other_provider import copy_as, rewrite
 
 __all__ = ["main", "rewrite"]  # rewrite: tests/cli/test_site_cli.py loads it from here
 

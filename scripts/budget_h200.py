@@ -1,17 +1,14 @@
 """The plan's budget (defaults) against the H200 runs recorded in results/example/, per phase.
 
-How: harness.bench.budget_h200. Usage: python scripts/budget_h200.py [--out FILE.json]
+How: harness.peers.budget_h200. Usage: python scripts/budget_h200.py [--out FILE.json]
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from harness.bench.budget_h200 import run
+from harness.peers.budget_h200 import run
 
 
 def main() -> None:

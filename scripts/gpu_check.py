@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """`make gpu-check`: the CUDA (or ROCm) path end to end on a GPU node, with nothing downloaded.
 
-What each check is, and the exit status: harness.bench.gpu_check. Run from the repository root
+What each check is, and the exit status: harness.peers.gpu_check. Run from the repository root
 (scripts/gpu/node_check.sh does), where the harness need not be installed.
 """
 
@@ -11,11 +11,8 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from harness.bench.gpu_check import TINY_MODEL, Options, decode_tok_s, run
+from harness.peers.gpu_check import TINY_MODEL, Options, decode_tok_s, run
 
 __all__ = ["decode_tok_s", "main", "parse_args"]  # decode_tok_s: tests/backends load it here
 

@@ -1,18 +1,15 @@
 """Speed of `harness plan` on a real-model grid, the whole command as a person runs it.
 
 Prints `plan: <points> points (+<skipped> skipped) in <s> s (median of N runs, whole command)`;
-the target (issue 2) is under 3 s without a GPU. How: harness.bench.perf_plan.
+the target (issue 2) is under 3 s without a GPU. How: harness.peers.perf_plan.
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from harness.bench.perf_plan import GPU, GRID, RUNS, time_plan
+from harness.peers.perf_plan import GPU, GRID, RUNS, time_plan
 
 
 def main() -> None:

@@ -1,18 +1,14 @@
 """Ray overhead and scaling on one machine: the same sweep on 1 and on 2 simulated worker nodes.
 
-What it measures and its last line: harness.bench.scaling. Usage:
+What it measures and its last line: harness.peers.scaling. Usage:
 python scripts/scaling.py [--reps N] [--max-load L] [--max-wait S]
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from harness.bench.scaling import run
+from harness.peers.scaling import run
 
 
 def main() -> None:

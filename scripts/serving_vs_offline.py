@@ -2,18 +2,15 @@
 
     python scripts/serving_vs_offline.py [--scenario scenarios/serving.yaml] [--out DIR]
 
-`make serving-vs-offline`; what is compared, and the tolerance: harness.bench.serving_vs_offline.
+`make serving-vs-offline`; what is compared, and the tolerance: harness.peers.serving_vs_offline.
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from harness.bench.serving_vs_offline import DEFAULT_OUT, DEFAULT_SCENARIO, engine_threads, run
+from harness.peers.serving_vs_offline import DEFAULT_OUT, DEFAULT_SCENARIO, engine_threads, run
 
 
 def main() -> None:

@@ -1,19 +1,16 @@
 """The same 12-point grid with optimum-benchmark 0.6.0 and with `harness run`, alternating.
 
-`make side-by-side`; what it measures and how: harness.bench.side_by_side (optimum-benchmark's
-venv and model: harness.bench.optimum). Usage:
+`make side-by-side`; what it measures and how: harness.peers.side_by_side (optimum-benchmark's
+venv and model: harness.peers.optimum). Usage:
 python scripts/side_by_side.py [--reps N] [--max-load L] [--keep DIR]
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from harness.bench.side_by_side import run
+from harness.peers.side_by_side import run
 
 
 def main() -> None:

@@ -1,6 +1,6 @@
 """vLLM's own benchmark and the harness on the same points, side by side, in one run here.
 
-`make side-by-side-vllm`; what it measures and how: harness.bench.side_by_side_vllm.
+`make side-by-side-vllm`; what it measures and how: harness.peers.side_by_side_vllm.
 Usage: python scripts/side_by_side_vllm.py [--out DIR] [--scenario YAML] [--reps N]
 [--throughput-runs N] [--mp-point B:C | --mp-point none] [--max-load L] [--points B:C,...]
 [--no-explain]
@@ -9,12 +9,9 @@ Usage: python scripts/side_by_side_vllm.py [--out DIR] [--scenario YAML] [--reps
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from harness.bench.side_by_side_vllm.run import DEFAULT_OUT, DEFAULT_SCENARIO, Options, run
+from harness.peers.side_by_side_vllm.run import DEFAULT_OUT, DEFAULT_SCENARIO, Options, run
 
 
 def main() -> None:

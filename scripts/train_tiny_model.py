@@ -30,15 +30,12 @@ import math
 import platform
 import random
 import shutil
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
 
 from harness import corpus  # noqa: E402
 
@@ -91,7 +88,7 @@ def train_tokenizer(text: str) -> Any:
     for i, name in enumerate(SPECIALS):
         if tok.token_to_id(name) != i:
             raise RuntimeError(f"special token {name} got id {tok.token_to_id(name)}, wanted {i}")
-    return PreTrainedTokenizerFast(
+    return PreTrainedTokenizerFast(  # type: ignore[no-untyped-call]
         tokenizer_object=tok,
         pad_token="<pad>",
         bos_token="<s>",
@@ -191,8 +188,8 @@ def main() -> None:
         eos_token_id=2,
         dtype="float32",
     )
-    model = LlamaForCausalLM(config)
-    model.to(torch.float32)
+    model = LlamaForCausalLM(config)  # type: ignore[no-untyped-call]
+    model.to(torch.float32)  # type: ignore[arg-type]
     n_params = sum(p.numel() for p in model.parameters())
     print(f"model: {n_params:,} parameters", flush=True)
 

@@ -9,7 +9,7 @@
     .venv/bin/python scripts/training_checks.py
 
 The checks themselves are the training mode's (harness.modes.training.device.checks); this entry
-point only prints their figures. It stays outside harness.bench: a tool there would reach into a
+point only prints their figures. It stays outside harness.peers: a tool there would reach into a
 mode's modules, which only the mode's own files and the registry may do.
 """
 
@@ -45,10 +45,10 @@ def main() -> None:
 
     print(f"resume after 3 of 6 steps (tolerance {checks.RESUME_TOLERANCE:g} nats/token):")
     for keep in (True, False):
-        got = checks.resume_trajectory(TINY, lora, batches, stop_after=3, optimizer_state=keep)
+        resumed = checks.resume_trajectory(TINY, lora, batches, stop_after=3, optimizer_state=keep)
         label = "with optimizer state" if keep else "without optimizer state"
-        verdict = "pass" if got.passed else "FAIL"
-        print(f"  {label:24} max |Δloss| {got.max_abs_diff:.2e}  {verdict}")
+        verdict = "pass" if resumed.passed else "FAIL"
+        print(f"  {label:24} max |Δloss| {resumed.max_abs_diff:.2e}  {verdict}")
 
 
 if __name__ == "__main__":

@@ -136,7 +136,7 @@ class _StubFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     def create_module(self, spec):  # type: ignore[no-untyped-def]
         module = _StubModule(spec.name)
         module.__path__ = []  # a package: submodules resolve through this finder too
-        module.__version__ = "0+stub"
+        module.__version__ = "0+stub"  # type: ignore[attr-defined]
         return module
 
     def exec_module(self, module) -> None:  # type: ignore[no-untyped-def]

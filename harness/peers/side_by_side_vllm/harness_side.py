@@ -11,8 +11,8 @@ import time
 from pathlib import Path
 from typing import Any, NoReturn
 
-from harness.bench import machine
-from harness.bench.machine import (
+from harness.peers import machine
+from harness.peers.machine import (
     CORES,
     REPO,
     child_env,
@@ -22,7 +22,7 @@ from harness.bench.machine import (
     own_cpu_s,
     run_rows,
 )
-from harness.bench.side_by_side_vllm.parse import parse_engine_args
+from harness.peers.side_by_side_vllm.parse import parse_engine_args
 from harness.spec.models import PACKAGE_DATA
 
 

@@ -1,11 +1,11 @@
-"""harness.bench.optimum: our transformers-5 model config made readable by transformers 4.x, and
+"""harness.peers.optimum: our transformers-5 model config made readable by transformers 4.x, and
 the grid runner that is copied into optimum-benchmark's venv."""
 
 from __future__ import annotations
 
 import ast
 
-from harness.bench.optimum import GRID_RUNNER, transformers4_config
+from harness.peers.optimum import GRID_RUNNER, transformers4_config
 
 
 def test_nested_rope_and_dtype_are_spelled_as_transformers_4_reads_them() -> None:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.bench.machine import (
+from harness.peers.machine import (
     CORES,
     REPO,
     child_env,
@@ -20,10 +20,10 @@ from harness.bench.machine import (
     set_default_env,
     wait_for_quiet,
 )
-from harness.bench.side_by_side_vllm.explain import EXPLAIN_NOTE, counts_note, factors
-from harness.bench.side_by_side_vllm.harness_side import model_dir, read_scenario, run_harness
-from harness.bench.side_by_side_vllm.parse import engine_args_differ, engine_flags
-from harness.bench.side_by_side_vllm.table import (
+from harness.peers.side_by_side_vllm.explain import EXPLAIN_NOTE, counts_note, factors
+from harness.peers.side_by_side_vllm.harness_side import model_dir, read_scenario, run_harness
+from harness.peers.side_by_side_vllm.parse import engine_args_differ, engine_flags
+from harness.peers.side_by_side_vllm.table import (
     METRICS,
     TOLERANCE,
     comparison_rows,
@@ -35,7 +35,7 @@ from harness.bench.side_by_side_vllm.table import (
     text_table,
     vllm_figures,
 )
-from harness.bench.side_by_side_vllm.vllm_side import (
+from harness.peers.side_by_side_vllm.vllm_side import (
     BenchPlan,
     Point,
     VllmWorker,

@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-from harness.bench.machine import REPO
+from harness.peers.machine import REPO
 
 GRID = REPO / "scenarios" / "examples" / "llama-8b-h100.yaml"
 GPU = "H100-SXM-80GB"

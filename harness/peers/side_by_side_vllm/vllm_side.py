@@ -13,7 +13,7 @@ How it is run, and why:
   (``--random-input-len`` / ``--random-output-len`` default to 1024 / 128 and win), so the
   random ones are passed;
 - all commands run one after another in one long-lived process (`VllmWorker`: ``python -m
-  harness.bench.side_by_side_vllm.vllm_side READY``, vLLM imported once, ~10 s saved per
+  harness.peers.side_by_side_vllm.vllm_side READY``, vLLM imported once, ~10 s saved per
   command; plans handed over on its stdin), each command's engine shut down and the distributed
   state cleaned before the next. A plan may instead carry an "explain" pass (`explain_pass`:
   `explain.measure` in the same process, the harness's and the benchmarks' calls in one engine).
@@ -35,9 +35,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
-from harness.bench import machine
-from harness.bench.machine import CORES, load1, machine_busy_s, own_cpu_s
-from harness.bench.side_by_side_vllm.parse import (
+from harness.peers import machine
+from harness.peers.machine import CORES, load1, machine_busy_s, own_cpu_s
+from harness.peers.side_by_side_vllm.parse import (
     HARNESS_ONLY_ARGS,
     parse_engine_args,
     parse_latency_json,
@@ -45,7 +45,7 @@ from harness.bench.side_by_side_vllm.parse import (
 )
 
 Point = tuple[int, int]  # (batch, context)
-MODULE = "harness.bench.side_by_side_vllm.vllm_side"  # `python -m MODULE READY`: the worker
+MODULE = "harness.peers.side_by_side_vllm.vllm_side"  # `python -m MODULE READY`: the worker
 
 
 def fail(message: str, logfile: Path | None = None) -> NoReturn:
@@ -123,7 +123,7 @@ def run_plan(plan_path: Path) -> None:
     plan = json.loads(plan_path.read_text())
     timings: list[dict[str, Any]] = []
     if "explain" in plan:  # one engine, the causes measured (explain.measure)
-        from harness.bench.side_by_side_vllm import explain
+        from harness.peers.side_by_side_vllm import explain
 
         explain.measure(plan["explain"])
         plan["commands"] = []

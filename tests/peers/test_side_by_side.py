@@ -1,4 +1,4 @@
-"""harness.bench.side_by_side: a `harness run`'s figures from its rows, and the summary with its
+"""harness.peers.side_by_side: a `harness run`'s figures from its rows, and the summary with its
 contract line; on hand-made rows and runs."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from harness.bench.side_by_side import GRID, SCENARIO, describe, harness_figures, summary_lines
+from harness.peers.side_by_side import GRID, SCENARIO, describe, harness_figures, summary_lines
 
 
 def row(group: str, quant: str, batch: int, **fields: Any) -> dict[str, Any]:

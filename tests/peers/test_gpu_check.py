@@ -1,4 +1,4 @@
-"""harness.bench.gpu_check, its pure parts (the steps need a GPU: `make gpu-check`), and its
+"""harness.peers.gpu_check, its pure parts (the steps need a GPU: `make gpu-check`), and its
 entry point's arguments."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.bench import gpu_check
+from harness.peers import gpu_check
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -19,7 +19,7 @@ import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from harness.bench.side_by_side_vllm.explain import why
+from harness.peers.side_by_side_vllm.explain import why
 
 TOLERANCE = 0.10  # the goal: harness within 10 % of vLLM's own figure
 METRICS = {

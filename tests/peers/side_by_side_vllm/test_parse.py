@@ -1,4 +1,4 @@
-"""harness.bench.side_by_side_vllm.parse: reading `vllm bench latency` / `vllm bench throughput`
+"""harness.peers.side_by_side_vllm.parse: reading `vllm bench latency` / `vllm bench throughput`
 output and the engine arguments vLLM logs; and the engine flags against vLLM's own benchmark
 parsers (where vLLM imports)."""
 
@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from harness.bench.side_by_side_vllm import parse
+from harness.peers.side_by_side_vllm import parse
 from harness.spec.models import PACKAGE_DATA
 
 LATENCY_JSON = {

@@ -1,4 +1,4 @@
-"""harness.bench.side_by_side_vllm.vllm_side: the `vllm bench` commands planned for a point, and
+"""harness.peers.side_by_side_vllm.vllm_side: the `vllm bench` commands planned for a point, and
 their output files read back (hand-written as vLLM writes them; no vLLM run here)."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from harness.bench.side_by_side_vllm.parse import command_point
-from harness.bench.side_by_side_vllm.vllm_side import BenchPlan, plan_commands, read_results
+from harness.peers.side_by_side_vllm.parse import command_point
+from harness.peers.side_by_side_vllm.vllm_side import BenchPlan, plan_commands, read_results
 
 Files = dict[tuple[int, int], dict[str, Any]]
 

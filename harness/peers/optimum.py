@@ -1,5 +1,5 @@
 """optimum-benchmark's side of `make side-by-side`: its venv, our model made readable to it, and
-one timed run of its grid (`harness.bench.optimum_grid`, copied into $OB_HOME and run there).
+one timed run of its grid (`harness.peers.optimum_grid`, copied into $OB_HOME and run there).
 
 optimum-benchmark needs its own venv (transformers < 5, bitsandbytes 0.48.2): it is built under
 ``$OB_HOME`` (default ``~/.cache/harness/optimum-benchmark``) when missing, never in the repo;
@@ -19,8 +19,8 @@ import time
 from pathlib import Path
 from typing import Any, NoReturn
 
-from harness.bench.machine import child_env, load1, log, timed
-from harness.bench.machine import fail as _fail
+from harness.peers.machine import child_env, load1, log, timed
+from harness.peers.machine import fail as _fail
 from harness.spec.models import PACKAGE_DATA
 
 MODEL_DIR = PACKAGE_DATA / "tiny-llama"

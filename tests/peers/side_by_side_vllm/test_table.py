@@ -1,4 +1,4 @@
-"""harness.bench.side_by_side_vllm.table: the harness's figures from a row, vLLM's from its parsed
+"""harness.peers.side_by_side_vllm.table: the harness's figures from a row, vLLM's from its parsed
 runs, the ratio table, its Markdown and text forms and the contract line."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from harness.bench.side_by_side_vllm import table as sbs
+from harness.peers.side_by_side_vllm import table as sbs
 
 
 def row(**fields: Any) -> dict[str, Any]:

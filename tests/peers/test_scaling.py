@@ -1,4 +1,4 @@
-"""harness.bench.scaling: a sweep's figures from its rows (overhead per point, measured share),
+"""harness.peers.scaling: a sweep's figures from its rows (overhead per point, measured share),
 and the contract line; on hand-made rows."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from harness.bench.scaling import summary_lines, sweep_figures
+from harness.peers.scaling import summary_lines, sweep_figures
 
 
 def row(group: str, node: str, **fields: Any) -> dict[str, Any]:

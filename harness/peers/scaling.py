@@ -35,7 +35,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from harness.bench.machine import (
+from harness.peers.machine import (
     CORES,
     load1,
     log,

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from harness.bench.side_by_side_vllm import explain
-from harness.bench.side_by_side_vllm.table import comparison_rows, markdown_table
+from harness.peers.side_by_side_vllm import explain
+from harness.peers.side_by_side_vllm.table import comparison_rows, markdown_table
 
 B, OUT = 4, 32
 
@@ -134,9 +134,9 @@ def test_in_one_engine_every_kind_sends_the_same_tokens(tmp_path: Path) -> None:
     """The real engine on the shipped model: the three kinds send the point's prompt tokens,
     get O new tokens each, in O engine steps, the prefill in one step (no chunking here)."""
     pytest.importorskip("vllm")
-    from harness.bench.machine import child_env
-    from harness.bench.side_by_side_vllm.run import IN_PROCESS
-    from harness.bench.side_by_side_vllm.vllm_side import VllmWorker, explain_pass
+    from harness.peers.machine import child_env
+    from harness.peers.side_by_side_vllm.run import IN_PROCESS
+    from harness.peers.side_by_side_vllm.vllm_side import VllmWorker, explain_pass
     from harness.spec.models import PACKAGE_DATA
 
     model = PACKAGE_DATA / "tiny-llama"

@@ -1,4 +1,4 @@
-"""harness.bench.serving_vs_offline pairs serving level c=B with the offline point at batch B of
+"""harness.peers.serving_vs_offline pairs serving level c=B with the offline point at batch B of
 the same configuration, and only those (rows written as a run would write them)."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.bench import serving_vs_offline as svo
+from harness.peers import serving_vs_offline as svo
 from harness.row import ResultRow
 from tests.factories import row, write_run
 

@@ -1,4 +1,4 @@
-"""harness.bench.as_other_provider: a run copied with every row's provenance rewritten."""
+"""harness.peers.as_other_provider: a run copied with every row's provenance rewritten."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.bench.as_other_provider import copy_as
+from harness.peers.as_other_provider import copy_as
 from harness.run import store
 from tests.factories import row, write_run
 

@@ -1,6 +1,6 @@
 """The optimum-benchmark 0.6.0 grid runner: runs inside optimum-benchmark's own venv, never here.
 
-`harness.bench.optimum` copies this file into $OB_HOME and runs it with that venv's Python (it
+`harness.peers.optimum` copies this file into $OB_HOME and runs it with that venv's Python (it
 imports nothing of the harness: the venv has none). The grid goes through optimum-benchmark's
 Python API, one launcher per invocation (ProcessConfig switches multiprocessing to spawn for the
 rest of the process, hence the main guard). Writes OUT/<point>/benchmark_{config,report}.json and

@@ -1,6 +1,6 @@
 """What the machine did while a tool measured: load average, busy CPU, the share others used.
 
-The comparisons in `harness.bench` run on shared, noisy machines; each timed run is framed by
+The comparisons in `harness.peers` run on shared, noisy machines; each timed run is framed by
 these figures so that a run which shared its cores with something else can be seen (and retried).
 Also the environment every tool's subprocess gets (offline hub, no telemetry), the log line, how
 a tool stops on an error, and the rows a timed `harness run` wrote with their sums. Linux only

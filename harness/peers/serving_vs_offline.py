@@ -41,7 +41,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from harness.bench.machine import REPO
+from harness.peers.machine import REPO
 
 DEFAULT_SCENARIO = REPO / "scenarios" / "serving.yaml"
 DEFAULT_OUT = REPO / "results" / "serving-vs-offline"

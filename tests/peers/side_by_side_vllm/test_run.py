@@ -1,4 +1,4 @@
-"""harness.bench.side_by_side_vllm.run: a point's figures from both tools' runs (medians over
+"""harness.peers.side_by_side_vllm.run: a point's figures from both tools' runs (medians over
 repetitions), the subprocess engine's figures, and the notes under the table; on hand-made runs."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from harness.bench.side_by_side_vllm.run import notes, point_figures, subprocess_figures
+from harness.peers.side_by_side_vllm.run import notes, point_figures, subprocess_figures
 
 POINT = (4, 512)
 
@@ -73,7 +73,7 @@ def test_the_notes_name_the_points_still_shared_with_others() -> None:
 
 
 def test_points_narrow_the_scenario_and_refuse_others() -> None:
-    from harness.bench.side_by_side_vllm.run import Setup, chosen_points
+    from harness.peers.side_by_side_vllm.run import Setup, chosen_points
 
     setup = Setup(scenario={}, quant="fp32", model=Path("m"), vocab_size=4096, output_len=32,
                   batches=[1, 4], contexts=[128, 512], warmups=2, repeats=5, seed=0)  # fmt: skip

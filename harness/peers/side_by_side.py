@@ -21,7 +21,7 @@ Measured work, the share of wall time it takes:
   measured work: Σ ``load_s`` once per group is printed separately. For a like-for-like figure the
   harness's timed repeats alone (Σ repeats_done × e2e_ms_p50) are printed as well.
 
-optimum-benchmark's own venv and model copy: `harness.bench.optimum`.
+optimum-benchmark's own venv and model copy: `harness.peers.optimum`.
 
 The last line printed is the contract:
 
@@ -42,8 +42,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from harness.bench import optimum
-from harness.bench.machine import (
+from harness.peers import optimum
+from harness.peers.machine import (
     CORES,
     load1,
     log,

@@ -1,4 +1,4 @@
-"""harness.bench.machine: the share of the machine others used, the tools' environment."""
+"""harness.peers.machine: the share of the machine others used, the tools' environment."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.bench import machine
+from harness.peers import machine
 
 
 def test_foreign_share_is_what_others_used_of_the_machine() -> None:

@@ -1,4 +1,4 @@
-"""harness.bench.side_by_side_vllm.harness_side: the scenario the comparison reads, its model."""
+"""harness.peers.side_by_side_vllm.harness_side: the scenario the comparison reads, its model."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.bench.side_by_side_vllm import harness_side
-from harness.bench.side_by_side_vllm.run import DEFAULT_SCENARIO
+from harness.peers.side_by_side_vllm import harness_side
+from harness.peers.side_by_side_vllm.run import DEFAULT_SCENARIO
 
 
 def test_the_scenario_is_the_points_the_comparison_reads() -> None:
