@@ -5,92 +5,68 @@ harness.run.history), the wall time they add up to, and its price.
   wall time   = Σ phases (groups one after another on one device): the Ray start, a process per
                 group, model load + engine start, the quality phase, server starts, each mode's
                 points; each phase = its default × the node's measured ÷ default ratio
-  GPU-hours   = wall time / 3600 when a GPU target is in the sweep, else 0
+  GPU-hours   = card-hours: Σ phases × the cards its group holds (a layout's tensor × pipeline
+                ranks, else 1) / 3600 when a GPU target is in the sweep, else 0
   cost (USD)  = GPU-hours × the package-hour price
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from harness import modes
+from harness.errors import quote
 from harness.plan import EFFICIENCY, PointPlan, default_card, param_counts, plan_point
 from harness.spec import catalog
-from harness.spec.capabilities import forks_from_host
+from harness.spec.engines import device_kind, engine
 from harness.spec.scenario import Grid, GroupKey, Scenario, Skip
 from harness.units import GIB
 
 LOAD_GB_S = 1.0  # disk → device, for the budget's load time per group
-# Serving: a `vllm serve` start per group (process, engine, health check: 30-100 s measured on the
-# 2-core CPU with the tiny model).
-SERVER_START_S = 90.0
 
-# The phases a run pays, as a person reads them (`harness plan`, the end-of-run line); a point's
-# own seconds are its mode's phase (MODE_PHASE). harness.run.history records each phase's seconds
-# and calibrates the budget from them.
-PHASES: dict[str, str] = {
+# The phases a run pays, as a person reads them (`harness plan`, the end-of-run line): the
+# sweep's and every group's own, then each mode's (harness.modes: a phase its groups pay once,
+# as serving's server start, and its points' own phase). harness.run.history records each
+# phase's seconds and calibrates the budget from them.
+GROUP_PHASES: dict[str, str] = {
     "cluster": "Ray start",
     "startup": "process start + imports",
     "load": "model load + engine start",
     "quality": "quality scoring",
-    "measured": "measured work",
-    "server_start": "server starts",
-    "serving": "serving levels",
-    "training": "training steps",
 }
-MODE_PHASE = {"offline": "measured", "serving": "serving", "training": "training"}
+
+
+def _phases() -> dict[str, str]:
+    """GROUP_PHASES, then per mode (the registry's order) its once-a-group phase and its own."""
+    out = dict(GROUP_PHASES)
+    for mode in modes.REGISTRY.values():
+        if mode.facts.start is not None:
+            out[mode.facts.start.phase] = mode.facts.start.label
+        out[mode.facts.phase] = mode.facts.phase_label
+    return out
+
+
+PHASES: dict[str, str] = _phases()
 ANY = "*"  # a phase not of one engine or model (the Ray start), and a calibration's wildcard
-# Defaults before any history, per (engine, device kind), from runs measured here and on the H200:
+# Defaults before any history, per device kind (per engine: harness.spec.engines, with the runs
+# they were measured in):
 # - cpu: `make bench` (scenarios/default.yaml, 6 groups) on this 2-core CPU, quiet, 2026-12-01
-#   15:57 (transformers groups forked from the node's host, harness.run.host; vLLM groups in fresh
-#   actors): load_s transformers 0.10-0.25 s (the host imported the engine; a fresh process's
-#   first load, imports included, took 3.5-3.7 s at 09:48, results/bench-cpu, and `harness
-#   measure` pays that once for its first group), vLLM 0.32 15.9-21.6 s; Ray start 3.0 s (5.7 s
-#   at 09:48); wall 138.3 s - Σ the rows' phases 111.3 s - Ray start = 24.4 s for six group
-#   processes and the host's preload.
+#   15:57: Ray start 3.0 s (5.7 s at 09:48); wall 138.3 s - Σ the rows' phases 111.3 s - Ray
+#   start = 24.4 s for six group processes and the host's preload.
 # - cuda: results/example/h200-2026-11-29 (`harness run`, two transformers groups in fresh Ray
-#   actors): load_s 7.0 and 8.2 s; wall 41.0 s - phases 26.1 s = 14.9 s for the Ray start and two
-#   processes; results/example/h200-2026-11-30: vLLM 0.26's engine start with CUDA graphs, 51.9 s
-#   (tiny model, with 16 windows scored) and 51.2 s (8B architecture).
+#   actors): wall 41.0 s - phases 26.1 s = 14.9 s for the Ray start and two processes.
 # - rocm: no run recorded; the cuda figures.
-ENGINE_START_S = {
-    ("transformers", "cpu"): 0.2,
-    ("vllm", "cpu"): 18.8,
-    ("transformers", "cuda"): 7.6,
-    ("vllm", "cuda"): 51.0,
-}
 PROCESS_START_S = {"cpu": 4.0, "cuda": 5.0}  # a fresh process's start + imports: a vLLM group's
 # Ray actor, or `harness measure`'s one process
-# A group forked from its node's host (spec.capabilities.forks_from_host): a Ray task that Ray
+# A group forked from its node's host (harness.modes.forks_from_host): a Ray task that Ray
 # starts in a worker it already has, and a fork; the first group also waits for what is left of
 # the host's imports after the Ray start. cpu: 2.26 s for the three groups of `make side-by-side`'s
 # grid, 2026-12-01 18:30 (history). cuda: not measured on this path; the fresh process's figure.
 FORKED_START_S = {"cpu": 0.75, "cuda": 5.0}
 CLUSTER_START_S = {"cpu": 4.4, "cuda": 5.0}  # `ray.init` of a local node: cpu 3.0-4.2 and 5.7 s
-# Per-call latency bounds a small model rather than the roofline: the seconds of one decode step
-# (any batch; the timed runs, warm-ups and the energy pass) and of one scored quality unit (a
-# window or an ARC item) at least, per (engine, device kind), from the same runs' rows (timing =
-# measured_s less the quality share):
-# - cpu: transformers 2.3-14.1 ms a step (median 5.8, 12 rows), vLLM 1.8-9.7 ms (median 3.4);
-#   quality (15:57, ARC scored with a shared prefix) 64 windows + 100 ARC items a group:
-#   transformers 9.5 s over three groups (19.4 ms a unit), vLLM 22.0 s (44.6 ms a unit);
-# - cuda: transformers on the H200 (38 rows, 9 groups) 3.7-16.8 ms a step (median 7.8), quality
-#   13.4-52.5 ms a unit (median 26; before the shared-prefix ARC scoring, and vLLM's assumed the
-#   same); vLLM (CUDA graphs): no small-model step recorded, the 8B architecture's batch-1 step
-#   was 5.0 ms (bandwidth-bound), so 3 ms is assumed.
-STEP_FLOOR_S = {
-    ("transformers", "cpu"): 0.0058,
-    ("vllm", "cpu"): 0.0034,
-    ("transformers", "cuda"): 0.0078,
-    ("vllm", "cuda"): 0.003,
-}
-QUALITY_UNIT_S = {
-    ("transformers", "cpu"): 0.0194,
-    ("vllm", "cpu"): 0.0446,
-    ("transformers", "cuda"): 0.026,
-    ("vllm", "cuda"): 0.026,
-}
 # The tasks of a group (harness.tasks), in quality units: a scored continuation (a label, a
 # choice) and a generated token of an extract item (batched 32 at a time), from the tiny model on
 # this CPU with transformers, unloaded: 1,470 continuations in 18.5 s (12.6 ms each) and 210 items
@@ -105,19 +81,25 @@ ARC_TOKENS_PER_ITEM = 4 * (31 + 6)
 ARC_ITEMS_IN_CORPUS = 2376  # harness/data/corpus/arc_easy.jsonl (its README); checked by a test
 
 
+Seconds = Annotated[float, Field(ge=0.0, allow_inf_nan=False)]  # a budget's figure
+
+
 class Budget(BaseModel):
+    """The sweep's budget; every figure finite and ≥ 0 (the seam `plan_grid` checks: a history
+    that would make one otherwise gives the defaults, with a warning)."""
+
     model_config = ConfigDict(extra="forbid")
     points: int
     skipped: int
     groups: int
-    est_seconds: float
-    est_load_seconds: float
-    est_server_start_seconds: float = 0.0  # one `vllm serve` start per group with serving levels
-    est_quality_seconds: float = 0.0  # each group's quality phase (windows + ARC items scored)
-    est_phase_seconds: dict[str, float] = {}  # every phase (PHASES), calibrated where history is
-    calibrated_from: str | None = None  # the history file the figures were calibrated from
-    est_gpu_hours: float
-    est_cost_usd: float | None = None
+    est_seconds: Seconds
+    est_load_seconds: Seconds
+    est_server_start_seconds: Seconds = 0.0  # one `vllm serve` start per group with serving
+    est_quality_seconds: Seconds = 0.0  # each group's quality phase (windows + ARC items scored)
+    est_phase_seconds: dict[str, Seconds] = {}  # every phase (PHASES), calibrated where history is
+    calibrated_from: str | None = None  # what calibrated the figures, in words (calibration_note)
+    est_gpu_hours: Seconds
+    est_cost_usd: Seconds | None = None
     tariff: str | None = None
 
 
@@ -133,14 +115,36 @@ class PhaseSeconds(BaseModel):
     model: str  # ANY for the Ray start
     default_s: float
     seconds: float
+    runs: int = 0  # the history runs that calibrated `seconds` (0: the default)
 
     @property
     def key(self) -> tuple[str, str, str, str]:
         return (self.engine, self.device, self.model, self.phase)
 
 
-# measured ÷ default seconds per (engine, device, model, phase); model ANY: any model
-Calibration = dict[tuple[str, str, str, str], float]
+# The phases whose seconds do not depend on the model (a process's start and imports, the Ray
+# start): calibrated from the runs of any model on the same engine and device kind. Every other
+# phase (a model's load, its quality, its points, its server's start) scales with the model and
+# is calibrated only from runs of the same engine, device kind and model: another model's ratio
+# on the same card kind says nothing about this one's.
+MODEL_FREE_PHASES = frozenset({"cluster", "startup"})
+PhaseKey = tuple[str, str, str, str]  # (engine, device kind, model or ANY, phase)
+
+
+def calibration_key(engine: str, device: str, model: str, phase: str) -> PhaseKey:
+    """The key a phase is calibrated under (MODEL_FREE_PHASES: any model's)."""
+    return (engine, device, ANY if phase in MODEL_FREE_PHASES else model, phase)
+
+
+class Calibration(BaseModel):
+    """Measured ÷ default seconds per calibration_key, from the node's history
+    (harness.run.history), with the runs behind each ratio and where they were read."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    factors: dict[PhaseKey, float] = {}
+    runs: dict[PhaseKey, int] = {}  # the runs each factor is read from
+    source: str | None = None  # the history file ("" or None: none read)
+    runs_read: int = 0  # every valid run in it, matching or not
 
 
 class Plan(BaseModel):
@@ -192,14 +196,22 @@ def plan_grid(
         else:
             skipped.append((Skip(point=point, reason=f"does not fit: {plan.reason}"), plan))
     quality_s = quality_seconds(fitting, scenario)
-    phases = phase_seconds(fitting, quality_s, warmups=scenario.warmups, runner=runner)
-    phases = calibrate(phases, calibration or {})
-    return Plan(
-        points=fitting,
-        skipped=skipped,
-        budget=budget(fitting, skipped, hourly_usd, phases=phases),
-        phases=phases,
-    )
+    defaults = phase_seconds(fitting, quality_s, warmups=scenario.warmups, runner=runner)
+    calibration = calibration or Calibration()
+    phases = calibrate(defaults, calibration)
+    try:
+        result = budget(fitting, skipped, hourly_usd, phases=phases)
+        result.calibrated_from = calibration_note(phases, calibration)
+    except ValidationError as exc:  # the seam: a budget is finite and ≥ 0, else the defaults
+        phases = defaults
+        result = budget(fitting, skipped, hourly_usd, phases=phases)
+        bad = exc.errors()[0]
+        result.calibrated_from = (
+            f"warning: the history at {calibration.source} gives a budget that is not finite "
+            f"and ≥ 0 ({'.'.join(map(str, bad['loc']))}: {quote(bad.get('input'))}): the "
+            "defaults are shown"
+        )
+    return Plan(points=fitting, skipped=skipped, budget=result, phases=phases)
 
 
 def quality_seconds(fitting: Iterable[PointPlan], scenario: Scenario) -> dict[GroupKey, float]:
@@ -211,7 +223,8 @@ def quality_seconds(fitting: Iterable[PointPlan], scenario: Scenario) -> dict[Gr
     out: dict[GroupKey, float] = {}
     for p in fitting:
         point = p.point
-        if point.mode != "offline" or point.weights == "random" or point.group in out:
+        scores = modes.get(point.mode).facts.scores_quality
+        if not scores or point.weights == "random" or point.group in out:
             continue
         arch = catalog.model(point.model, point.revision)
         windows = settings.max_windows or max(1, 300_000 // settings.window_tokens)
@@ -224,14 +237,9 @@ def quality_seconds(fitting: Iterable[PointPlan], scenario: Scenario) -> dict[Gr
         continuations, generated = settings.task_calls()
         units = windows + arc + continuations * TASK_CONTINUATION_UNITS
         units += generated * TASK_TOKEN_UNITS
-        unit_s = QUALITY_UNIT_S[(point.backend, device_kind(point.target))]
+        unit_s = engine(point.backend).quality_unit_s.on(device_kind(point.target))
         out[point.group] = max(roof_s, units * unit_s)
     return out
-
-
-def device_kind(target: str) -> str:
-    """The device kind a default was measured on: rocm has none of its own yet (cuda's)."""
-    return "cuda" if target == "rocm" else target
 
 
 def phase_seconds(
@@ -244,9 +252,10 @@ def phase_seconds(
     """Every phase a run pays, per group. Ray: the Ray start once and a process per group (a
     child forked from the node's host, or a fresh actor); in one process: its start and
     imports once. Then the model load and engine start
-    (ENGINE_START_S + weights at LOAD_GB_S; training loads per point), the quality phase, a server
-    start per serving group, and each mode's points (offline points at least STEP_FLOOR_S a
-    decode step, warm-ups and the energy pass included). Uncalibrated: seconds = default_s."""
+    (the engine's start_s + weights at LOAD_GB_S; once a point for a mode that loads per point),
+    the quality phase, each mode's phase paid once per group (serving: a server start), and each
+    mode's points (at least the engine's step_floor_s a decode step where the mode says so,
+    warm-ups and the energy pass included). Uncalibrated: seconds = default_s."""
     groups: dict[GroupKey, list[PointPlan]] = {}
     for p in fitting:
         groups.setdefault(p.point.group, []).append(p)
@@ -266,21 +275,24 @@ def group_phases(
 ) -> list[PhaseSeconds]:
     """One group's phases (phase_seconds)."""
     kind = device_kind(group.target)
-    loads = len(plans) if plans[0].point.mode == "training" else 1
+    loads = len(plans) if modes.get(plans[0].point.mode).facts.load_per_point else 1
     weights_s = plans[0].weights_gib * GIB / (LOAD_GB_S * 1e9)
+    present = {p.point.mode for p in plans}
     seconds: dict[str, float] = {}
     if runner == "ray":
-        forks = forks_from_host(group.backend, {p.point.mode for p in plans})
+        forks = modes.forks_from_host(group.backend, present)
         seconds["startup"] = (FORKED_START_S if forks else PROCESS_START_S)[kind]
-    seconds["load"] = loads * (ENGINE_START_S[(group.backend, kind)] + weights_s)
+    seconds["load"] = loads * (engine(group.backend).start_s.on(kind) + weights_s)
     if quality is not None:
         seconds["quality"] = quality
-    if any(p.point.serving is not None for p in plans):
-        seconds["server_start"] = SERVER_START_S
-    for mode, phase in MODE_PHASE.items():
-        mine = [p for p in plans if p.point.mode == mode]
+    for name, mode in modes.REGISTRY.items():  # the phases a group pays once, then the points'
+        start = mode.facts.start
+        if start is not None and name in present:
+            seconds[start.phase] = start.default_s
+    for name, mode in modes.REGISTRY.items():
+        mine = [p for p in plans if p.point.mode == name]
         if mine:
-            seconds[phase] = sum(point_seconds(p, warmups) for p in mine)
+            seconds[mode.facts.phase] = sum(point_seconds(p, warmups) for p in mine)
     return [
         _phase(phase, group.label, group.backend, group.target, group.model, s)
         for phase, s in seconds.items()
@@ -294,25 +306,62 @@ def _phase(phase: str, group: str, engine: str, device: str, model: str, s: floa
 
 
 def point_seconds(plan: PointPlan, warmups: int) -> float:
-    """A point's planned seconds; an offline point at least STEP_FLOOR_S per decode step."""
+    """A point's planned seconds; for a mode with a step floor (offline), at least the engine's
+    step_floor_s per decode step."""
     point = plan.point
-    if point.mode != "offline":
+    if not modes.get(point.mode).facts.step_floor:
         return plan.est_seconds
     runs = warmups + point.repeats + 1  # the timed runs, then the energy pass
     steps = runs * (point.output_tokens + 1)  # + the prefill's own step
-    return max(plan.est_seconds, steps * STEP_FLOOR_S[(point.backend, device_kind(point.target))])
+    floor_s = engine(point.backend).step_floor_s.on(device_kind(point.target))
+    return max(plan.est_seconds, steps * floor_s)
 
 
 def calibrate(phases: list[PhaseSeconds], calibration: Calibration) -> list[PhaseSeconds]:
-    """Each phase's seconds × its measured ÷ default ratio from the history: the exact (engine,
-    device, model, phase) first, else the same engine and device on any model, else the
-    defaults."""
+    """Each phase's seconds × its measured ÷ default ratio from the history, under its
+    calibration_key (the same engine, device kind and model; any model for MODEL_FREE_PHASES);
+    the default where no run matches."""
     out = []
     for p in phases:
-        wildcard = (p.engine, p.device, ANY, p.phase)
-        factor = calibration.get(p.key, calibration.get(wildcard, 1.0))
-        out.append(p.model_copy(update={"seconds": p.default_s * factor}))
+        key = calibration_key(*p.key)
+        factor = calibration.factors.get(key)
+        if factor is None:
+            out.append(p.model_copy(update={"seconds": p.default_s, "runs": 0}))
+        else:
+            runs = calibration.runs.get(key, 0)
+            out.append(p.model_copy(update={"seconds": p.default_s * factor, "runs": runs}))
     return out
+
+
+def calibration_note(phases: list[PhaseSeconds], calibration: Calibration) -> str:
+    """What calibrated what, in words: per phase the runs (of which model, engine and device
+    kind) its figure comes from, then the phases left at their defaults."""
+    where = calibration.source
+    if not where:
+        return "defaults (no history read)"
+    if not calibration.runs_read:
+        return f"defaults (no history yet at {where})"
+    by_source: dict[str, list[str]] = {}
+    defaults: list[str] = []
+    for phase, label in PHASES.items():
+        mine = [p for p in phases if p.phase == phase]
+        for words in dict.fromkeys(_runs_words(p) for p in mine if p.runs):
+            by_source.setdefault(words, []).append(label)
+        if any(not p.runs for p in mine):
+            defaults.append(label)
+    if not by_source:
+        return f"defaults: no matching runs among the {calibration.runs_read} at {where}"
+    parts = [f"{', '.join(labels)}: {words}" for words, labels in by_source.items()]
+    if defaults:
+        parts.append(f"defaults (no matching runs): {', '.join(defaults)}")
+    return f"calibrated from {where}: {'; '.join(parts)}"
+
+
+def _runs_words(p: PhaseSeconds) -> str:
+    """'3 runs of tiny-llama/vllm on cpu'"""
+    model = "any model" if p.phase in MODEL_FREE_PHASES or p.model == ANY else p.model
+    engine = "" if p.engine == ANY else f"/{p.engine}"
+    return f"{p.runs} run{'s' if p.runs != 1 else ''} of {model}{engine} on {p.device}"
 
 
 def budget(
@@ -332,7 +381,9 @@ def budget(
         by_phase[p.phase] = by_phase.get(p.phase, 0.0) + p.seconds
     seconds = sum(by_phase.values())
     on_gpu = any(p.point.target != "cpu" for p in fitting)
-    gpu_hours = seconds / 3600 if on_gpu else 0.0
+    cards = {p.point.group.label: p.point.group.cards for p in fitting}
+    card_seconds = sum(p.seconds * cards.get(p.group, 1) for p in phases)
+    gpu_hours = card_seconds / 3600 if on_gpu else 0.0
     return Budget(
         points=len(fitting),
         skipped=len(skipped),

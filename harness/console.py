@@ -4,6 +4,11 @@ Logs (no terminal) get 160 columns, so tables stay readable in `make bench > log
 progress (`SweepProgress`) is a rich bar on a terminal and one line per point and per finished
 group in a log, with the same figures: points done / total, elapsed time, the remaining-time
 estimate and the group's status counts.
+
+Names from the user's disk (a folder, a file, a label built of them) reach the terminal through
+``shown``: their control characters as escapes (``\\x1b``), their rich markup as text. Both
+consoles also escape, in every string they render (a line, a table's cell, a title), any control
+character a caller let through (``SafeConsole``), so no escape sequence is ever written raw.
 """
 
 from __future__ import annotations
@@ -12,14 +17,36 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from rich.console import Console
+from rich.markup import escape as markup_escape
 from rich.progress import Progress, TaskID
+from rich.text import Text
+
+from harness.errors import CONTROLS, IN_A_NAME, without_controls
 
 LOG_WIDTH = 160
 
-console = Console(width=None if sys.stdout.isatty() else LOG_WIDTH)
-err_console = Console(stderr=True, width=None if sys.stderr.isatty() else LOG_WIDTH)
+
+def shown(name: object) -> str:
+    """A name from the user's disk as the terminal shows it, on one line: control characters as
+    escapes (an OSC title-set ``\\x1b]0;…\\x07`` stays text), rich markup escaped (``[red]``
+    in a folder's name is shown, not obeyed)."""
+    return markup_escape(without_controls(str(name), IN_A_NAME))
+
+
+class SafeConsole(Console):
+    """A rich console that escapes control characters in every string it renders (lines, table
+    cells, titles): whatever a caller forgot to pass through ``shown``, the terminal never
+    receives an escape sequence from it. Rich's own styling is not in those strings."""
+
+    def render_str(self, text: str, **options: Any) -> Text:
+        return super().render_str(without_controls(text, CONTROLS), **options)
+
+
+console = SafeConsole(width=None if sys.stdout.isatty() else LOG_WIDTH)
+err_console = SafeConsole(stderr=True, width=None if sys.stderr.isatty() else LOG_WIDTH)
 
 
 def duration(seconds: float) -> str:
@@ -147,7 +174,9 @@ class SweepProgress:
 
     def _line(self, text: str) -> None:
         if self.log:
-            err_console.print(f"[{duration(self.elapsed_s())}] {text}", highlight=False)
+            # labels hold names from the user's disk: one line, never read as markup
+            line = f"[{duration(self.elapsed_s())}] {without_controls(text, IN_A_NAME)}"
+            err_console.print(line, highlight=False, markup=False)
         self._refresh()
 
     def _refresh(self) -> None:

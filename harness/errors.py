@@ -36,9 +36,10 @@ class UserInputError(Exception):
         return f"{where}: {message}" if where else message
 
 
-# Characters a terminal acts on (escape sequences, carriage return, …): never printed raw. A
-# newline stays (a message of several runs lists one per line); a quoted value escapes it.
-CONTROLS = {c: f"\\x{c:02x}" for c in (*range(0x20), 0x7F) if chr(c) not in "\n\t"}
+# Characters a terminal acts on (escape sequences, carriage return, C1 codes such as U+009B, an
+# 8-bit CSI, …): never printed raw. A newline stays (a message of several runs lists one per
+# line); a quoted value escapes it.
+CONTROLS = {c: f"\\x{c:02x}" for c in (*range(0x20), *range(0x7F, 0xA0)) if chr(c) not in "\n\t"}
 IN_A_NAME = {**CONTROLS, ord("\n"): "\\n"}  # a file or field name is one line, always
 
 
@@ -62,9 +63,35 @@ def quote(value: object, limit: int = QUOTE_CHARS) -> str:
 
 
 def did_you_mean(value: object, choices: Iterable[str]) -> str:
-    """' (did you mean 'bf16'?)' for a near miss, '' otherwise."""
-    matches = difflib.get_close_matches(str(value), list(choices), n=1, cutoff=0.6)
-    return f" (did you mean {matches[0]!r}?)" if matches else ""
+    """' (did you mean 'bf16'?)' for a near miss, '' otherwise (a long value is no typo, and
+    difflib is quadratic)."""
+    text = str(value)
+    if len(text) > 2 * QUOTE_CHARS:
+        return ""
+    matches = difflib.get_close_matches(text, list(choices), n=1, cutoff=0.6)
+    return f" (did you mean {quote(matches[0])}?)" if matches else ""
+
+
+LISTED_CHARS = 4 * QUOTE_CHARS  # the most of a message a list of choices takes
+
+
+def one_of(choices: Iterable[object], limit: int = LISTED_CHARS) -> str:
+    """'a, b, c' for a message's "expected one of: …": the choices (each quoted short when
+    long) that fit in `limit` characters, at least one, and how many more there are."""
+    every = [str(c) for c in choices]
+    shown: list[str] = []
+    for choice in every:
+        text = choice if len(choice) <= QUOTE_CHARS else quote(choice)
+        if shown and sum(len(c) + 2 for c in shown) + len(text) > limit:
+            break
+        shown.append(text)
+    more = f", … ({len(every) - len(shown):,} more)" if len(every) > len(shown) else ""
+    return ", ".join(shown) + more
+
+
+def as_field(key: object) -> str:
+    """A key from a person's input as the field of an error: shortened like a quoted value."""
+    return quote(str(key)).strip("'\"")
 
 
 # Faults of the machine, not of the input: each is one line (``fault_line``) and exit 2; every

@@ -12,18 +12,26 @@ and read to at most ``cap + 1`` bytes: what is read is judged, never what the si
 Refusals are ``UserInputError``s naming the file (through a symlink, also its target) and why,
 in one line. A missing or unreadable file raises the ``OSError`` that ``open`` would, so each
 caller keeps its own words for those.
+
+A JSON-lines file a person writes (a task file, a serving trace) is read by the same two rules
+everywhere: ``text_lines`` (UTF-8, a byte that is not UTF-8 named with its line; a line ends
+at "\\n" only, since a JSON string may hold U+2028, U+2029 or U+0085, which
+``str.splitlines`` breaks at) and ``strict_json`` (a key given twice in an object is refused,
+never last-wins, and so is a number that is not finite: NaN, ±Infinity, 1e999).
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
+import math
 import os
 import stat
 from collections.abc import Iterator
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
-from harness.errors import UserInputError
+from harness.errors import UserInputError, as_field
 
 # The file types that are not regular files, in the words a message uses.
 KINDS = (
@@ -100,3 +108,62 @@ def read_capped(path: Path | str, cap_bytes: int, what: str) -> bytes:
     if len(data) > cap_bytes:  # the claimed size is told when it agrees, never trusted alone
         raise FileTooLarge(Path(path), what, claimed if claimed > cap_bytes else None, cap_bytes)
     return data
+
+
+def decode_utf8(raw: bytes, path: Path | str, what: str) -> str:
+    """The text of a UTF-8 file, or a UserInputError naming `path` and the line and column (in
+    bytes) of the first byte that is not UTF-8."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        column = exc.start - (raw.rfind(b"\n", 0, exc.start) + 1) + 1
+        raise UserInputError(
+            f"{what} is not UTF-8: byte 0x{raw[exc.start]:02x} at column {column}",
+            file=str(path),
+            line=line,
+        ) from None
+
+
+def text_lines(raw: bytes, path: Path | str, what: str) -> list[str]:
+    """The lines of a UTF-8 text file (each without its "\\n"; a last empty one dropped), or a
+    UserInputError naming `path` and the line of the first byte that is not UTF-8."""
+    lines = decode_utf8(raw, path, what).split("\n")
+    return lines[:-1] if lines and not lines[-1] else lines
+
+
+class JsonRefused(ValueError):
+    """JSON that ``json.loads`` would take but a person's file may not hold; ``key``: the key
+    given twice (None for a non-finite number)."""
+
+    def __init__(self, message: str, key: str | None = None) -> None:
+        super().__init__(message)
+        self.key = key
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise JsonRefused(f"key {as_field(key)!r} given twice in one object; give it once", key)
+        out[key] = value
+    return out
+
+
+def _no_constant(name: str) -> Any:
+    raise JsonRefused(f"{name} is not a JSON number")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise JsonRefused(f"{as_field(text)} is too large for a finite number")
+    return value
+
+
+def strict_json(text: str | bytes) -> Any:
+    """``json.loads`` that refuses a key given twice in an object (``JsonRefused`` naming it)
+    and a number that is not finite; ValueError or RecursionError for text that is not JSON."""
+    return json.loads(
+        text, object_pairs_hook=_unique_keys, parse_constant=_no_constant, parse_float=_finite
+    )

@@ -162,6 +162,7 @@ def test_tiny_model_is_small_and_records_how_it_was_trained() -> None:
     assert facts["test_ppl"] < 1000  # far below the 4,096 of a uniform guess
 
 
+@pytest.mark.engine
 def test_tiny_tokenizer_loads_offline_and_round_trips_a_sentence(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -187,6 +188,7 @@ def tiny_eval_tokens(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[int
         return corpus.tokenize_eval(str(TINY)), cache
 
 
+@pytest.mark.engine
 def test_eval_tokens_are_cached_on_disk_keyed_by_corpus_and_tokenizer(
     tiny_eval_tokens: tuple[list[int], Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -198,6 +200,7 @@ def test_eval_tokens_are_cached_on_disk_keyed_by_corpus_and_tokenizer(
     assert corpus.tokenize_eval(str(TINY)) == ids  # read back from the cache
 
 
+@pytest.mark.engine
 def test_tiny_model_loads_offline_and_predicts_test_text_far_better_than_chance(
     tiny_eval_tokens: tuple[list[int], Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:

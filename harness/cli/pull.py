@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from harness.console import console
+from harness.console import console, shown
 from harness.errors import UserInputError
 from harness.units import GIB
 
@@ -29,7 +29,10 @@ def pull(
     for ref in loaded.models:
         if ref.weights == "random":  # the architecture only: config.json, fetched if missing
             arch = models.resolve(ref.id, ref.revision, need="config")
-            console.print(f"{ref.id}@{ref.revision}: random weights, config.json at {arch.path}")
+            console.print(
+                f"{shown(ref.id)}@{shown(ref.revision)}: random weights, config.json at "
+                f"{shown(arch.path)}"
+            )
             continue
         found = None
         if not models.is_hub_id(ref.id) or (Path(ref.id).expanduser() / "config.json").is_file():
@@ -39,7 +42,10 @@ def pull(
             if snapshot is not None and models.complete(snapshot, "weights"):
                 found = models.resolve(ref.id, ref.revision, need="weights")
         if found is not None:
-            console.print(f"{ref.id}@{ref.revision}: ready at {found.path} ({found.source})")
+            console.print(
+                f"{shown(ref.id)}@{shown(ref.revision)}: ready at {shown(found.path)} "
+                f"({found.source})"
+            )
             continue
         if models.offline():
             raise UserInputError(
@@ -52,7 +58,7 @@ def pull(
         missing = sum(f.size or 0 for f in files if not f.cached)
         needed += missing
         console.print(
-            f"{ref.id}@{ref.revision} ({commit[:12]}): {len(files)} files, "
+            f"{shown(ref.id)}@{shown(ref.revision)} ({shown(commit[:12])}): {len(files)} files, "
             f"{sum(f.size or 0 for f in files) / GIB:.2f} GiB, {missing / GIB:.2f} GiB to fetch"
         )
         todo.append((ref.id, ref.revision))
@@ -69,4 +75,7 @@ def pull(
         return
     for model_id, revision in todo:
         found = models.resolve(model_id, revision, need="weights")
-        console.print(f"{model_id}@{revision}: fetched to {found.path} (commit {found.commit})")
+        console.print(
+            f"{shown(model_id)}@{shown(revision)}: fetched to {shown(found.path)} "
+            f"(commit {shown(found.commit)})"
+        )

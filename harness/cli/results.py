@@ -7,7 +7,7 @@ They are registered on the app by ``harness.cli.main``; `aggregate` and `report`
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -17,7 +17,7 @@ from rich.markup import escape as markup_escape
 from rich.table import Table
 
 from harness import modes
-from harness.console import console
+from harness.console import console, shown
 from harness.errors import UserInputError
 from harness.results.columns import COLUMNS, COMPARED
 from harness.spec.labels import configuration_label
@@ -48,13 +48,15 @@ def _check_class(quality_class: str) -> str:
 
 
 def _table(title: str, rows: list[dict[str, str]], numeric: set[str] | None = None) -> Table:
+    """A table of data: every cell shown as text (a model folder's or a run's name may hold
+    control characters or rich markup)."""
     table = Table(title=title, title_justify="left")
     if not rows:
         return table
     for column in rows[0]:
-        table.add_column(column, justify="right" if column in (numeric or set()) else "left")
+        table.add_column(shown(column), justify="right" if column in (numeric or set()) else "left")
     for row in rows:
-        table.add_row(*(row[c] for c in rows[0]))
+        table.add_row(*(shown(row[c]) for c in rows[0]))
     return table
 
 
@@ -90,7 +92,8 @@ def print_verdicts(result: Any, quality_class: str) -> None:
     )
     for r in verdicts.undecided_table(result, quality_class).to_dict("records"):
         console.print(
-            f"  undecided: {r['model']} {r['configuration']} on {r['device']}: {r['to_decide']}",
+            f"  undecided: {shown(r['model'])} {shown(r['configuration'])} on "
+            f"{shown(r['device'])}: {shown(r['to_decide'])}",
             highlight=False,
         )
 
@@ -118,7 +121,7 @@ def print_counts(result: Any) -> None:
     if c["models_without_reference"]:
         console.print(
             "[yellow]no reference row (no quality class) for:[/] "
-            + ", ".join(c["models_without_reference"]),
+            + shown(", ".join(c["models_without_reference"])),
             highlight=False,
         )
     for path, why in result.unreadable:
@@ -212,20 +215,34 @@ def aggregate_cmd(aggregated: Aggregated) -> None:
 @run_command
 def report_cmd(aggregated: Aggregated) -> None:
     """Write results/<run>/published/ (CSV, Parquet, JSON, README, report.html) and print the
-    headline table."""
+    headline table, then before you rent: every tariff's card, measured or projected."""
+    from harness.cli.projection import print_before_you_rent
+    from harness.projection import publish, rent
     from harness.results.publish import report
 
     result, quality_class = aggregated.result, aggregated.quality_class
+    ahead = None
+    if aggregated.tariffs is not None:
+        ahead = rent.before_you_rent(
+            result.points, aggregated.tariffs, quality_class, aggregated.utilisation
+        )
+    extra = publish.sections(
+        result.points, aggregated.tariffs, quality_class, aggregated.utilisation, ahead
+    )
     out = report(
         aggregated.folder,
         aggregated.tariffs,
         utilisation=aggregated.utilisation,
         quality_class=quality_class,
         result=result,
+        extra_markdown=extra.markdown,
+        extra_html=extra.html,
     )
     print_counts(result)
     print_headline(result, quality_class)
-    console.print(f"published: {out}/ (report.html, README.md, cost.csv, points.csv, …)")
+    if ahead is not None:
+        print_before_you_rent(ahead, quality_class)
+    console.print(f"published: {shown(out)}/ (report.html, README.md, cost.csv, points.csv, …)")
 
 
 def site_cmd(
@@ -245,26 +262,60 @@ def site_cmd(
     """One static site across runs (nodes, providers): the cheapest configuration at equal
     quality across all of them, each run's own report, combined points.csv and cost.csv with
     every row's run and provenance."""
+    from harness.projection import publish
     from harness.results.site import build_site
 
     _check_class(quality_class)
+    refuse_out_in_a_run(out, runs)
+    table = _tariffs(tariffs)
     site = build_site(
         [_check_run(r) for r in runs],
         out,
-        _tariffs(tariffs),
+        table,
         quality_class=quality_class,
         utilisation=utilisation,
         allow_mixed=allow_mixed,
+        extras=publish.extras(table, quality_class),  # before you rent and the error ledger
     )
     for line in site.mixed:
         console.print(f"[bold yellow]mixed[/]: {markup_escape(line)}", highlight=False)
     print_counts(site.result)
     print_headline(site.result, quality_class)
     console.print(
-        f"site: {site.out}/index.html ({len(site.runs)} runs: "
-        f"{', '.join(r.label for r in site.runs)})",
+        f"site: {shown(site.out)}/index.html ({len(site.runs)} runs: "
+        f"{shown(', '.join(r.label for r in site.runs))})",
         highlight=False,
     )
+
+
+def refuse_out_in_a_run(out: Path, runs: Sequence[Path]) -> None:
+    """A site is never written into a run: not into a run folder given, nor anywhere inside one
+    (its `points/` is read back as rows), nor inside any folder that holds a run's `points/`."""
+    from harness.run.store import POINTS
+
+    target = _resolved(out)
+    if target is None:
+        raise UserInputError(
+            "is (or passes through) a symlink loop; choose another --out", file=str(out)
+        )
+    given = {_resolved(Path(r)) for r in runs}  # a run that cannot be resolved: refused later
+    for folder in (target, *target.parents):
+        if folder in given or (folder / POINTS).is_dir():
+            raise UserInputError(
+                f"is or lies inside the run folder {folder}: a site is never written into a "
+                "run; choose a folder outside every run",
+                file=str(out),
+                field="--out",
+            )
+
+
+def _resolved(path: Path) -> Path | None:
+    """`path` with the part that exists resolved (its links followed); None on a symlink loop
+    (Python 3.11's resolve raises RuntimeError there, later ones OSError)."""
+    try:
+        return path.resolve()
+    except (OSError, RuntimeError):
+        return None
 
 
 # the compared metrics' labels (harness.results.columns: cheap to import, no pandas)
@@ -315,7 +366,7 @@ def compare_cmd(
     console.print(_table(title, list(rows.values()), numeric))
     for metric, counts in result.verdicts().items():
         console.print(
-            f"{metric}: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())),
+            f"{shown(metric)}: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())),
             highlight=False,
         )
     console.print(

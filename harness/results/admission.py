@@ -20,45 +20,42 @@ non-finite value is, and never priced:
   (``counts["mixed_rows"]``, and a line of the report's mixed note).
 - **consistent** (``row_inconsistency``): the row's parts agree with each other.
 
-  - serving: requests_ok + requests_failed = requests_sent; goodput_rps ≤ request_throughput;
-    request_throughput × serving_duration_s = requests_ok; the attainment recomputable:
-    slo_attainment × requests_sent requests met the SLO, at most requests_ok of them, and
-    goodput_rps × serving_duration_s is that count; output_tok_s × serving_duration_s (the level's
-    output tokens) at most ``OUTPUT_SLACK`` × the mean output length per successful request (the
-    lengths are drawn round N(mean, sd): their mean is near the nominal one).
-  - offline: ttft_ms_p50 ≤ e2e_ms_p50; generated_tokens ≤ batch × output_tokens; total_tok_s ≤
-    batch × (context + output_tokens) ÷ e2e_ms_p50 (both are medians over the repeats: exact for an
-    odd count, × ``EVEN_SLACK`` for an even one, where the median of a ratio is not the ratio of
-    the medians); the decode ceiling is the roofline flag (``frame.flag_rows``: counted, never
-    priced).
-  - training: tokens_per_step = micro_batch × grad_accum × seq_len; micro_batch = batch and
-    seq_len = context (the point's columns); train_tok_s = tokens_per_step ÷ step_s;
-    trainable_params ≤ total_params.
+  - every mode, a reference claim: a row claiming ``is_reference`` is what the reference rule
+    can make one (``harness.run.contracts.is_reference``): checkpoint weights, no adapter, not a
+    training row; its paired changes against itself are 0 (ΔNLL, the ARC drop).
+  - every mode, quality: each interval the right way up (low ≤ high) and holding its own estimate
+    (dnll_vs_ref within both ΔNLL intervals, the 90 % one inside the 95 % one: the same
+    resamples; arc_diff within its interval; ppl within its CI); ppl = exp(nll_mean); the ARC
+    pairing given whole, on at most arc_items items, and where every item paired, the reference's
+    accuracy arc_diff + arc_acc a share in [0, 1]. A task part's own agreement is its schema's
+    (``harness.row.TaskScore``: a row that breaks it is unreadable, named by field).
+
+  - each mode, its rows' own parts: its `check` part (``harness.modes``), whose rules its
+    ``harness/modes/<mode>/admission.py`` states (serving: the request counts, rates and
+    attainment; offline: the latencies, tokens and the throughput ceiling; training: the step's
+    tokens and the point's columns).
 
   Exact identities are held to ``REL`` (relative) and counts to half a request.
 """
 
 from __future__ import annotations
 
+import math
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 
+from harness import modes
 from harness.errors import UserInputError
 from harness.row import SCHEMA_VERSION, ResultRow
 from harness.run.store import MANIFEST, POINTS, point_path, read_row
 from harness.spec.scenario import Point
 
 REL = 1e-6  # relative tolerance of an identity between two stored floats
-HALF = 0.5  # a count recomputed from a rate × a duration: within half a request
-# an even count of repeats: the median of (tokens ÷ e2e) is the mean of the two middle ratios,
-# above tokens ÷ (median e2e) by (a + b)² / 4ab for middle e2e a, b: 10 leaves a / b up to 38
-EVEN_SLACK = 10.0
-OUTPUT_SLACK = 8.0  # output tokens per successful request, against the level's mean length
 
 
 # --- the schema ------------------------------------------------------------------------------
@@ -93,116 +90,131 @@ def check_manifest_schema(manifest: dict[str, Any], run_dir: Path) -> None:
 # --- consistency of a row's parts ------------------------------------------------------------
 
 
-def _above(value: float, bound: float, rel: float = REL) -> bool:
+def above(value: float, bound: float, rel: float = REL) -> bool:
+    """`value` is above `bound`, beyond the tolerance of an identity between stored floats."""
     return value > bound + rel * abs(bound) + 1e-12
 
 
-def _apart(a: float, b: float, absolute: float) -> bool:
+def apart(a: float, b: float, absolute: float) -> bool:
+    """`a` and `b` differ by more than `absolute` and the relative tolerance."""
     return abs(a - b) > absolute + REL * max(abs(a), abs(b))
 
 
-def serving_problem(row: ResultRow) -> str | None:
-    sent, ok, failed = row.requests_sent, row.requests_ok, row.requests_failed
-    duration, thr, good = row.serving_duration_s, row.request_throughput, row.goodput_rps
-    if sent is not None and ok is not None and failed is not None and ok + failed != sent:
-        return f"requests_ok {ok} + requests_failed {failed} ≠ requests_sent {sent}"
-    if good is not None and thr is not None and _above(good, thr):
+def mode_problem(row: ResultRow) -> str | None:
+    """Why a row's mode's own parts disagree (its mode's `check` part: the module docstring's
+    per-mode rules, stated in each mode's `admission.py`), None where they agree or the mode
+    has no check."""
+    mode = modes.get(row.mode)
+    if mode.ref("check") is None:
+        return None
+    check: Callable[[ResultRow], str | None] = mode.load("check")
+    return check(row)
+
+
+def reference_claim_problem(row: ResultRow) -> str | None:
+    """A row claiming ``is_reference`` that the reference rule could never make one, or whose
+    paired changes against itself are not 0."""
+    if not row.is_reference:
+        return None
+    if row.adapter is not None:
         return (
-            f"goodput_rps {good:g} is above request_throughput {thr:g} (a request that meets "
-            "the SLO is a successful one)"
+            f"is_reference with adapter {row.adapter[-40:]!r}: an adapter is compared with its "
+            "base model, never the reference"
         )
-    duration = duration if duration is not None and duration > 0 else None  # timed, or not
+    if row.weights != "checkpoint":
+        return f"is_reference on {row.weights} weights: only checkpoint weights have a quality"
+    never = modes.get(row.mode).facts.never_reference
+    if never is not None:
+        return f"is_reference on a {row.mode} row: {never}"
+    for name in ("dnll_vs_ref", "arc_diff"):
+        value = getattr(row, name)
+        if value is not None and apart(value, 0.0, 0.0):
+            return f"is_reference with {name} {value:g}: the reference against itself is 0"
+    return None
+
+
+def _interval_problem(
+    name: str, estimate: float | None, low: str, high: str, row: ResultRow
+) -> str | None:
+    """``low`` > ``high``, or ``estimate`` (named ``name``) outside [low, high]."""
+    lo, hi = getattr(row, low), getattr(row, high)
+    if lo is None or hi is None:
+        return None
+    if above(lo, hi):
+        return f"{low} {lo:g} is above {high} {hi:g}"
+    if estimate is not None and (above(lo, estimate) or above(estimate, hi)):
+        return f"{name} {estimate:g} lies outside its own interval [{low} {lo:g}, {high} {hi:g}]"
+    return None
+
+
+def quality_problem(row: ResultRow) -> str | None:
+    """The quality part against itself (the module docstring's list)."""
+    found = (
+        _interval_problem("dnll_vs_ref", row.dnll_vs_ref, "dnll_ci90_low", "dnll_ci90_high", row)
+        or _interval_problem("dnll_vs_ref", row.dnll_vs_ref, "dnll_ci_low", "dnll_ci_high", row)
+        or _interval_problem(
+            "arc_diff", row.arc_diff, "arc_diff_ci90_low", "arc_diff_ci90_high", row
+        )
+        or _interval_problem("ppl", row.ppl, "ppl_ci_low", "ppl_ci_high", row)
+    )
+    if found:
+        return found
+    lo90, hi90, lo95, hi95 = (
+        row.dnll_ci90_low,
+        row.dnll_ci90_high,
+        row.dnll_ci_low,
+        row.dnll_ci_high,
+    )
     if (
-        duration is not None
-        and thr is not None
-        and ok is not None
-        and _apart(thr * duration, ok, HALF)
+        lo90 is not None
+        and hi90 is not None
+        and lo95 is not None
+        and hi95 is not None
+        and (above(lo95, lo90) or above(hi90, hi95))
     ):
         return (
-            f"request_throughput {thr:g} × serving_duration_s {duration:g} = "
-            f"{thr * duration:g} requests, but requests_ok is {ok}"
+            f"the ΔNLL 90 % interval [{lo90:g}, {hi90:g}] is not inside its 95 % one "
+            f"[{lo95:g}, {hi95:g}] (both from the same resamples)"
         )
-    attained = row.slo_attainment
-    if attained is not None and sent is not None:
-        met = attained * sent
-        if sent == 0 and attained != 0:
-            return f"slo_attainment {attained:g} with no request sent"
-        if ok is not None and _above(met, ok + HALF / 10):
-            return (
-                f"slo_attainment {attained:g} of requests_sent {sent} = {met:g} requests met "
-                f"the SLO, more than requests_ok {ok}"
-            )
-        if duration is not None and good is not None and _apart(good * duration, met, HALF):
-            return (
-                f"goodput_rps {good:g} × serving_duration_s {duration:g} = "
-                f"{good * duration:g} requests met the SLO, but slo_attainment {attained:g} × "
-                f"requests_sent {sent} = {met:g}"
-            )
-    tok_s = row.output_tok_s
-    if tok_s is not None and duration is not None and ok is not None:
-        tokens = tok_s * duration
-        ceiling = ok * OUTPUT_SLACK * max(row.output_tokens, 1)
-        if _above(tokens, ceiling):
-            return (
-                f"output_tok_s {tok_s:g} × serving_duration_s {duration:g} = {tokens:g} output "
-                f"tokens from {ok} successful requests: above {ceiling:g} ({OUTPUT_SLACK:g} × the "
-                f"mean output length {row.output_tokens} per request)"
-            )
-    return None
+    if row.ppl is not None and row.nll_mean is not None:
+        expected = math.exp(min(row.nll_mean, 700.0))
+        if apart(row.ppl, expected, 0.0):
+            return f"ppl {row.ppl:g} ≠ exp(nll_mean {row.nll_mean:g}) = {expected:g}"
+    return arc_problem(row)
 
 
-def offline_problem(row: ResultRow) -> str | None:
-    ttft, e2e = row.ttft_ms_p50, row.e2e_ms_p50
-    if ttft is not None and e2e is not None and _above(ttft, e2e):
-        return f"ttft_ms_p50 {ttft:g} is above e2e_ms_p50 {e2e:g}"
-    generated, most = row.generated_tokens, row.batch * row.output_tokens
-    if generated is not None and generated > most:
+ARC_PAIRED = ("arc_diff", "arc_diff_ci90_low", "arc_diff_ci90_high", "arc_paired_items")
+
+
+def arc_problem(row: ResultRow) -> str | None:
+    """The ARC pairing whole, on at most the items scored, and the reference's accuracy it
+    implies a share."""
+    given = [n for n in ARC_PAIRED if getattr(row, n) is not None]
+    if given and len(given) < len(ARC_PAIRED):
+        missing = ", ".join(n for n in ARC_PAIRED if n not in given)
+        return f"ARC paired figures without {missing}: {', '.join(ARC_PAIRED)} come together"
+    paired, items, diff, acc = row.arc_paired_items, row.arc_items, row.arc_diff, row.arc_acc
+    if paired is not None and items is not None and paired > items:
+        return f"arc_paired_items {paired} is above arc_items {items}"
+    if paired == 0 and diff is not None:
+        return f"arc_diff {diff:g} from arc_paired_items 0 (no item paired)"
+    every = paired is not None and paired == items
+    if (
+        every
+        and diff is not None
+        and acc is not None
+        and (above(-diff, acc) or above(diff + acc, 1.0))
+    ):
         return (
-            f"generated_tokens {generated} is above batch {row.batch} × output_tokens "
-            f"{row.output_tokens} = {most}"
+            f"arc_diff {diff:g} + arc_acc {acc:g} (every item paired: the reference's "
+            "accuracy on them) is not in [0, 1]"
         )
-    total = row.total_tok_s
-    if total is not None and e2e is not None and e2e > 0:
-        ceiling = row.batch * (row.context + row.output_tokens) / (e2e / 1e3)
-        odd = row.repeats_done is not None and row.repeats_done % 2 == 1
-        if _above(total, ceiling * (1.0 if odd else EVEN_SLACK)):
-            return (
-                f"total_tok_s {total:g} is above batch × (context + output_tokens) ÷ e2e_ms_p50 "
-                f"= {ceiling:g} tok/s"
-            )
     return None
-
-
-def training_problem(row: ResultRow) -> str | None:
-    micro, accum, seq, per_step = row.micro_batch, row.grad_accum, row.seq_len, row.tokens_per_step
-    product = None if micro is None or accum is None or seq is None else micro * accum * seq
-    if per_step is not None and product is not None and per_step != product:
-        return (
-            f"tokens_per_step {per_step} ≠ micro_batch {micro} × grad_accum {accum} × "
-            f"seq_len {seq} = {product}"
-        )
-    if micro is not None and micro != row.batch:
-        return f"micro_batch {micro} ≠ the point's batch {row.batch}"
-    if seq is not None and seq != row.context:
-        return f"seq_len {seq} ≠ the point's context {row.context}"
-    step, tok_s = row.step_s, row.train_tok_s
-    expected = per_step / step if per_step is not None and step is not None and step > 0 else None
-    if tok_s is not None and expected is not None and _apart(tok_s, expected, 0.0):
-        return (
-            f"train_tok_s {tok_s:g} ≠ tokens_per_step {per_step} ÷ step_s {step:g} = {expected:g}"
-        )
-    trainable, total = row.trainable_params, row.total_params
-    if trainable is not None and total is not None and trainable > total:
-        return f"trainable_params {trainable} is above total_params {total}"
-    return None
-
-
-MODE_CHECKS = {"serving": serving_problem, "offline": offline_problem, "training": training_problem}
 
 
 def row_inconsistency(row: ResultRow) -> str | None:
-    """Why a row's parts contradict each other (its mode's rules above), or None."""
-    return MODE_CHECKS[row.mode](row)
+    """Why a row's parts contradict each other (the rules above), or None."""
+    return reference_claim_problem(row) or quality_problem(row) or mode_problem(row)
 
 
 # --- foreign rows ----------------------------------------------------------------------------
@@ -273,14 +285,22 @@ def foreign_problem(row: ResultRow, facts: RunFacts) -> str | None:
     return None
 
 
+def reference_config(row: ResultRow) -> tuple[str, ...]:
+    """What makes a row's configuration the reference's (``harness.run.contracts.is_reference``):
+    backend, quantization, KV dtype, weights and adapter ("-": none)."""
+    return (
+        row.backend, row.quantization, row.kv_cache_dtype, row.weights, row.adapter or "-",
+    )  # fmt: skip
+
+
 def reference_problems(rows: Sequence[ResultRow]) -> dict[int, str]:
-    """Rows (by position) claiming to be their model's reference in another configuration than
-    most of the model's reference rows (ties: the first configuration in sorted order)."""
-    configs: dict[tuple[str, str], Counter[tuple[str, str, str]]] = {}
+    """Rows (by position) claiming to be their model's reference in another configuration
+    (``reference_config``) than most of the model's reference rows (ties: the first
+    configuration in sorted order)."""
+    configs: dict[tuple[str, str], Counter[tuple[str, ...]]] = {}
     for row in rows:
         if row.is_reference:
-            config = (row.backend, row.quantization, row.kv_cache_dtype)
-            configs.setdefault((row.model, row.revision), Counter())[config] += 1
+            configs.setdefault((row.model, row.revision), Counter())[reference_config(row)] += 1
     chosen = {
         model: min(counts, key=lambda c: (-counts[c], c)) for model, counts in configs.items()
     }
@@ -288,16 +308,23 @@ def reference_problems(rows: Sequence[ResultRow]) -> dict[int, str]:
     for i, row in enumerate(rows):
         if not row.is_reference:
             continue
-        config, want = (
-            (row.backend, row.quantization, row.kv_cache_dtype),
-            chosen[(row.model, row.revision)],
-        )
+        config, want = reference_config(row), chosen[(row.model, row.revision)]
         if config != want:
             out[i] = (
-                f"claims to be {row.model[:40]}'s reference as {'/'.join(config)}; the run's "
-                f"reference is {'/'.join(want)}"
+                f"claims to be {row.model[:40]}'s reference as {_config(config)}; the run's "
+                f"reference is {_config(want)}"
             )
     return out
+
+
+def _config(config: tuple[str, ...]) -> str:
+    """A reference configuration in words: backend/quantization/KV dtype, then weights and
+    adapter where they are not the plain checkpoint."""
+    backend, quantization, kv, weights, adapter = config
+    extra = ("" if weights == "checkpoint" else f" on {weights} weights") + (
+        "" if adapter == "-" else f" with adapter {adapter[-40:]}"
+    )
+    return f"{backend}/{quantization}/{kv}{extra}"
 
 
 # --- admission -------------------------------------------------------------------------------

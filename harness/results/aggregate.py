@@ -15,7 +15,6 @@ its mode's table, priced or not, and every reason a row is not priced is in ``Ag
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -44,7 +43,8 @@ SPEED_ONLY_COLUMNS = (
 @dataclass
 class Aggregate:
     """Every table of one aggregation. ``points`` keeps every offline row, priced or not; the
-    modes' tables are named fields (filled from each mode's `price` part: the part names them).
+    modes' tables are in ``tables`` (filled from each mode's `price` part: the part names them,
+    its registry entry declares them), read as attributes.
     ``cost`` is built on first use, as it is the one table that grows with rows × packages and
     nothing else here needs it whole."""
 
@@ -61,26 +61,26 @@ class Aggregate:
     unreadable: list[tuple[str, str]] = field(default_factory=list)
     # per configuration vs its reference (harness.results.regressions); None: no run folder read
     regressions: reg.Regressions | None = None
-    # mode serving: the rows with their configuration's quality; per configuration its level at
-    # the SLO; that level priced per package; the cheapest per class and package
-    serving: pd.DataFrame = field(default_factory=pd.DataFrame)
-    at_slo: pd.DataFrame = field(default_factory=pd.DataFrame)
-    priced_at_slo: pd.DataFrame = field(default_factory=pd.DataFrame)
-    cheapest_at_slo: pd.DataFrame = field(default_factory=pd.DataFrame)
-    # the highest load meeting the SLO per search (× package); $/Mtok against tok/s/user per
-    # level × package; the cheapest per interactivity band (harness.modes.serving.price)
-    slo_search: pd.DataFrame = field(default_factory=pd.DataFrame)
-    interactivity: pd.DataFrame = field(default_factory=pd.DataFrame)
-    interactivity_bands: pd.DataFrame = field(default_factory=pd.DataFrame)
-    # mode training: the rows with their gate against the full fine-tune; each priced per package
-    training: pd.DataFrame = field(default_factory=pd.DataFrame)
-    training_cost: pd.DataFrame = field(default_factory=pd.DataFrame)
+    # each mode's tables, by the names its registry entry declares (harness.modes, Facts.tables;
+    # what each holds: the mode's `price` part): read as attributes, ``result.at_slo``; an empty
+    # table where the run has none of that mode's rows
+    tables: dict[str, pd.DataFrame] = field(default_factory=dict)
     # n-gram overlap of what the models saw with what they are scored on (the run's manifest)
     leakage: list[dict[str, Any]] = field(default_factory=list)
     # what each mode's `price` part returned, in the registry's order (cost.csv's additions)
     modes: dict[str, Priced] = field(default_factory=dict)
-    # the metrics the equal-quality verdict read (harness.results.gate), as the report states
+    # the metrics the equal-quality verdict read (harness.results.gate), as the report states:
+    # every run's together, and per run (rows of several runs: each gated as its own run)
     gated: tuple[str, ...] = GATE_METRICS
+    gated_by_run: dict[str, tuple[str, ...]] = field(default_factory=dict)
+
+    def __getattr__(self, name: str) -> pd.DataFrame:
+        """A mode's table (``tables``), empty where the run has none of its rows; any other
+        missing name is an AttributeError, as on any object."""
+        if name.startswith("__") or name not in modes.tables():
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        tables: dict[str, pd.DataFrame] = self.__dict__.setdefault("tables", {})
+        return tables.setdefault(name, pd.DataFrame())
 
     @cached_property
     def cost(self) -> pd.DataFrame:
@@ -112,16 +112,17 @@ def aggregate(
     tariffs: TariffTable | None = None,
     utilisation: float = 1.0,
     unreadable: Sequence[tuple[str, str]] = (),
-    gated: Sequence[str] = GATE_METRICS,
+    gated: gate.Gates = None,
 ) -> Aggregate:
     """All tables from one frame of rows (each module's docstring states its formulas);
-    ``gated``: the metrics the equal-quality verdict reads (the scenario's ``quality.gate``)."""
+    ``gated``: the metrics the equal-quality verdict reads (the scenario's ``quality.gate``; per
+    run name for rows of several runs; None: every metric the rows scored, ``gate.Gates``)."""
     utilisation = pricing.check_utilisation(utilisation)
     parts = price_parts()
     points, by_mode = frames.split_modes(frames.flag_rows(frames.normalise(frame)), list(parts))
     codes = frames.Codes(points)
-    gated = gate.measured_gates(points, gated)
-    points = en.with_energy_columns(gate.quality_gate(points, codes, gated), tariffs)
+    by_run = gate.gates_by_run(points, gated)
+    points = en.with_energy_columns(gate.quality_gate(points, codes, by_run), tariffs)
     packages = pricing.packages_frame(tariffs)
     cheapest = pricing.cheapest_passing(points, packages, utilisation, codes)
     factors = effects.Factors(points, codes)
@@ -144,21 +145,22 @@ def aggregate(
         counts=counts,
         unreadable=list(unreadable),
         modes=priced,
-        gated=tuple(gated),
+        gated=tuple(m for m in GATE_METRICS if any(m in g for g in by_run.values())),
+        gated_by_run=by_run,
     )
     return _with_mode_tables(result)
 
 
 def _with_mode_tables(result: Aggregate) -> Aggregate:
-    """Each mode's tables into the ``Aggregate`` fields they name (a name without a field is a
-    mode's error: said, never dropped)."""
-    names = {f.name for f in dataclasses.fields(Aggregate)}
+    """Each mode's tables into ``Aggregate.tables`` (a table its registry entry does not declare
+    is the mode's error: said, never dropped)."""
     for mode, priced in result.modes.items():
-        unknown = set(priced.tables) - names
+        unknown = set(priced.tables) - set(modes.get(mode).facts.tables)
         if unknown:
-            raise ValueError(f"mode {mode!r} gives tables Aggregate has no field for: {unknown}")
-        for name, table in priced.tables.items():
-            setattr(result, name, table)
+            raise ValueError(
+                f"mode {mode!r} gives tables its registry entry does not declare: {unknown}"
+            )
+        result.tables.update(priced.tables)
     return result
 
 
@@ -187,13 +189,13 @@ def aggregate_run(
     return result
 
 
-def gated_metrics(run_dir: Path) -> tuple[str, ...]:
-    """The metrics the run's scenario gates on (its manifest's last run entry), every metric
-    where the manifest does not say (runs of an older harness)."""
+def gated_metrics(run_dir: Path) -> tuple[str, ...] | None:
+    """The metrics the run's scenario gates on (its manifest's last run entry); None where the
+    manifest does not say (runs of an older harness: every metric their rows scored)."""
     runs = read_manifest(run_dir).get("runs") or [{}]
-    named = runs[-1].get("quality_gate")
+    named = runs[-1].get("quality_gate") if isinstance(runs[-1], dict) else None
     if not isinstance(named, list) or not named:
-        return GATE_METRICS
+        return None
     return tuple(m for m in GATE_METRICS if m in named)
 
 

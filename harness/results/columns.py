@@ -38,6 +38,9 @@ MTOK_OUT_J = "J per 1e6 output tokens"
 NATS = "nats/token"
 PROMPT_SHARE = "share of the prompt tokens looked up in the prefix cache"
 PAIRED_UNITS = "share of paired units (items; extract: gold fields)"
+ACCEPTED_SHARE = "% of draft tokens accepted"
+ACCEPTED_LENGTH = "tokens per target step (1 + accepted / drafts)"
+ACCEPTED_PER_POS = "% of drafts accepted at each draft position, comma-separated"
 
 
 @dataclass(frozen=True)
@@ -74,6 +77,8 @@ _SPECS: tuple[ColumnSpec, ...] = (
     _c("backend", "backend"),
     _c("quantization", "quant"),
     _c("kv_cache_dtype", "KV"),
+    _c("layout", "layout"),  # tp=2, tp=4,pp=2, tp=8,ep; empty on one card
+    _c("speculative", "speculation"),  # ngram:k=4,lookup=2-4 (harness.spec.speculative)
     _c("weights", "weights"),
     _c("batch", "batch", "sequences", "fmt_int"),
     _c("context", "context", "tokens", "fmt_int"),
@@ -116,6 +121,8 @@ _SPECS: tuple[ColumnSpec, ...] = (
     _c("usd_per_mtok_total", "$/Mtok total", "USD per 1e6 tokens (prompt + output)", "fmt_usd", -1),
     _c("usd_per_mtok_output_hourly", "$/Mtok out, hourly", MTOK_OUT_USD, "fmt_usd", -1),
     _c("tokens_per_package", "tokens/package", "output tokens", "fmt_count", +1),
+    # ⌊n ÷ k⌋ copies of a k-card layout on an n-card node (harness.results.pricing)
+    _c("replicas_per_node", "replicas/node", "copies of the layout on one node", "fmt_count"),
     _c("breakeven_utilisation", "breakeven util.", "share of the package's hours", "fmt_float"),
     _c("ratio_to_cheapest_gpu", "× cheapest GPU", "ratio", "fmt_float", -1),
     _c("cost_ratio_a_over_b", "cost a ÷ b", "ratio", "fmt_float"),
@@ -248,6 +255,28 @@ _SPECS: tuple[ColumnSpec, ...] = (
     _c("shared", "shared n-grams", "n-grams", "fmt_value", -1),
     _c("eval_ngrams", "eval n-grams", "n-grams", "fmt_value"),
     _c("overlap", "overlap", "share of the scored text's n-grams", "fmt_value", -1),
+    # --- speculative decoding (harness.results.speculation; from the engine's counters) --------
+    _c("spec_workload", "acceptance read on"),  # the text: corpus windows, extract prompts, trace
+    _c("spec_acceptance_rate_pct", "acceptance %", ACCEPTED_SHARE, "fmt_float", +1),
+    _c("spec_acceptance_length_tokens", "acceptance length", ACCEPTED_LENGTH, "fmt_float", +1),
+    _c("spec_acceptance_per_pos_pct", "acceptance % per position", ACCEPTED_PER_POS),
+    _c("spec_drafts", "drafts", "target steps that drafted", "fmt_int"),
+    _c("spec_tasks_workload", "tasks: acceptance read on"),
+    _c("spec_tasks_acceptance_rate_pct", "tasks: acceptance %", ACCEPTED_SHARE, "fmt_float", +1),
+    _c("spec_tasks_acceptance_length_tokens", "tasks: length", ACCEPTED_LENGTH, "fmt_float", +1),
+    _c("spec_synthetic_length_tokens", "synthetic acceptance L", ACCEPTED_LENGTH, "fmt_float"),
+    _c("plain_decode_tok_s", "plain decode tok/s", "tok/s", "fmt_float", +1),
+    _c("plain_tpot_ms_p50", "plain TPOT ms", "ms", "fmt_float", -1),
+    _c("plain_ttft_ms_p50", "plain TTFT ms", "ms", "fmt_float", -1),
+    _c("decode_speedup", "decode speed-up", "ratio to plain decoding", "fmt_float", +1),
+    _c("greedy_items", "greedy items compared", "sequences and extract items", "fmt_int"),
+    _c("greedy_differing", "items differing", "sequences and extract items", "fmt_int", -1),
+    _c("greedy_identical", "greedy identical"),
+    # speculation against plain decoding per interactivity band (harness.modes.serving.price)
+    _c("plain_usd_per_mtok_output", "plain $/Mtok out", MTOK_OUT_USD, "fmt_usd", -1),
+    _c("speculation_saving_pct", "speculation saves %", "% of plain $/Mtok out", "fmt_float", +1),
+    _c("cheaper", "cheaper"),  # speculation | plain | speculation only | plain only
+    _c("cheaper_flips", "cheaper flips"),  # the cheaper differs from the band below's
     # --- a site across runs (results/site.py, publish/site_html.py) ---------------------------
     _c("run", "run"),
     _c("folder", "folder"),
@@ -261,6 +290,7 @@ _SPECS: tuple[ColumnSpec, ...] = (
     _c("corpus_hash", "corpus hash"),
     _c("reference", "reference"),
     _c("schema_version", "schema"),
+    _c("gated_on", "gated on"),  # the metrics a run's equal-quality verdict reads (its own gate)
     _c("provenance_hostname", "host"),
     _c("provenance_device_name", "device"),
     _c("provenance_harness", "harness"),
@@ -291,6 +321,7 @@ USD_PER_MTOK: tuple[str, ...] = ("usd_per_mtok_output", "usd_per_mtok_total")
 # what the package buys, the utilisation above which it beats hourly billing, and its cost
 # against the cheapest GPU's
 PACKAGE_TERMS: tuple[str, ...] = (
+    "replicas_per_node",
     "tokens_per_package",
     "breakeven_utilisation",
     "ratio_to_cheapest_gpu",

@@ -271,7 +271,9 @@ def with_task_scores(m: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, int]]:
         for name in names
         for side in ("a", "b")
     }
-    return m.assign(**added), dict.fromkeys(names, spec("task_score").direction)
+    # joined at once: one insert per column fragments a wide frame (pandas warns past 100 blocks)
+    joined = pd.concat([m, pd.DataFrame(added, index=m.index)], axis=1) if added else m
+    return joined, dict.fromkeys(names, spec("task_score").direction)
 
 
 def compare_frames(

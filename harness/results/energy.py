@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from harness.results.frame import with_columns
 from harness.spec.tariffs import HOURS_PER_DAY, TariffTable
 
 J_PER_KWH = 3.6e6
@@ -68,7 +69,7 @@ def with_energy_columns(points: pd.DataFrame, tariffs: TariffTable | None) -> pd
     if "energy_source" not in points:
         columns["energy_source"] = np.full(len(points), None, dtype=object)
     added = pd.DataFrame(columns, index=points.index)
-    return pd.concat([points.drop(columns=[c for c in columns if c in points]), added], axis=1)
+    return with_columns(points, added)
 
 
 def breakeven_hours(purchase_usd: float, hourly_usd: float, own_usd_per_hour: float) -> float:

@@ -11,7 +11,8 @@ not measured); the plain ints are ``INT_COLUMNS``; a bool is a bool; the rest is
 Flags (``flag_rows``): ``device`` is the catalog GPU, else the target; ``exceeds_roofline`` marks a
 row whose decode tok/s is above its roofline ceiling (a measurement error: counted, never priced);
 ``cost_eligible`` = status ok, a positive decode tok/s, not above the roofline, and measured on the
-model's checkpoint (``weights: random`` rows have no quality and are never priced).
+model's checkpoint (``weights: random`` rows have no quality and are never priced), and for a
+speculative row greedy-identical to its plain row (``harness.results.speculation``).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ import pandas as pd
 from numpy.typing import NDArray
 
 from harness.errors import UserInputError
-from harness.results import admission
+from harness.results import admission, speculation
 from harness.row import ResultRow
 from harness.run.store import read_manifest, read_rows
 from harness.spec.scenario import CONFIGURATION_FIELDS
@@ -109,6 +110,18 @@ def normalise(frame: pd.DataFrame) -> pd.DataFrame:
         ]
         out = pd.concat([out, *added], axis=1)
     return out.reset_index(drop=True)
+
+
+def with_columns(frame: pd.DataFrame, added: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` with ``added``'s columns joined at once, replacing those of the same name.
+    Dropping columns from a frame whose blocks are interleaved (``normalise`` keeps columns in
+    their places) returns one view block per column under copy-on-write: so nothing is dropped
+    unless replaced, and a frame that lost columns is consolidated (copied) before it grows, or
+    the next insert (``assign``) meets a "highly fragmented" frame."""
+    replaced = [c for c in added.columns if c in frame.columns]
+    if not replaced:
+        return pd.concat([frame, added], axis=1)
+    return pd.concat([frame.drop(columns=replaced), added], axis=1).copy()
 
 
 @dataclass
@@ -193,7 +206,13 @@ def flag_rows(frame: pd.DataFrame) -> pd.DataFrame:
     with np.errstate(invalid="ignore"):
         out["exceeds_roofline"] = (decode > roof) & ~np.isnan(roof)
         measured = (out["status"] == "ok").to_numpy(dtype=bool) & (decode > 0)
-    out["cost_eligible"] = measured & ~out["exceeds_roofline"].to_numpy() & ~random_weights(out)
+    out = speculation.with_plain_pairs(out)  # a speculative row's plain twin, greedy identity
+    out["cost_eligible"] = (
+        measured
+        & ~out["exceeds_roofline"].to_numpy()
+        & ~random_weights(out)
+        & speculation.priceable(out)
+    )
     return out
 
 

@@ -19,13 +19,24 @@ gated metric the row measured gets a verdict from the paired statistics the work
   (``verdict.judge_task``): a task fails on its overall interval or on one category whose whole
   interval is beyond its margin, named in ``tasks_failed_by_<class>``;
 
-and the row's ``verdict_<class>`` combines them (fail if any fails, pass if every one passes,
-undecided otherwise). Reference rows pass by definition. Columns per class and metric:
-``<metric>_verdict_<class>``, the bound that decided it (``<metric>_bound_<class>``), the margin
-(``<metric>_margin_<class>``) and the units (windows, items) that would decide an undecided one
-(``<metric>_needed_<class>``, from which ``<metric>_more_<class>`` more than it scored);
+and the row's ``verdict_<class>`` combines the metrics it gates on: fail if any fails, pass if
+every one passes, undecided otherwise, **and undecided when a gated metric was not measured** on
+the row (never compared with the reference: no reference row, its windows, ARC items or a task's
+item ids not paired with the reference's, a task the reference scored and the row did not).
+``unmeasured_gates`` says, per row, which gated metric was not measured and why (one clause each,
+``"task snips-intent: no item ids paired with the reference's"``), and ``<metric>_unmeasured``
+each metric's own (gated or not); the report's undecided table carries them. Reference rows
+pass by definition. Columns per class and metric: ``<metric>_verdict_<class>``, the bound that
+decided it (``<metric>_bound_<class>``), the margin (``<metric>_margin_<class>``) and the units
+(windows, items) that would decide an undecided one (``<metric>_needed_<class>``, from which
+``<metric>_more_<class>`` more than it scored);
 ``undecided_by_<class>`` names the metrics that left a row undecided. ``pass_<class>`` is
 ``verdict_<class> == "pass"``: only those rows are priced as equal quality.
+
+**What a row gates on** (``Gates``): the metrics its run's scenario names (``quality.gate``, as
+the manifest records it); where nothing says, every metric its run's rows scored (``ppl``, and
+``arc`` and ``tasks`` where any row of the run scored them). Rows of several runs (a site) are
+each gated on their own run's metrics (a mapping run → metrics); ``gated_on`` names them per row.
 
 ``quality_class`` is the strictest class a row passes, else ``undecided`` (class 99 undecided),
 ``below`` (class 99 failed) or ``unknown`` (no reference, no quality). The paired bootstrap 95 %
@@ -35,7 +46,7 @@ per cent: ``dppl_pct = (exp(dnll) − 1) × 100``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,7 +55,14 @@ import pandas as pd
 
 from harness.measure import verdict
 from harness.measure.verdict import VERDICTS
-from harness.results.frame import Array, Codes, groups_of, joint_key, random_weights
+from harness.results.frame import (
+    Array,
+    Codes,
+    groups_of,
+    joint_key,
+    random_weights,
+    with_columns,
+)
 from harness.results.pricing import QUALITY_CLASSES, pass_column, verdict_column
 
 # A reference is of the same run, model and revision; the same target is preferred.
@@ -130,66 +148,130 @@ METRIC_COLUMNS: dict[str, tuple[str, str, str, str]] = {
 UNITS = {"ppl": "windows", "arc": "ARC items", "tasks": "task units (items or gold fields)"}
 GATE_METRICS = tuple(UNITS)  # every metric the gate judges, in the order it shows them
 NOT_MEASURED = "not measured"  # a metric's verdict column where the row did not measure it
+UNMEASURED = "unmeasured_gates"  # per row: each gated metric not measured, and why
+GATED_ON = "gated_on"  # per row: the metrics its verdict reads, comma-separated
+
+Columns = dict[str, Any]  # the columns the gate adds, by name
+
+# What one run gates on: its metrics, or None for every metric its rows scored (the default of a
+# run whose manifest does not say). Gates: that, or per run name (rows of several runs: a site).
+RunGates = Sequence[str] | None
+Gates = RunGates | Mapping[str, RunGates]
 
 
-def measured_gates(frame: pd.DataFrame, gated: Sequence[str]) -> tuple[str, ...]:
-    """The gated metrics, less ``tasks`` where no row scored a task (the rule a report states
-    names only what the run could gate on)."""
-    scored = "tasks" in frame.columns and frame["tasks"].map(lambda t: isinstance(t, list)).any()
-    return tuple(m for m in gated if m != "tasks" or scored)
+def _scored(frame: pd.DataFrame, metric: str) -> bool:
+    """Whether any row of ``frame`` scored ``metric`` (ppl: always gated where nothing says)."""
+    if metric == "arc":
+        return bool(np.any(~np.isnan(_floats(frame, "arc_acc"))))
+    if metric == "tasks":
+        return "tasks" in frame.columns and bool(frame["tasks"].map(_is_list).any())
+    return True
+
+
+def _is_list(value: object) -> bool:
+    return isinstance(value, list)
+
+
+def measured_gates(frame: pd.DataFrame, gated: RunGates) -> tuple[str, ...]:
+    """The metrics one run's rows (``frame``) are gated on: ``gated`` as its scenario named them
+    (even one no row measured: those rows stay undecided, said why), or where nothing named
+    them (None), ``ppl`` and every other metric a row of the run scored."""
+    if gated is not None:
+        return tuple(m for m in GATE_METRICS if m in gated)
+    return tuple(m for m in GATE_METRICS if _scored(frame, m))
+
+
+def gates_by_run(frame: pd.DataFrame, gated: Gates) -> dict[str, tuple[str, ...]]:
+    """Each run's gated metrics (``measured_gates`` over that run's rows); a run a mapping does
+    not name is gated as one whose manifest does not say."""
+    runs = frame["run"].astype("object").where(frame["run"].notna(), "") if len(frame) else None
+    names = [] if runs is None else list(dict.fromkeys(str(r) for r in runs))
+    out: dict[str, tuple[str, ...]] = {}
+    for name in names or [""]:
+        own = gated.get(name) if isinstance(gated, Mapping) else gated
+        rows = frame if runs is None else frame[(runs == name).to_numpy(dtype=bool)]
+        out[name] = measured_gates(rows, own)
+    return out
+
+
+def _gate_masks(frame: pd.DataFrame, by_run: dict[str, tuple[str, ...]]) -> dict[str, Array]:
+    """Per metric: the rows whose verdict it decides."""
+    runs = (
+        frame["run"].astype("object").where(frame["run"].notna(), "").astype(str).to_numpy()
+        if len(frame)
+        else np.array([], dtype=object)
+    )
+    return {m: np.isin(runs, [r for r, ms in by_run.items() if m in ms]) for m in GATE_METRICS}
 
 
 def metric_column(metric: str, what: str, quality_class: str) -> str:
     return f"{metric}_{what}_{quality_class.replace('.', '_')}"
 
 
+def unmeasured_column(metric: str) -> str:
+    """Per row: why ``metric`` was not compared with the reference ("" where it was)."""
+    return f"{metric}_unmeasured"
+
+
 def quality_gate(
     frame: pd.DataFrame,
     codes: Codes | None = None,
-    gated: Sequence[str] = GATE_METRICS,
+    gated: Gates = None,
 ) -> pd.DataFrame:
     """Adds ppl_ref, arc_acc_ref, quality_pct, the verdict columns of every class (module
-    docstring), pass_<class>, quality_class and dppl_pct (+CI). ``gated``: the metrics that
-    decide (the scenario's ``quality.gate``; default every one); the others are judged and
-    shown all the same."""
+    docstring), pass_<class>, quality_class, dppl_pct (+CI), ``gated_on`` and
+    ``unmeasured_gates``. ``gated``: the metrics that decide (``Gates``: the scenario's
+    ``quality.gate``, per run where rows of several runs meet); the others are judged and shown
+    all the same."""
     out = frame
+    cols: Columns = {}  # every column the gate adds, joined to the frame at once
     codes = codes or Codes(frame)
     ppl = np.where(random_weights(out), np.nan, out["ppl"].to_numpy(dtype=np.float64))
     among = strata(out, codes)
-    ppl_ref = references(out, "ppl", among=among).median(out["ppl"].to_numpy(dtype=np.float64))
+    ppl_rule = references(out, "ppl", among=among)
+    ppl_ref = ppl_rule.median(out["ppl"].to_numpy(dtype=np.float64))
     arc_ref = references(out, "arc_acc", among=among).median(_floats(out, "arc_acc"))
-    out["ppl_ref"] = ppl_ref
-    out["arc_acc_ref"] = arc_ref
+    cols["ppl_ref"] = ppl_ref
+    cols["arc_acc_ref"] = arc_ref
     with np.errstate(invalid="ignore", divide="ignore"):
-        out["quality_pct"] = ppl_ref / ppl * 100
+        cols["quality_pct"] = ppl_ref / ppl * 100
     known = ~np.isnan(ppl) & ~np.isnan(ppl_ref)
     reference = (
         out["is_reference"].to_numpy(dtype=bool)
         & (out["status"] == "ok").to_numpy(dtype=bool)
         & ~random_weights(out)
     )
+    by_run = gates_by_run(out, gated)
+    decides = _gate_masks(out, by_run)
+    cols[GATED_ON] = _joined(decides, ", ", len(out))
+    why = _unmeasured(out, ppl, known, ppl_rule, arc_ref)
+    for metric, text in why.items():
+        cols[unmeasured_column(metric)] = np.where(reference, "", text).astype(object)
+    cols[UNMEASURED] = _reasons(why, decides, ~reference)
     for name, share in QUALITY_CLASSES.items():
         margins = {
             "ppl": np.full(len(out), verdict.ppl_margin(share)),
             "arc": verdict.accuracy_share(share) * arc_ref,
         }
         # every metric is judged and shown; only the gated ones decide the configuration
-        judged = {m: _judge_metric(out, m, margins[m], name, measured=known) for m in margins}
-        judged["tasks"] = _judge_tasks(out, share, name, measured=known)
-        _combine(out, name, {m: judged[m] for m in gated}, reference)
-    passes = [out[pass_column(name)].to_numpy(dtype=bool) for name in PASSING]
-    verdict_99 = out[verdict_column(LOOSEST)].to_numpy()
+        judged = {m: _judge_metric(out, cols, m, margins[m], name, measured=known) for m in margins}
+        judged["tasks"] = _judge_tasks(
+            out, cols, share, name, measured=known, unpaired=why["tasks"]
+        )
+        _combine(cols, len(out), name, judged, decides, reference)
+    passes = [np.asarray(cols[pass_column(name)], dtype=bool) for name in PASSING]
+    verdict_99 = np.asarray(cols[verdict_column(LOOSEST)])
     below = [verdict_99 == "undecided", verdict_99 == "fail"]
     code = np.select(
         [*passes, *(known & b for b in below)], list(range(len(PASSING) + 2)), len(PASSING) + 2
     )
-    out["quality_class"] = pd.Categorical.from_codes(
+    cols["quality_class"] = pd.Categorical.from_codes(
         code.astype(np.int64), categories=pd.Index(CLASS_ORDER)
     )
     for suffix in ("", "_ci_low", "_ci_high"):
         source = "dnll_vs_ref" if not suffix else f"dnll{suffix}"
-        out[f"dppl_pct{suffix}"] = np.expm1(out[source].to_numpy(dtype=np.float64)) * 100
-    return out
+        cols[f"dppl_pct{suffix}"] = np.expm1(_floats(out, source)) * 100
+    return with_columns(out, pd.DataFrame(cols, index=out.index))
 
 
 def _floats(frame: pd.DataFrame, column: str) -> Array:
@@ -200,24 +282,138 @@ def _floats(frame: pd.DataFrame, column: str) -> Array:
     return values
 
 
+def _joined(masks: dict[str, Array], sep: str, n: int) -> Array:
+    """Per row (of ``n``): the names of the masks that hold there, joined with ``sep``."""
+    out: Array = np.full(n, "", dtype=object)
+    for name, mask in masks.items():
+        out = np.where(mask, np.where(out == "", name, out + sep + name), out).astype(object)
+    return out
+
+
+# --- a gated metric that was never compared ----------------------------------------------------
+
+
+def _unmeasured(
+    out: pd.DataFrame, ppl: Array, known: Array, ppl_rule: References, arc_ref: Array
+) -> dict[str, Array]:
+    """Per metric and row: why the row has no paired comparison of that metric with its
+    reference ("" where it has one): one clause per metric, each task named on its own."""
+    n = len(out)
+    base: Array = np.full(n, "", dtype=object)
+    base = np.where(np.isnan(ppl), "no perplexity scored on this row", base)
+    no_ref = "no reference row of its run, model and revision scored perplexity"
+    base = np.where((base == "") & ~known, no_ref, base)
+    why: dict[str, Array] = {}
+    ppl_pair = [_floats(out, c) for c in METRIC_COLUMNS["ppl"][:3]]
+    unpaired = np.isnan(ppl_pair[0]) | np.isnan(ppl_pair[1]) | np.isnan(ppl_pair[2])
+    why["ppl"] = _clause("ppl", base, [
+        (unpaired, "its windows were not paired with the reference's (no ΔNLL stored)"),
+    ])  # fmt: skip
+    arc_pair = [_floats(out, c) for c in METRIC_COLUMNS["arc"][:3]]
+    why["arc"] = _clause("arc", base, [
+        (np.isnan(_floats(out, "arc_acc")), "no ARC item scored on this row"),
+        (np.isnan(arc_ref), "no reference row scored ARC"),
+        (np.isnan(arc_pair[0]) | np.isnan(arc_pair[1]) | np.isnan(arc_pair[2]),
+         "no ARC item paired with the reference's (it scored other items)"),
+    ])  # fmt: skip
+    why["tasks"] = _tasks_unmeasured(out, base, ppl_rule)
+    return why
+
+
+def _clause(metric: str, base: Array, causes: list[tuple[Array, str]]) -> Array:
+    """Per row, ``<metric>: <the first cause that holds>`` ("" where none holds); ``base``: a
+    cause of every metric of the row (no quality, no reference), before the metric's own."""
+    cause: Array = np.asarray(base, dtype=object)
+    for mask, text in causes:
+        cause = np.where((cause == "") & mask, text, cause).astype(object)
+    return np.where(cause == "", "", metric + ": " + cause).astype(object)
+
+
+def _reference_tasks(out: pd.DataFrame, rule: References) -> list[set[str]]:
+    """Per row: the names of the tasks its reference rows scored (the reference rule)."""
+    column = out["tasks"].tolist() if "tasks" in out.columns else [None] * len(out)
+    names = [{str(t.get("name")) for t in v} if isinstance(v, list) else set() for v in column]
+    s = rule.strata
+    fine: dict[int, set[str]] = {}
+    coarse: dict[int, set[str]] = {}
+    for i in np.flatnonzero(rule.eligible):
+        fine.setdefault(int(s.fine[i]), set()).update(names[i])
+        coarse.setdefault(int(s.coarse[i]), set()).update(names[i])
+    return [
+        (fine if rule.on_target[i] else coarse).get(
+            int((s.fine if rule.on_target[i] else s.coarse)[i]), set()
+        )
+        for i in range(len(out))
+    ]
+
+
+def _tasks_unmeasured(out: pd.DataFrame, base: Array, rule: References) -> Array:
+    """Per row: each task not paired with the reference ("task <name>: no item ids paired with
+    the reference's"), or the reference scored and the row did not, joined with "; "."""
+    n = len(out)
+    if not _scored(out, "tasks"):  # no row scored a task: one cause for every row
+        return _clause("tasks", base, [(np.ones(n, dtype=bool), "no task scored on this row")])
+    why: Array = np.full(n, "", dtype=object)
+    column = out["tasks"].tolist()
+    wanted = _reference_tasks(out, rule)
+    for i, tasks in enumerate(column):
+        if base[i]:
+            why[i] = f"tasks: {base[i]}"
+            continue
+        if not _is_list(tasks) or not tasks:
+            why[i] = "tasks: no task scored on this row"
+            continue
+        own = {str(t.get("name")) for t in tasks}
+        clauses = [
+            f"task {str(t.get('name'))[:40]}: no item ids paired with the reference's"
+            for t in tasks
+            if _task_interval(t, "diff_") is None or t.get("ref_rate") is None
+        ]
+        clauses += [
+            f"task {name[:40]}: scored by the reference, not on this row"
+            for name in sorted(wanted[i] - own)
+        ]
+        why[i] = "; ".join(clauses)
+    return why
+
+
+def _reasons(why: dict[str, Array], decides: dict[str, Array], judged: Array) -> Array:
+    """Per row: the reasons of the metrics it gates on, joined with "; " ("" for a reference
+    row)."""
+    out: Array = np.full(len(judged), "", dtype=object)
+    for metric, text in why.items():
+        mark = decides[metric] & judged & (text != "")
+        out = np.where(mark, np.where(out == "", text, out + "; " + text), out).astype(object)
+    return out
+
+
+# --- each metric's verdict ---------------------------------------------------------------------
+
+
 def _judge_metric(
-    out: pd.DataFrame, metric: str, margin: Array, quality_class: str, *, measured: Array
+    out: pd.DataFrame,
+    cols: Columns,
+    metric: str,
+    margin: Array,
+    quality_class: str,
+    *,
+    measured: Array,
 ) -> Array:
     """One metric's verdict codes (VERDICTS' indices; -1: not measured on the row) for one
     class, with its bound, margin and the units that would decide it as columns."""
     est, low, high, units = (_floats(out, c) for c in METRIC_COLUMNS[metric])
-    present = measured & ~np.isnan(est)
+    present = measured & ~np.isnan(est) & ~np.isnan(low) & ~np.isnan(high) & ~np.isnan(margin)
     codes = np.where(present, verdict.decide_codes(low, high, margin), -1)
     undecided = codes == VERDICTS.index("undecided")
     bound = np.where(codes == VERDICTS.index("fail"), low, high)
     bound = np.where(undecided & (est > margin), low, bound)
     needed = np.where(undecided, verdict.needed_units(est, low, high, margin, units), np.nan)
     names = np.array([*VERDICTS, NOT_MEASURED], dtype=object)
-    out[metric_column(metric, "verdict", quality_class)] = names[codes]  # -1: NOT_MEASURED
-    out[metric_column(metric, "bound", quality_class)] = np.where(present, bound, np.nan)
-    out[metric_column(metric, "margin", quality_class)] = np.where(present, margin, np.nan)
-    out[metric_column(metric, "needed", quality_class)] = needed
-    out[metric_column(metric, "more", quality_class)] = np.maximum(needed - units, 0)
+    cols[metric_column(metric, "verdict", quality_class)] = names[codes]  # -1: NOT_MEASURED
+    cols[metric_column(metric, "bound", quality_class)] = np.where(present, bound, np.nan)
+    cols[metric_column(metric, "margin", quality_class)] = np.where(present, margin, np.nan)
+    cols[metric_column(metric, "needed", quality_class)] = needed
+    cols[metric_column(metric, "more", quality_class)] = np.maximum(needed - units, 0)
     return np.asarray(codes, dtype=np.int64)
 
 
@@ -250,11 +446,20 @@ def _task_decisions(
     return out
 
 
-def _judge_tasks(out: pd.DataFrame, share: float, quality_class: str, *, measured: Array) -> Array:
-    """The tasks metric's verdict codes for one class (VERDICTS' indices; -1: no paired task):
-    fail if any task fails (overall, or one category beyond its margin), pass if every paired
-    task passes, undecided otherwise; the deciding task's bound, margin and units as for every
-    metric, and ``tasks_failed_by_<class>`` naming each failing task and category."""
+def _judge_tasks(
+    out: pd.DataFrame,
+    cols: Columns,
+    share: float,
+    quality_class: str,
+    *,
+    measured: Array,
+    unpaired: Array,
+) -> Array:
+    """The tasks metric's verdict codes for one class (VERDICTS' indices; -1: not measured):
+    fail if any task fails (overall, or one category beyond its margin); else not measured when
+    a task is not paired with the reference (``unpaired``: why); pass if every task passes,
+    undecided otherwise; the deciding task's bound, margin and units as for every metric, and
+    ``tasks_failed_by_<class>`` naming each failing task and category."""
     n = len(out)
     codes = np.full(n, -1, dtype=np.int64)
     bound, margin, needed, units = (np.full(n, np.nan) for _ in range(4))
@@ -264,24 +469,24 @@ def _judge_tasks(out: pd.DataFrame, share: float, quality_class: str, *, measure
         if not measured[i] or not isinstance(tasks, list):
             continue
         decided = _task_decisions(tasks, share)
-        if not decided:
-            continue
         verdicts = [d.verdict for _, d in decided]
+        failed[i] = "; ".join(_failure(t, d) for t, d in decided if d.verdict == "fail")
+        if not decided or (unpaired[i] and "fail" not in verdicts):
+            continue
         codes[i] = VERDICTS.index(verdict.combine(verdicts))
         pick = next((d for _, d in decided if d.verdict == VERDICTS[codes[i]]), decided[0][1])
         decision = pick.category or pick.overall
         bound[i], margin[i] = decision.bound, decision.margin
         needed[i] = np.nan if decision.needed is None else decision.needed
         units[i] = decision.interval.n
-        failed[i] = "; ".join(_failure(t, d) for t, d in decided if d.verdict == "fail")
-    out[metric_column("tasks", "verdict", quality_class)] = np.array(
+    cols[metric_column("tasks", "verdict", quality_class)] = np.array(
         [*VERDICTS, NOT_MEASURED], dtype=object
     )[codes]
-    out[metric_column("tasks", "bound", quality_class)] = bound
-    out[metric_column("tasks", "margin", quality_class)] = margin
-    out[metric_column("tasks", "needed", quality_class)] = needed
-    out[metric_column("tasks", "more", quality_class)] = np.maximum(needed - units, 0)
-    out["tasks_failed_by_" + quality_class.replace(".", "_")] = failed
+    cols[metric_column("tasks", "bound", quality_class)] = bound
+    cols[metric_column("tasks", "margin", quality_class)] = margin
+    cols[metric_column("tasks", "needed", quality_class)] = needed
+    cols[metric_column("tasks", "more", quality_class)] = np.maximum(needed - units, 0)
+    cols["tasks_failed_by_" + quality_class.replace(".", "_")] = failed
     return codes
 
 
@@ -297,25 +502,36 @@ def _failure(task: str, decided: verdict.TaskDecision) -> str:
 
 
 def _combine(
-    out: pd.DataFrame, quality_class: str, codes: dict[str, Array], reference: Array
+    cols: Columns,
+    n: int,
+    quality_class: str,
+    codes: dict[str, Array],
+    decides: dict[str, Array],
+    reference: Array,
 ) -> None:
-    """verdict_<class>, pass_<class> and undecided_by_<class> from the metrics' codes:
-    fail if any fails; pass if every measured one passes (at least one); else undecided.
-    Reference rows pass: they are the quality every other row is measured against."""
+    """verdict_<class>, pass_<class> and undecided_by_<class> from the metrics' codes and which
+    rows each decides: fail if a gated metric fails; pass if every gated metric was measured and
+    passes (at least one); else undecided (a gated metric not measured leaves a row undecided,
+    never passes it). Reference rows pass: they are the quality every other row is measured
+    against."""
     fail_code, pass_code = VERDICTS.index("fail"), VERDICTS.index("pass")
-    stacked = np.vstack(list(codes.values())) if codes else np.full((1, len(out)), -1)
-    any_fail = (stacked == fail_code).any(axis=0)
-    measured = stacked >= 0
-    all_pass = measured.any(axis=0) & ((stacked == pass_code) | ~measured).all(axis=0)
+    metrics = list(codes)
+    stacked = np.vstack([codes[m] for m in metrics]) if metrics else np.full((1, n), -1)
+    gated = np.vstack([decides[m] for m in metrics]) if metrics else np.zeros((1, n), dtype=bool)
+    any_fail = (gated & (stacked == fail_code)).any(axis=0)
+    all_pass = gated.any(axis=0) & (~gated | (stacked == pass_code)).all(axis=0)
     result = np.select([reference, any_fail, all_pass], ["pass", "fail", "pass"], "undecided")
-    out[verdict_column(quality_class)] = result
-    out[pass_column(quality_class)] = result == "pass"
+    cols[verdict_column(quality_class)] = result
+    cols[pass_column(quality_class)] = result == "pass"
     undecided_code = VERDICTS.index("undecided")
-    leaving: Array = np.full(len(out), "", dtype=object)
-    for metric, metric_codes in codes.items():
-        mark = (metric_codes == undecided_code) & (result == "undecided")
-        leaving = np.where(mark & (leaving == ""), metric, leaving)
-        leaving = np.where(
-            mark & (leaving != metric) & (leaving != ""), leaving + "," + metric, leaving
-        )
-    out["undecided_by_" + quality_class.replace(".", "_")] = leaving
+    leaving = _joined(
+        {
+            m: decides[m]
+            & ((codes[m] == undecided_code) | (codes[m] < 0))
+            & (result == "undecided")
+            for m in metrics
+        },
+        ",",
+        n,
+    )
+    cols["undecided_by_" + quality_class.replace(".", "_")] = leaving

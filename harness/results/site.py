@@ -21,6 +21,13 @@ the same name get a short hash of their path as a suffix, and the same folder gi
 refused. ``run`` is the namespace of every table: the quality gate compares a row with its own
 run's reference, so two runs whose rows carry the same run name or point keys never mix.
 
+Each run is gated as its own report gates it: on the metrics its scenario's ``quality.gate`` names
+(its manifest; where that does not say, every metric its rows scored), so a row's verdict, and
+whether the cost and cheapest tables price it, is the verdict of its run's own page. The runs
+table and site.json name each run's gated metrics (``gated_on``); a row whose verdict here differs
+from its run's page all the same is stated at the top of the index and in site.json
+(``verdicts_differ``), never silently.
+
 Side by side only what can be compared: runs whose corpus hash, reference configuration or result
 schema version (``harness.row.SCHEMA_VERSION`` when written) differ are refused, one line per
 difference naming both runs and both values, and nothing is written; ``allow_mixed`` publishes them
@@ -52,10 +59,12 @@ import pandas as pd
 from harness import __version__, modes
 from harness.atomic import atomic_write_bytes, atomic_write_json, atomic_write_text, public_mode
 from harness.errors import UserInputError
-from harness.results.aggregate import Aggregate, aggregate, aggregate_run
+from harness.results.aggregate import Aggregate, aggregate, aggregate_run, gated_metrics
 from harness.results.frame import load_run
-from harness.results.pricing import check_quality_class, check_utilisation
+from harness.results.pricing import check_quality_class, check_utilisation, verdict_column
 from harness.results.publish.files import (
+    Extra,
+    Extras,
     csv_text,
     parquet_bytes,
     remove_leftovers,
@@ -135,8 +144,16 @@ class Site:
     out: Path
     runs: list[SiteRun]
     mixed: list[str]  # one line per difference (empty: the runs are comparable)
-    result: Aggregate  # every run's rows together
+    result: Aggregate  # every run's rows together, each gated on its own run's metrics
     own: list[Aggregate]  # each run alone, as `harness report` aggregates it (its page)
+    extras: Extras | None = None  # sections a later room adds (before you rent)
+
+    def extra(self, result: Aggregate) -> Extra:
+        return Extra() if self.extras is None else self.extras(result)
+
+    def gated_on(self, run: SiteRun) -> str:
+        """The metrics the run's verdicts read, as its own report states them."""
+        return ", ".join(self.result.gated_by_run.get(run.label, ()))
 
 
 CHECKS = (
@@ -299,10 +316,13 @@ def build_site(
     quality_class: str = "99",
     utilisation: float = 1.0,
     allow_mixed: bool = False,
+    extras: Extras | None = None,
 ) -> Site:
     """Read every run, check that they can stand side by side, and write the site at ``out``.
     Bad input (a missing run, the same run twice, runs that differ without ``allow_mixed``, an
-    --out that must not be replaced) is a UserInputError before anything is written."""
+    --out that must not be replaced) is a UserInputError before anything is written.
+    ``extras``: the sections a later room adds to each run's page and to the index, from their
+    aggregates (before you rent)."""
     check_quality_class(quality_class)
     utilisation = check_utilisation(utilisation)
     if not paths:
@@ -315,7 +335,9 @@ def build_site(
         locks.enter_context(run_lock(out, "site", lock=site_lock(out)))
         for path in paths:
             locks.enter_context(run_lock(path, "site", create=False))
-        return publish_site(paths, labels, out, tariffs, quality_class, utilisation, allow_mixed)
+        return publish_site(
+            paths, labels, out, tariffs, quality_class, utilisation, allow_mixed, extras
+        )
 
 
 def site_lock(out: Path) -> Path:
@@ -331,6 +353,7 @@ def publish_site(
     quality_class: str,
     utilisation: float,
     allow_mixed: bool,
+    extras: Extras | None = None,
 ) -> Site:
     runs = [load_site_run(p, label) for p, label in zip(paths, labels, strict=True)]
     mixed = differences(runs)
@@ -342,10 +365,12 @@ def publish_site(
         )
     frame = pd.concat([r.frame for r in runs], ignore_index=True).copy()  # one block per dtype
     unreadable = [item for r in runs for item in r.unreadable]
-    result = aggregate(frame, tariffs, utilisation, unreadable)
+    # each run gated on what its own scenario gates on (its manifest), as its own page is
+    gates = {r.label: gated_metrics(r.path) for r in runs}
+    result = aggregate(frame, tariffs, utilisation, unreadable, gates)
     # before anything is written; a run folder of several scenarios needs allow_mixed too
     own = [aggregate_run(r.path, tariffs, utilisation, allow_mixed) for r in runs]
-    site = Site(out=out, runs=runs, mixed=mixed, result=result, own=own)
+    site = Site(out=out, runs=runs, mixed=mixed, result=result, own=own, extras=extras)
     write_site(site, tariffs, quality_class)
     return site
 
@@ -360,12 +385,16 @@ def write_site(site: Site, tariffs: TariffTable | None, quality_class: str) -> P
         public_mode(tmp, folder=True)
         (tmp / RUNS).mkdir()
         for run, own in zip(site.runs, site.own, strict=True):  # as `harness report` writes it
-            write_published(own, tmp / RUNS / run.label, tariffs, quality_class)
+            added = site.extra(own)
+            write_published(
+                own, tmp / RUNS / run.label, tariffs, quality_class, added.markdown, added.html
+            )
         result = site.result
         points = run_first(result.points)
         cost = with_provenance(result.cost, result.points)
         cheapest = with_provenance(result.cheapest, result.points)
-        runs = pd.DataFrame([r.facts() for r in site.runs])
+        runs = pd.DataFrame([{**r.facts(), "gated_on": site.gated_on(r)} for r in site.runs])
+        differ = verdicts_differ(site, quality_class)
         atomic_write_text(tmp / "points.csv", csv_text(points))
         atomic_write_bytes(tmp / "points.parquet", parquet_bytes(points))
         cost = cost.drop(columns=["point_index", "package_index"], errors="ignore")
@@ -374,7 +403,9 @@ def write_site(site: Site, tariffs: TariffTable | None, quality_class: str) -> P
         atomic_write_text(tmp / "cheapest.csv", csv_text(cheapest_csv))
         atomic_write_text(tmp / "serving.csv", csv_text(run_first(result.serving)))
         atomic_write_text(tmp / "runs.csv", csv_text(runs))
-        atomic_write_json(tmp / "site.json", json_safe(site_json(site, runs, quality_class)))
+        atomic_write_json(
+            tmp / "site.json", json_safe(site_json(site, runs, quality_class, differ))
+        )
         page = index_html(
             runs,
             cheapest,
@@ -386,6 +417,8 @@ def write_site(site: Site, tariffs: TariffTable | None, quality_class: str) -> P
             utilisation=result.utilisation,
             files=[name for name in FILES if name != "index.html"],
             charts=mode_charts(result, quality_class),
+            verdicts_differ=differ,
+            extra=site.extra(result).html,
         )
         atomic_write_text(tmp / "index.html", page)
         swap_in(tmp, out)
@@ -408,7 +441,29 @@ def mode_charts(result: Aggregate, quality_class: str) -> list[str]:
     return out
 
 
-def site_json(site: Site, runs: pd.DataFrame, quality_class: str) -> dict[str, Any]:
+def verdicts_differ(site: Site, quality_class: str) -> list[str]:
+    """One line per row whose class verdict in the site differs from its run's own page
+    (``Site`` gates each run as its page does: a line here is a fault, said, never hidden)."""
+    column = verdict_column(quality_class)
+    lines: list[str] = []
+    points = site.result.points
+    for run, own in zip(site.runs, site.own, strict=True):
+        if column not in own.points.columns or own.points.empty:
+            continue
+        mine = points.loc[points["run"] == run.label, ["key", column]].set_index("key")[column]
+        theirs = own.points[["key", column]].set_index("key")[column]
+        both = mine.index.intersection(theirs.index)
+        for key in both[(mine[both].astype(str) != theirs[both].astype(str)).to_numpy()]:
+            lines.append(
+                f"run {run.label}, point {str(key)[:40]}: class {quality_class} is "
+                f"{mine[key]} here but {theirs[key]} on the run's own page"
+            )
+    return lines
+
+
+def site_json(
+    site: Site, runs: pd.DataFrame, quality_class: str, differ: Sequence[str] = ()
+) -> dict[str, Any]:
     return {
         "kind": SITE_KIND,
         "harness": __version__,
@@ -417,6 +472,7 @@ def site_json(site: Site, runs: pd.DataFrame, quality_class: str) -> dict[str, A
         "quality_class": quality_class,
         "utilisation": site.result.utilisation,
         "mixed": site.mixed,
+        "verdicts_differ": list(differ),
         "checked": [name for name, _ in CHECKS],
         "runs": runs.to_dict(orient="records"),
         "counts": site.result.counts,

@@ -12,20 +12,20 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pandas as pd
 
 from harness.results.columns import CONFIGURATION
+from harness.results.gate import NOT_MEASURED
 from harness.run.store import load_window_tasks
 from harness.spec.labels import model_shown
 from harness.tasks import metrics
+from harness.tasks.kinds import kind_of
 
 # what makes a configuration one group (its points share the tasks scored on its one load)
 GROUP = ("run", "model", "revision", "weights", "adapter", "backend", "quantization",
          "kv_cache_dtype", "target")  # fmt: skip
 IDENTITY = ("model", *(c for c in CONFIGURATION if c not in ("batch", "context")))
-EXCERPT_CHARS = 120
-FAILURES_PER_TASK = 50  # extraction failures listed per configuration and task
+FAILURES_PER_TASK = 50  # items listed per configuration and task
 
 
 def _groups(points: pd.DataFrame) -> pd.DataFrame:
@@ -66,10 +66,18 @@ def task_overview(points: pd.DataFrame, quality_class: str = "99") -> pd.DataFra
                 "field_recall": task.get("field_recall"), "field_f1": task.get("field_f1"),
                 "task_change_with_ci": _interval(task, "diff"),
                 "worst_category": task.get("worst_category"), "worst_change_with_ci": worst,
-                "tasks_verdict": rec.get(f"tasks_verdict_{suffix}"),
+                "tasks_verdict": _task_verdict(task, rec.get(f"tasks_verdict_{suffix}")),
                 "tasks_failed_by": rec.get(f"tasks_failed_by_{suffix}") or "",
             })  # fmt: skip
     return pd.DataFrame(rows)
+
+
+def _task_verdict(task: dict[str, Any], verdict: Any) -> Any:
+    """The configuration's tasks verdict, or why this task was not compared with the reference
+    (no paired figures: it left the configuration undecided, ``harness.results.gate``)."""
+    if task.get("diff") is None or task.get("ref_rate") is None:
+        return f"{NOT_MEASURED}: no item ids paired with the reference's"
+    return verdict
 
 
 def task_categories(points: pd.DataFrame) -> pd.DataFrame:
@@ -91,10 +99,10 @@ def task_items(
     run_dir: Path, group: str, ref_group: str, config: dict[str, Any]
 ) -> list[dict[str, Any]]:
     """``regressions.csv``'s task rows of one configuration against its reference, from the
-    per-item files kept beside the window scores: for an extract task every item it got wrong
-    (its output not a JSON object, a required field missing, or a value that differs) with the
-    output's excerpt and the reference's state; for classify and choice the items that flipped
-    (right → wrong, wrong → right)."""
+    per-item files kept beside the window scores: the items each task's kind lists
+    (``Kind.misses``: for extract every item it got wrong, with the output's excerpt and the
+    reference's state; else the items that flipped, right → wrong or wrong → right), at most
+    ``FAILURES_PER_TASK`` a task."""
     own = metrics.from_arrays(load_window_tasks(run_dir, group) or {})
     refs = metrics.from_arrays(load_window_tasks(run_dir, ref_group) or {})
     rows: list[dict[str, Any]] = []
@@ -102,50 +110,7 @@ def task_items(
         ref = refs.get(name)
         ref_right = {} if ref is None else dict(zip(ref.item_id.tolist(), ref.correct.tolist(),
                                                     strict=True))  # fmt: skip
-        if outcome.kind == "extract":
-            rows += _extract_failures(config, name, outcome, ref_right)
-        else:
-            rows += _flips(config, name, outcome, ref_right)
+        misses = kind_of(outcome.kind).misses(outcome, ref_right)[:FAILURES_PER_TASK]
+        rows += [{**config, "kind": f"task:{name}", "item": f"{name}:{m.item}",
+                  "change": m.change, "excerpt": m.excerpt} for m in misses]  # fmt: skip
     return rows
-
-
-def _extract_failures(
-    config: dict[str, Any], task: str, outcome: metrics.Outcome, ref_right: dict[str, bool]
-) -> list[dict[str, Any]]:
-    rows = []
-    for at in np.flatnonzero(~outcome.correct.astype(bool))[:FAILURES_PER_TASK]:
-        valid = bool(outcome.valid[at])
-        missed = int(outcome.required[at] - outcome.present[at])
-        why = "not a JSON object" if not valid else f"{missed} required field(s) missing"
-        if valid and not missed:
-            why = "a field's value differs"
-        item = str(outcome.item_id[at])
-        was = ref_right.get(item)
-        state = (
-            "" if was is None else ("; the reference was right" if was else "; the reference too")
-        )
-        rows.append({**config, "kind": f"task:{task}", "item": f"{task}:{item}",
-                     "change": why + state,
-                     "excerpt": _excerpt(str(outcome.predicted[at]))})  # fmt: skip
-    return rows
-
-
-def _flips(
-    config: dict[str, Any], task: str, outcome: metrics.Outcome, ref_right: dict[str, bool]
-) -> list[dict[str, Any]]:
-    rows = []
-    for item, right, predicted, gold in zip(outcome.item_id.tolist(), outcome.correct.tolist(),
-                                            outcome.predicted.tolist(), outcome.gold.tolist(),
-                                            strict=True):  # fmt: skip
-        was = ref_right.get(item)
-        if was is None or was == right:
-            continue
-        rows.append({**config, "kind": f"task:{task}", "item": f"{task}:{item}",
-                     "change": "right_to_wrong" if was else "wrong_to_right",
-                     "excerpt": f"predicted {predicted}, gold {gold}"})  # fmt: skip
-    return rows[:FAILURES_PER_TASK]
-
-
-def _excerpt(text: str) -> str:
-    flat = " ".join(text.split())
-    return flat if len(flat) <= EXCERPT_CHARS else flat[: EXCERPT_CHARS - 1] + "…"

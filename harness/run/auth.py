@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import re
 import secrets
+import shlex
 import stat
 import sys
 from pathlib import Path
@@ -171,7 +172,9 @@ def refused_hint() -> str:
 
 
 def join_instructions(head_address: str) -> list[str]:
-    """Lines `harness node start --head` prints: how a worker or driver joins; no secret in them."""
+    """Lines `harness node start --head` prints: how a worker or driver joins; no secret in them,
+    every value in a command shell-quoted."""
+    head_address = shlex.quote(head_address)
     if token_auth_disabled():
         return [
             f"token auth is OFF ({MODE_VAR}=disabled): anyone who reaches this node's Ray ports "

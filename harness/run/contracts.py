@@ -40,6 +40,8 @@ def is_reference(group: GroupKey, ctx: WorkContext) -> bool:
         group.weights == "checkpoint"
         and group.adapter is None  # an adapter is compared with its base, never the reference
         and group.training is None  # training points compare with the full fine-tune instead
+        and group.layout is None  # one card: a layout over k cards is compared with it
+        and group.speculative is None  # plain decoding: a speculative one is compared with it
         and group.quantization == ctx.reference.quantization
         and group.kv_cache_dtype == ctx.reference.kv_cache_dtype
         and group.backend == ctx.reference_backend
@@ -71,6 +73,9 @@ def point_row(
         {**point.model_dump(include=set(PointColumns.model_fields)), "is_reference": is_reference}
     )
     columns.gpu = gpu
+    if provenance is not None and point.inputs:  # the content its key holds, for a person
+        files = ",".join(f"{what}={sha}" for what, sha in point.inputs)
+        provenance = provenance.model_copy(update={"inputs_sha256": files})
     row = ResultRow.compose(header, columns, *parts, provenance=provenance)
     if row.energy_unavailable_reason is None and not any(
         getattr(row, name) is not None for name in ENERGY_FIGURES

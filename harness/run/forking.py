@@ -1,10 +1,12 @@
-"""What the orchestration side (driver, CLI) and a node's host (harness.run.host, the device
-side) agree on about forking a group's process; at import the standard library only, so that
-the host's server starts without importing the rest of the harness.
+"""What the orchestration side (driver, session, launchers) and a node's host (harness.run.host,
+the device side) agree on about forking a group's process; at import the standard library only,
+so that the host's server starts without importing the rest of the harness.
 
-- ``FORKSERVER_SWITCH`` / ``forkserver_off``: `HARNESS_FORKSERVER=0` forks no group;
+- ``FORKSERVER_SWITCH`` / ``forkserver_off``: `HARNESS_FORKSERVER=0` (or `false`, `no`, `off`)
+  forks no group; `1` (`true`, `yes`, `on`, unset or empty) forks what may fork; any other value
+  is refused in one line;
 - ``unforkable``: why a group must start in a fresh process (the engine rule is
-  `harness.spec.capabilities.forks_from_host`);
+  `harness.modes.forks_from_host`: the engine's row and the modes' facts);
 - ``ServerInfo``: how a group's task reaches its node's host server;
 - ``group_payload``: a group as the driver hands it to a forked child (bytes: the host server
   and the group's task relay it without unpickling it);
@@ -23,18 +25,31 @@ from typing import Any
 
 # `HARNESS_FORKSERVER=0` (read by the driver): every group imports its engine in a fresh process
 FORKSERVER_SWITCH = "HARNESS_FORKSERVER"
+SWITCH_OFF = ("0", "false", "no", "off")
+SWITCH_ON = ("1", "true", "yes", "on", "")  # empty: as if unset
 
 
 def forkserver_off() -> str | None:
-    """Why this run forks no group from a node host, or None: it does."""
-    if os.environ.get(FORKSERVER_SWITCH, "1").strip() == "0":
-        return f"{FORKSERVER_SWITCH}=0"
-    return None
+    """Why this run forks no group from a node host, or None: it does. A value that is neither
+    (SWITCH_OFF, SWITCH_ON, any case) is a UserInputError: a typo must not fork silently."""
+    raw = os.environ.get(FORKSERVER_SWITCH, "1")
+    value = raw.strip().lower()
+    if value in SWITCH_OFF:
+        return f"{FORKSERVER_SWITCH}={value}"
+    if value in SWITCH_ON:
+        return None
+    from harness.errors import UserInputError, quote  # here: at import, the standard library only
+
+    raise UserInputError(
+        f"{quote(raw)} is not a switch: set it to 0 (or false, no, off) to start every group in a "
+        "fresh process, or 1 (true, yes, on) or leave it unset to fork from the node's host",
+        field=FORKSERVER_SWITCH,
+    )
 
 
 def unforkable(group: Any, points: list[Any]) -> str | None:
     """Why a group must not run in a forked child (None: it may)."""
-    from harness.spec.capabilities import forks_from_host  # here: the host server never asks
+    from harness.modes import forks_from_host  # here: the host server never asks
 
     if forks_from_host(group.backend, {p.mode for p in points}):
         return None

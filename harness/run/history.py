@@ -16,29 +16,55 @@ What a phase took, from the rows (harness.row) and the run's clock:
   cluster       the Ray start (`ray.init` or joining), timed by the CLI
   startup       the rest of the wall time (fresh processes, imports, Ray's scheduling, the
                 generator's start), split over the groups in proportion to what they planned
+A group whose rows are not all `ok` contributes no time to its points' phase (its figures
+would be partial, and a failed group's 0 s would scale every later plan to nothing), nor does a
+phase no row carries; the startup rest is then not recorded either (the wall holds time no phase
+accounts for).
+
+The history is input like any other: each line is read on its own and checked (`RunLine`: JSON
+of schema 1, UTF-8, every phase time finite, ≥ 0 and at most MAX_PHASE_S); a line that fails is
+left out and counted, and one warning names the file and the lines. A run is appended as one
+write of one line under an exclusive lock (`fcntl.flock`), so runs that end at once keep every
+line. Which runs calibrate which phase: harness.budget.calibration_key.
 The orchestration side only: nothing here imports an engine or the device side.
 """
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import json
+import math
 import os
+import stat
 import time
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
 
-from harness import atomic
-from harness.budget import ANY, MODE_PHASE, PHASES, Calibration, PhaseSeconds
-from harness.console import GroupProgress, duration
-from harness.files import read_capped
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from harness import modes
+from harness.budget import (
+    PHASES,
+    Calibration,
+    PhaseKey,
+    PhaseSeconds,
+    calibration_key,
+)
+from harness.console import GroupProgress, duration, err_console
+from harness.errors import IN_A_NAME, UserInputError, without_controls
+from harness.files import open_regular
 from harness.row import ResultRow
 
 HISTORY_ENV = "HARNESS_HISTORY"
 SCHEMA = 1
 RUNS_USED = 3  # the latest runs of a key that calibrate it
-HISTORY_CAP_BYTES = 64 * 2**20
+HISTORY_CAP_BYTES = 64 * 2**20  # the newest this many bytes are read (older runs are not used)
 SHOWN_GAP = 0.10  # the end-of-run line names each phase more than 10 % (and 1 s) off its plan
+MAX_PHASE_S = 366 * 86_400.0  # no phase of one run on a rented node takes more than a year
+SHOWN_LINES = 8  # the line numbers a warning lists before "and N more"
+KEY_CHARS = 256  # the longest engine, device, model or phase name a line may hold
 
 
 def history_path() -> Path:
@@ -47,60 +73,174 @@ def history_path() -> Path:
     return Path(env) if env else Path.home() / ".cache" / "harness" / "history.jsonl"
 
 
-def read(path: Path) -> list[dict[str, Any]]:
-    """Every run recorded at `path` (none when absent); a line that is not one of ours is left
-    out, never guessed at."""
-    if not path.exists():
-        return []
-    runs = []
-    for line in (
-        read_capped(path, HISTORY_CAP_BYTES, "run history").decode(errors="replace").splitlines()
-    ):
-        try:
-            run = json.loads(line)
-        except json.JSONDecodeError:
+PhaseTime = Annotated[float, Field(ge=0.0, le=MAX_PHASE_S, allow_inf_nan=False)]
+Name = Annotated[str, Field(min_length=1, max_length=KEY_CHARS)]
+
+
+class PhaseFigure(BaseModel):
+    """One (engine, device, model, phase) of a recorded run: the default's, the calibrated plan's
+    and the measured seconds."""
+
+    model_config = ConfigDict(extra="ignore", strict=True, frozen=True)
+    engine: Name
+    device: Name
+    model: Name
+    phase: Name
+    planned_s: PhaseTime
+    calibrated_s: PhaseTime | None = None
+    took_s: PhaseTime
+
+    @property
+    def key(self) -> PhaseKey:
+        return calibration_key(self.engine, self.device, self.model, self.phase)
+
+
+class RunLine(BaseModel):
+    """One history line as read (the fields calibration reads; others are kept in the file)."""
+
+    model_config = ConfigDict(extra="ignore", strict=True, frozen=True, populate_by_name=True)
+    schema_version: Literal[1] = Field(alias="schema")
+    scenario_hash: str | None = None
+    phases: list[PhaseFigure]
+
+
+class History(BaseModel):
+    """A history file as read: its valid runs in file order, and the lines left out (1-based)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    path: Path
+    runs: list[RunLine] = []
+    skipped: list[int] = []
+    unread: str | None = None  # why the file could not be read at all (None: it was, or absent)
+
+
+def read(path: Path) -> History:
+    """Every run recorded at `path` (none when absent), each line checked on its own: a line that
+    is not a RunLine is left out and counted, never guessed at; a file that cannot be read at
+    all gives no runs and says why (`unread`). Only the newest HISTORY_CAP_BYTES are read."""
+    try:
+        data = tail_bytes(path, HISTORY_CAP_BYTES)
+    except FileNotFoundError:
+        return History(path=path)
+    except UserInputError as exc:  # a folder, a FIFO: the plan goes on, on the defaults
+        return History(path=path, unread=exc.message)
+    except OSError as exc:  # unreadable: the same
+        return History(path=path, unread=exc.strerror or str(exc))
+    runs, skipped = [], []
+    for number, raw in enumerate(data.split(b"\n"), start=1):
+        if not raw.strip():
             continue
-        if isinstance(run, dict) and run.get("schema") == SCHEMA:
+        run = parse_line(raw)
+        if run is None:
+            skipped.append(number)
+        else:
             runs.append(run)
-    return runs
+    return History(path=path, runs=runs, skipped=skipped)
+
+
+def tail_bytes(path: Path, cap: int) -> bytes:
+    """The last `cap` bytes of the regular file `path`, from the first whole line among them."""
+    with open_regular(path, "run history") as handle:
+        size = os.fstat(handle.fileno()).st_size
+        if size <= cap:
+            return handle.read(cap)
+        handle.seek(size - cap)
+        data = handle.read(cap)
+    return data[data.find(b"\n") + 1 :]  # the first line may be cut: from the next
+
+
+def parse_line(raw: bytes) -> RunLine | None:
+    """One line as a RunLine, or None: not UTF-8, not JSON (or nested past the parser's depth),
+    not schema 1, or a phase time that is not finite and ≥ 0."""
+    try:
+        return RunLine.model_validate(json.loads(raw.decode("utf-8")))
+    except (UnicodeDecodeError, ValueError, RecursionError, ValidationError):
+        return None
+
+
+def skipped_warning(history: History) -> str | None:
+    """The one warning a history's unreadable file or lines give (None: nothing left out)."""
+    where = without_controls(str(history.path), IN_A_NAME)  # a name from the environment
+    if history.unread is not None:
+        return f"warning: run history {where} not read ({history.unread}): defaults used"
+    if not history.skipped:
+        return None
+    shown = ", ".join(map(str, history.skipped[:SHOWN_LINES]))
+    more = len(history.skipped) - SHOWN_LINES
+    shown += f" and {more} more" if more > 0 else ""
+    lines = "line" if len(history.skipped) == 1 else "lines"
+    return (
+        f"warning: run history {where}: {lines} {shown} left out (each must be a JSON "
+        f"run of schema {SCHEMA}, UTF-8, with every phase time finite and ≥ 0)"
+    )
+
+
+def load_calibration(scenario_hash: str | None, path: Path | None = None) -> Calibration:
+    """This node's calibration for a plan of `scenario_hash` (`calibration`), read from `path`
+    (default history_path()); what was left out is said in one warning on stderr."""
+    history = read(path or history_path())
+    warning = skipped_warning(history)
+    if warning is not None and warning not in _WARNED:  # `bench` plans, then runs: said once
+        _WARNED.add(warning)
+        err_console.print(warning, highlight=False, markup=False, soft_wrap=True)
+    return calibration(history, scenario_hash)
+
+
+_WARNED: set[str] = set()  # the history warnings this process has printed
+
+
+def calibration(history: History, scenario_hash: str | None = None) -> Calibration:
+    """Measured ÷ default seconds per calibration_key (harness.budget: the same engine, device
+    kind and model; any model for the model-free phases), from the latest RUNS_USED runs holding
+    each key; runs of `scenario_hash` first when it has any. A figure that planned or took no
+    time is no measurement and is not used."""
+    ordered = sorted(history.runs, key=lambda r: r.scenario_hash == scenario_hash)  # stable
+    sums: dict[PhaseKey, list[float]] = {}
+    used: dict[PhaseKey, int] = {}
+    for run in reversed(ordered):  # the same scenario's runs, newest first, then the others'
+        mine: dict[PhaseKey, list[float]] = {}
+        for figure in run.phases:
+            if figure.planned_s > 0 and figure.took_s > 0:
+                acc = mine.setdefault(figure.key, [0.0, 0.0])
+                acc[0] += figure.planned_s
+                acc[1] += figure.took_s
+        for key, (planned, took) in mine.items():
+            if used.get(key, 0) < RUNS_USED:
+                acc = sums.setdefault(key, [0.0, 0.0])
+                acc[0] += planned
+                acc[1] += took
+                used[key] = used.get(key, 0) + 1
+    factors = {k: took / planned for k, (planned, took) in sums.items()}
+    return Calibration(
+        factors={k: f for k, f in factors.items() if math.isfinite(f)},
+        runs=used,
+        source=str(history.path),
+        runs_read=len(history.runs),
+    )
 
 
 def record(path: Path, entry: dict[str, Any]) -> None:
-    """Append one run (atomically: the whole file rewritten through harness.atomic)."""
+    """Append one run as one line: one write under an exclusive lock (fcntl.flock) on the file
+    opened for appending, so runs that end at once all keep their line; a last line left without
+    its newline (a writer killed mid-line) is ended first. OSError when it cannot be written."""
+    line = (json.dumps(entry, sort_keys=True, allow_nan=False) + "\n").encode()
     path.parent.mkdir(parents=True, exist_ok=True)
-    old = path.read_text() if path.exists() else ""
-    if old and not old.endswith("\n"):
-        old += "\n"
-    atomic.atomic_write_text(path, old + json.dumps(entry, sort_keys=True) + "\n")
-
-
-def calibration(runs: list[dict[str, Any]], scenario_hash: str | None = None) -> Calibration:
-    """Measured ÷ default seconds per (engine, device, model, phase), and per (engine, device, ANY,
-    phase) over every model, from the latest RUNS_USED runs holding each key; runs of
-    `scenario_hash` first when it has any."""
-    ordered = sorted(runs, key=lambda r: r.get("scenario_hash") == scenario_hash)  # stable
-    sums: dict[tuple[str, str, str, str], list[float]] = {}
-    used: dict[tuple[str, str, str, str], int] = {}
-    for run in reversed(ordered):  # the same scenario's runs, newest first, then the others'
-        for key, planned, took in _phase_figures(run):
-            for k in (key, (key[0], key[1], ANY, key[3])):
-                if used.get(k, 0) >= RUNS_USED:
-                    continue
-                acc = sums.setdefault(k, [0.0, 0.0])
-                acc[0] += planned
-                acc[1] += took
-        for k in {k for key, _, _ in _phase_figures(run) for k in (key, (*key[:2], ANY, key[3]))}:
-            used[k] = used.get(k, 0) + 1
-    return {k: took / planned for k, (planned, took) in sums.items() if planned > 0}
-
-
-def _phase_figures(run: dict[str, Any]) -> Iterable[tuple[tuple[str, str, str, str], float, float]]:
-    for p in run.get("phases", []):
-        try:
-            key = (str(p["engine"]), str(p["device"]), str(p["model"]), str(p["phase"]))
-            yield key, float(p["planned_s"]), float(p["took_s"])
-        except (KeyError, TypeError, ValueError):
-            continue
+    # O_NONBLOCK: a FIFO put where the history goes fails at once instead of waiting for a reader
+    flags = os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK | os.O_CLOEXEC
+    fd = os.open(path, flags, 0o666)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", str(path))
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        size = os.fstat(fd).st_size
+        if size and os.pread(fd, 1, size - 1) != b"\n":
+            line = b"\n" + line
+        written = os.write(fd, line)
+        while written < len(line):  # a regular file takes it whole; a short write goes on
+            written += os.write(fd, line[written:])
+        os.fsync(fd)
+    finally:
+        os.close(fd)  # and the lock with it
 
 
 def took_phases(
@@ -123,8 +263,10 @@ def took_phases(
             continue  # the rest of the wall, below
         else:
             seconds = row_seconds(p.phase, by_group.get(p.group, []))
-        if seconds is not None:
+        if seconds is not None and math.isfinite(seconds) and seconds >= 0:
             took.append(p.model_copy(update={"seconds": seconds}))
+    if len(took) < sum(p.phase != "startup" for p in planned):
+        return took  # a phase no row measured: the rest of the wall is not the starts' alone
     starts = [p for p in planned if p.phase == "startup" and (p.group in by_group or not p.group)]
     rest = max(0.0, wall_s - sum(p.seconds for p in took))
     planned_starts = sum(p.default_s for p in starts) or 1.0
@@ -132,28 +274,46 @@ def took_phases(
     return took
 
 
+def point_phases() -> dict[str, modes.Mode]:
+    """Each mode's point phase, and the mode: a group is measured in it only when every row of
+    that mode is ok and carries the mode's figure (`Facts.figure`)."""
+    return {m.facts.phase: m for m in modes.REGISTRY.values()}
+
+
+def start_figures() -> dict[str, str]:
+    """The phases a mode's groups pay once (serving's server start), and each one's row field."""
+    starts = (m.facts.start for m in modes.REGISTRY.values())
+    return {s.phase: s.figure for s in starts if s is not None}
+
+
 def row_seconds(phase: str, rows: list[ResultRow]) -> float | None:
-    """One group's measured seconds in `phase`, from its rows (None: no row says)."""
+    """One group's measured seconds in `phase`, from its rows (None: no row says, or a point
+    phase of a group not every row of which is ok: a failed group contributes no time)."""
     if not rows:
         return None
-    first = rows[0]
     if phase == "load":
-        per_point = first.mode == "training"
         loads = [r.load_s for r in rows if r.load_s is not None]
-        return (sum(loads) if per_point else loads[0]) if loads else None
+        if not modes.get(rows[0].mode).facts.load_per_point:
+            return loads[0] if loads else None
+        return sum(loads) if loads and len(loads) == len(rows) else None  # one load a point
     if phase == "quality":
         return next((r.quality_s for r in rows if r.quality_s is not None), None)
-    if phase == "server_start":
-        return next((r.server_start_s for r in rows if r.server_start_s is not None), None)
-    if phase == "measured":
-        offline = [r for r in rows if r.mode == "offline"]
-        share = (row_seconds("quality", rows) or 0.0) / max(1, len(offline))
-        return sum(r.measured_s - share for r in offline if r.measured_s is not None)
-    if phase == "serving":
-        return sum(r.serving_duration_s or 0.0 for r in rows if r.mode == "serving")
-    if phase == "training":
-        return sum(r.train_s or 0.0 for r in rows if r.mode == "training")
-    return None
+    starts = start_figures()
+    if phase in starts:
+        once = (getattr(r, starts[phase]) for r in rows)
+        return next((f for f in once if f is not None), None)
+    mode = point_phases().get(phase)
+    if mode is None:
+        return None
+    mine = [r for r in rows if r.mode == mode.name]
+    figures: list[float | None] = [getattr(r, mode.facts.figure) for r in mine if r.status == "ok"]
+    measured = [f for f in figures if f is not None]
+    if not mine or len(measured) < len(mine):
+        return None
+    if mode.facts.scores_quality:  # each of its rows carries its share of the quality phase
+        share = (row_seconds("quality", rows) or 0.0) / len(mine)
+        return sum(f - share for f in measured)
+    return sum(measured)
 
 
 def entry(
@@ -230,13 +390,6 @@ def _by_phase(phases: Iterable[PhaseSeconds]) -> dict[str, float]:
     return out
 
 
-def calibration_note(path: Path, runs: list[dict[str, Any]]) -> str:
-    """What the plan's budget was calibrated from, in words."""
-    if not runs:
-        return f"defaults (no history yet at {path})"
-    return f"calibrated from {len(runs)} run(s) recorded at {path}"
-
-
 def progress_groups(
     phases: list[PhaseSeconds], points: dict[str, int]
 ) -> tuple[dict[str, GroupProgress], float]:
@@ -250,7 +403,7 @@ def progress_groups(
         group = groups.get(p.group)
         if p.group == "":
             sweep_s += p.seconds
-        elif group is not None and p.phase in MODE_PHASE.values():
+        elif group is not None and p.phase in point_phases():
             group.work_s += p.seconds
         elif group is not None:
             group.fixed_s += p.seconds
@@ -282,6 +435,7 @@ def finish(
     lines = summary_lines(planned, took, wall_s)
     try:
         record(path, figures)
-    except OSError as exc:  # the run's rows are written: a history it cannot keep ends nothing
-        return [*lines, f"phase times not recorded in {path}: {exc.strerror or exc}"]
+    except (OSError, ValueError) as exc:  # the rows are written: a history it cannot keep
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc  # ends nothing
+        return [*lines, f"phase times not recorded in {path}: {reason}"]
     return [*lines, f"phase times recorded in {path} (the next plan's calibration)"]

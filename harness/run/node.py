@@ -22,6 +22,7 @@ CPU group at a time per node, since a CPU benchmark wants every core to itself.
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import re
@@ -37,6 +38,7 @@ from typing import Any, NamedTuple
 import psutil
 from pydantic import BaseModel, ConfigDict, Field
 
+from harness.errors import UserInputError, quote
 from harness.spec.catalog import Vendor, gpu_for_device_name
 from harness.units import GIB, MIB, to_gib
 
@@ -279,6 +281,70 @@ def start_command(
     if block:
         argv.append("--block")
     return argv
+
+
+# A head's address: HOST:PORT, HOST a hostname (labels of letters, digits, `-` and `_`, which
+# container networks use) or an IP address, an IPv6 one in brackets.
+HOST_PORT = re.compile(r"(?:\[(?P<ip6>[0-9A-Fa-f:.]+)\]|(?P<host>[^:\[\]]+)):(?P<port>\d{1,5})")
+HOST_LABEL = re.compile(r"[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?")
+MAX_HOSTNAME = 253
+CONNECT_TIMEOUT_S = 10.0  # a head answers a TCP connect in milliseconds; Ray waits for minutes
+
+
+def head_address(address: str) -> tuple[str, int]:
+    """The (host, port) of a head's HOST:PORT: the host a hostname or an IP address, the port
+    1..65535; otherwise a UserInputError quoting the address (never handed to a shell or Ray)."""
+    expected = "expected HOST:PORT, HOST a hostname or IP address ([IPv6] in brackets)"
+    match = HOST_PORT.fullmatch(address)
+    if match is None:
+        raise UserInputError(
+            f"{quote(address)} is not a head address: {expected}", field="--address"
+        )
+    port = int(match["port"])
+    if not 1 <= port <= 65535:
+        raise UserInputError(
+            f"{quote(address)}: port {port} is outside 1..65535", field="--address"
+        )
+    host = match["ip6"] or match["host"]
+    if not (_is_ip(host) if match["ip6"] else _is_ip(host) or _is_hostname(host)):
+        raise UserInputError(
+            f"{quote(address)}: {quote(host)} is neither a hostname nor an IP address: {expected}",
+            field="--address",
+        )
+    return host, port
+
+
+def _is_ip(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
+
+
+def _is_hostname(host: str) -> bool:
+    labels = host.removesuffix(".").split(".")
+    if labels[-1].isdigit():  # no top-level name is a number: an IP address that is not one
+        return False
+    return len(host) <= MAX_HOSTNAME and all(HOST_LABEL.fullmatch(label) for label in labels)
+
+
+def reachable(address: str, timeout_s: float | None = None) -> None:
+    """A HOST:PORT head must accept a TCP connection within ``CONNECT_TIMEOUT_S`` (Ray itself
+    retries a head that is not there for minutes without a word): otherwise one line. Other
+    addresses (``auto``, ``ray://…``) are left to Ray, which resolves them itself."""
+    if HOST_PORT.fullmatch(address) is None:
+        return
+    host, port = head_address(address)
+    try:
+        socket.create_connection((host, port), timeout=timeout_s or CONNECT_TIMEOUT_S).close()
+    except OSError as exc:
+        cause = exc.strerror or type(exc).__name__
+        raise UserInputError(
+            f"no Ray cluster answers at {address} ({cause}); start one with "
+            "`harness node start --head` or give the head's HOST:PORT",
+            field="--address",
+        ) from None
 
 
 def this_host_address() -> str:

@@ -37,7 +37,7 @@ import numpy as np
 from numpy.typing import NDArray
 from pydantic import ValidationError
 
-from harness import corpus
+from harness import corpus, modes
 from harness.atomic import atomic_write_bytes, atomic_write_json, atomic_write_text
 from harness.backends.base import WindowScores
 from harness.console import err_console
@@ -124,8 +124,8 @@ def row_problem(row: ResultRow) -> str | None:
             continue
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             continue
-        if name == "output_tokens" and row.mode == "training" and value == 0:
-            continue  # a training point generates nothing
+        if name == "output_tokens" and value == 0 and not modes.get(row.mode).facts.generates:
+            continue  # a point of a mode that generates nothing (training)
         if not math.isfinite(value):
             return f"{name} is {value} (not finite)"
         low, high = RANGES.get(name, (-math.inf if name in SIGNED else 0.0, upper_bound(name)))
@@ -441,7 +441,7 @@ def _pid_alive(pid: object) -> bool:
         return False
     try:
         os.kill(pid, 0)
-    except ProcessLookupError:
+    except (ProcessLookupError, OverflowError):  # gone, or a pid no process can have (10**30)
         return False
     except PermissionError:  # another user's process: alive
         return True
@@ -475,6 +475,10 @@ def _open_lock(path: Path) -> int:
     try:
         fd = os.open(path, flags, 0o666)
     except OSError as exc:
+        if exc.errno == errno.EISDIR:
+            raise UserInputError(
+                "the run lock is a folder, not a file; remove it", file=str(path)
+            ) from None
         if exc.errno != errno.ELOOP:
             raise
         raise UserInputError("the run lock is a symlink; remove it", file=str(path)) from None
@@ -548,7 +552,7 @@ def run_lock(
         return
     made = not path.parent.exists()  # a folder made only for the lock is removed with it
     path.parent.mkdir(parents=True, exist_ok=True)
-    key = str(path.resolve())
+    key = str(path.parent.resolve() / path.name)  # the lock itself is never followed
     if key in _HELD:
         _HELD[key][1] += 1
         try:

@@ -21,7 +21,7 @@ from harness.errors import UserInputError
 from harness.row import SCHEMA_VERSION, ResultRow
 from harness.run import history, provenance, store
 from harness.run.contracts import WorkContext, is_reference, point_row
-from harness.spec import models
+from harness.spec import inputs, models
 from harness.spec import scenario as scen
 from harness.spec.scenario import GroupKey, Point, Scenario
 
@@ -42,6 +42,8 @@ class SweepPlan(BaseModel):
     skipped: list[tuple[Point, str]]
     added_reference_groups: list[str]
     phases: list[budget.PhaseSeconds] = []  # the budget's phases, calibrated (run.history)
+    # the files its points read, by content: what → {path, sha256} (harness.spec.inputs.record)
+    inputs: dict[str, dict[str, str]] = {}
 
     @property
     def total_points(self) -> int:
@@ -84,9 +86,7 @@ def prepare(
             points.append(ref)
             if ref.group.label not in added:
                 added.append(ref.group.label)
-    calibration = history.calibration(
-        history.read(history.history_path()), scenario_hash(scenario_path)
-    )
+    calibration = history.load_calibration(scenario_hash(scenario_path))
     plan = budget.plan_grid(
         grid.model_copy(update={"points": points}), gpu=gpu, calibration=calibration,
         runner=runner,
@@ -109,8 +109,14 @@ def prepare(
     skipped = [(s.point, s.reason) for s, _ in plan.skipped]
     return SweepPlan(
         scenario=scenario, context=ctx, work=work, skipped=skipped, added_reference_groups=added,
-        phases=plan.phases,
+        phases=plan.phases, inputs=inputs_of(scenario, points),
     )  # fmt: skip
+
+
+def inputs_of(scenario: Scenario, points: list[Point]) -> dict[str, dict[str, str]]:
+    """What the run's manifest records of the files its points read (harness.spec.inputs)."""
+    tasks = inputs.task_files(scenario.quality.tasks or [])
+    return inputs.record(f for p in points for f in scen.point_inputs(p, tasks))
 
 
 def skipped_rows(sweep: SweepPlan) -> list[ResultRow]:
@@ -161,6 +167,7 @@ def start_manifest(
         "added_reference_groups": sweep.added_reference_groups,
         "skipped": [{"point": p.model_dump(), "reason": r} for p, r in sweep.skipped],
         "quality_gate": list(sweep.scenario.quality.gated()),
+        "inputs": sweep.inputs,
         **mode_entries(sweep.scenario),
     }
     manifest.setdefault("runs", []).append(entry)
@@ -218,6 +225,10 @@ def begin(
             f"{now}): its rows would mix with these; choose a new --out",
             file=str(scenario_path),
         )
+    if recorded.get("runs"):  # its rows were measured on these files' content, or refused
+        changed = inputs.changed(inputs.recorded(recorded["runs"]), plan.inputs)
+        if changed is not None:
+            raise changed
     extra = on_start(plan) if on_start else {}
     started = start_manifest(run_dir, scenario_path, plan, mode=mode)
     for line in started["runs"][-1].get("leakage_warnings") or []:  # a task on text seen

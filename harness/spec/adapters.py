@@ -29,7 +29,7 @@ from typing import Any
 from harness import __version__
 from harness.atomic import atomic_write_text
 from harness.errors import UserInputError, quote
-from harness.files import read_capped
+from harness.files import read_capped, strict_json
 
 CONFIG = "adapter_config.json"
 WEIGHTS = "adapter_model.safetensors"
@@ -113,8 +113,8 @@ def _read_json(path: Path, what: str) -> dict[str, Any]:
     except OSError as exc:
         raise UserInputError(f"{path}: cannot be read ({exc.strerror})", field=FIELD) from None
     try:
-        data = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as exc:
+        data = strict_json(raw)  # a key given twice is refused, never last-wins
+    except (ValueError, RecursionError) as exc:
         raise UserInputError(
             f"{path}: not valid JSON ({exc})".splitlines()[0], field=FIELD
         ) from None

@@ -18,6 +18,7 @@ UserInputError: one line saying which model, why, and what to do.
 
 from __future__ import annotations
 
+import errno
 import fnmatch
 import json
 import os
@@ -183,6 +184,8 @@ def resolve(
 ) -> ResolvedModel:
     """The model's files on this machine, fetched from the hub first when allowed and missing."""
     shipped = shipped_dir(model_id)
+    if shipped is None:
+        refuse_symlink_loop(model_id)
     if shipped is not None:
         found = ResolvedModel(model_id, revision, shipped, "shipped", files=listing(shipped))
     elif (Path(model_id).expanduser() / CONFIG).exists():
@@ -200,6 +203,24 @@ def resolve(
         )
     check(found, need, allow_pickle=allow_pickle, trust_remote_code=trust_remote_code)
     return found
+
+
+def refuse_symlink_loop(model_id: str) -> None:
+    """A model path that is, or passes through, a symlink loop, or whose config.json is one
+    (``Path.exists`` says only "missing"): one line saying so."""
+    folder = Path(model_id).expanduser()
+    for path in (folder, folder / CONFIG):
+        try:
+            os.stat(path)
+        except OSError as exc:
+            if exc.errno != errno.ELOOP:
+                continue
+            raise UserInputError(
+                f"model {quote(model_id)}: {quote(str(path), 80)} is or passes through a symlink "
+                "loop (links that lead back to themselves); point the model at a folder holding "
+                "config.json",
+                field=FIELD,
+            ) from None
 
 
 def check(

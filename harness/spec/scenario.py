@@ -10,6 +10,7 @@ grid capped at ``MAX_GRID_POINTS`` before it is expanded.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -20,25 +21,37 @@ from pydantic import (
     Field,
     NonNegativeInt,
     PositiveInt,
+    ValidationError,
     ValidationInfo,
     field_validator,
     model_validator,
 )
+from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from harness import __version__, modes
 from harness.errors import UserInputError
-from harness.spec import adapters, catalog, models
+from harness.spec import adapters, catalog, inputs, models
 from harness.spec.capabilities import (
+    MAX_CARDS,
     WEIGHT_FORMATS,
     Backend,
     KvCacheDtype,
+    Layout,
     Quantization,
     Target,
 )
-from harness.spec.compat import rule_for
-from harness.spec.labels import model_key
+from harness.spec.compat import layout_rule_for, rule_for
+from harness.spec.labels import adapter_label, model_key
+from harness.spec.speculative import (
+    Speculative,
+    SpeculativeEntry,
+    entries_once,
+    without_speculation,
+)
+from harness.spec.speculative import rule_for as speculation_rule_for
 from harness.spec.yamlinput import excerpt, load_model, parse_model, unique
 from harness.tasks.builtin import tasks_of
+from harness.tasks.kinds import kind_of
 from harness.tasks.spec import TaskEntry
 
 # Plausible bounds: a value outside them is a typo or an attack, never a benchmark.
@@ -158,14 +171,9 @@ class QualitySettings(Input):
     # which measured metrics decide equal quality; None: every metric the run measures
     gate: Annotated[list[GateMetric], Field(min_length=1)] | None = None
     # tasks scored on the group's engine (harness.tasks): a shipped task's name, one with
-    # settings, or a user's task file ({path, kind, prompt, ...}), read and checked here
-    tasks: (
-        Annotated[
-            list[Annotated[TaskEntry, Field(union_mode="left_to_right")]],
-            Field(min_length=1, max_length=MAX_TASKS),
-        ]
-        | None
-    ) = None
+    # settings, or a user's task file ({path, kind, prompt, ...}), read and checked here; the
+    # entry's type is chosen from its shape (harness.tasks.spec.entry_shape)
+    tasks: Annotated[list[TaskEntry], Field(min_length=1, max_length=MAX_TASKS)] | None = None
 
     @model_validator(mode="after")
     def task_files_are_valid(self) -> QualitySettings:
@@ -175,16 +183,13 @@ class QualitySettings(Input):
         return self
 
     def task_calls(self) -> tuple[int, int]:
-        """(continuations scored, tokens generated at most) by the tasks of one group: each
-        classify label and choice of each scored item, and max_new_tokens per extract item."""
+        """(continuations scored, tokens generated at most) by the tasks of one group, as each
+        task's kind counts them (harness.tasks.kinds: each label or choice of each scored item
+        scored, or max_new_tokens per item generated)."""
         continuations = generated = 0
         for task in tasks_of(self.tasks or []):
-            if task.kind == "extract":
-                generated += len(task.scored) * task.max_new_tokens
-            elif task.kind == "classify":
-                continuations += len(task.scored) * len(task.labels or ())
-            else:
-                continuations += sum(len(item.choices or ()) for item in task.scored)
+            scored, made = kind_of(task.kind).work(task)
+            continuations, generated = continuations + scored, generated + made
         return continuations, generated
 
     def task_texts(self) -> list[tuple[str, str]]:
@@ -210,6 +215,61 @@ class VllmOptions(Input):
 
 
 Few = Field(min_length=1, max_length=MAX_AXIS_VALUES)
+Cards = Annotated[int, Field(gt=0, le=MAX_CARDS)]
+
+
+class Parallel(Input):
+    """The layouts to measure (harness.spec.capabilities.Layout): every combination of
+    `tensor`, `pipeline` and `expert`. `cards`: the cards of one node, `nodes`: the nodes of the
+    cluster (when given, tensor ranks stay inside a node and tensor × pipeline within the
+    cluster). Data parallelism follows from the node's cards (pricing), not listed here."""
+
+    cards: Cards | None = None
+    nodes: Cards = 1
+    tensor: list[Cards] = Field(default_factory=lambda: [1], min_length=1, max_length=64)
+    pipeline: list[Cards] = Field(default_factory=lambda: [1], min_length=1, max_length=64)
+    expert: list[bool] = Field(default_factory=lambda: [False], min_length=1, max_length=2)
+
+    @field_validator("tensor", "pipeline", "expert")
+    @classmethod
+    def each_once(cls, value: list[Any]) -> list[Any]:
+        return unique(value)
+
+    @field_validator("tensor")
+    @classmethod
+    def tensor_within_a_node(cls, value: list[int], info: ValidationInfo) -> list[int]:
+        cards = info.data.get("cards")
+        if cards is not None and max(value) > cards:
+            raise ValueError(
+                f"tensor={max(value)} exceeds the node's {cards} cards (parallel.cards); tensor "
+                "ranks all-reduce every layer and stay inside one node"
+            )
+        return value
+
+    @field_validator("pipeline")
+    @classmethod
+    def ranks_within_the_cluster(cls, value: list[int], info: ValidationInfo) -> list[int]:
+        cards, nodes = info.data.get("cards"), info.data.get("nodes", 1)
+        tensor = info.data.get("tensor")
+        if cards is None or not tensor:
+            return value
+        largest = max(tensor) * max(value)
+        if largest > cards * nodes:
+            raise ValueError(
+                f"tensor × pipeline = {max(tensor)} × {max(value)} = {largest} exceeds the "
+                f"cluster's {cards * nodes} cards ({nodes} node(s) of {cards}: parallel.cards, "
+                "parallel.nodes)"
+            )
+        return value
+
+    def layouts(self) -> list[Layout | None]:
+        """Every layout, in (tensor, pipeline, expert) order; one card without experts spread
+        is None (the keys of earlier runs)."""
+        out: list[Layout | None] = []
+        for tp, pp, ep in itertools.product(self.tensor, self.pipeline, self.expert):
+            layout = Layout(tensor=tp, pipeline=pp, expert=ep)
+            out.append(None if layout.is_single_card else layout)
+        return out
 
 
 class Exclude(Input):
@@ -270,6 +330,28 @@ class Scenario(Input):
     serving: modes.Serving | None = None
     # optional: fine-tuning step points (mode: training; harness.modes.training.spec)
     training: modes.Training | None = None
+    # optional: layouts over several cards (tensor / pipeline / expert parallelism)
+    parallel: Parallel | None = None
+    # speculative decoding (harness.spec.speculative): "none", or a method's configuration
+    speculative: list[SpeculativeEntry] = Field(
+        default_factory=without_speculation, min_length=1, max_length=MAX_AXIS_VALUES
+    )
+
+    @field_validator("speculative")
+    @classmethod
+    def each_speculation_once(cls, value: list[Any]) -> list[Any]:
+        return entries_once(value)
+
+    @property
+    def speculations(self) -> list[Speculative | None]:
+        """The speculative configurations each inference configuration is measured with (None:
+        without speculation, the keys of earlier runs)."""
+        return [None if isinstance(s, str) else s for s in self.speculative]
+
+    @property
+    def layouts(self) -> list[Layout | None]:
+        """The layouts each inference configuration is measured at ([None]: one card)."""
+        return [None] if self.parallel is None else self.parallel.layouts()
 
     @field_validator("models", mode="before")
     @classmethod
@@ -292,6 +374,27 @@ class Scenario(Input):
             seen.add((m.id, m.revision, m.weights, m.adapter))
         return value
 
+    @field_validator("models")
+    @classmethod
+    def each_adapter_folder_once(cls, value: list[ModelRef]) -> list[ModelRef]:
+        """One adapter folder written two ways (``lora``, ``./lora/``, a link to it) is one
+        adapter listed twice: refused at the second entry's ``adapter`` line."""
+        folders: dict[Path, int] = {}
+        for i, m in enumerate(value):
+            if m.adapter is None:
+                continue
+            folder = Path(m.adapter).expanduser().resolve()
+            if folder in folders:
+                first = value[folders[folder]].adapter
+                raise located(
+                    (i, "adapter"),
+                    f"adapter {excerpt(m.adapter)} is the folder of models[{folders[folder]}]"
+                    f".adapter ({excerpt(first)}), written another way; list each adapter once",
+                    m.adapter,
+                )
+            folders[folder] = i
+        return value
+
     @field_validator("backend", "quantization", "kv_cache_dtype", "batch", "context", "targets")
     @classmethod
     def no_duplicates(cls, value: list[Any] | None) -> list[Any] | None:
@@ -302,7 +405,7 @@ class Scenario(Input):
     def training_only_needs_no_inference_axes(cls, data: Any) -> Any:
         """With a `training:` block the inference axes may be left out (None: no inference
         point); without one each stays required (pydantic's own "required field is missing")."""
-        if isinstance(data, dict) and data.get("training") is not None:
+        if isinstance(data, dict) and any(data.get(m) is not None for m in modes.standalone()):
             return {**{n: None for n in INFERENCE_AXES}, **data}
         return data
 
@@ -334,7 +437,7 @@ class Scenario(Input):
         cells = 0
         if self.has_inference:
             axes = (self.quantization or [], self.kv_cache_dtype, self.batch or [])
-            cells = base * len(self.context or [])
+            cells = base * len(self.context or []) * len(self.layouts) * len(self.speculative)
             for axis in axes:
                 cells *= len(axis)
         if self.training is not None:
@@ -360,6 +463,15 @@ class Scenario(Input):
 INFERENCE_AXES = ("quantization", "batch", "context", "output_tokens")
 
 
+def located(loc: tuple[int | str, ...], message: str, value: object) -> ValidationError:
+    """A validator's refusal of one element inside its field (``loc`` below the field), so the
+    error names that element's line and path, not the field's."""
+    error = PydanticCustomError("value_error", "{message}", {"message": message})
+    return ValidationError.from_exception_data(
+        "Scenario", [InitErrorDetails(type=error, loc=loc, input=value)]
+    )
+
+
 # The fields that say which configuration a point measures (the rest of a Point says how:
 # repeats, warmups, seed, quality windows). Rows are matched, grouped and published by these.
 CONFIGURATION_FIELDS = (
@@ -374,6 +486,8 @@ CONFIGURATION_FIELDS = (
     "target",
     "weights",
     "adapter",
+    "layout",
+    "speculative",
 )
 
 
@@ -401,12 +515,20 @@ class Point(Strict):
     serving: modes.ServingLevel | None = None
     # a fine-tuning configuration (mode: training): batch is its micro-batch, context its seq_len
     training: modes.TrainingPoint | None = None
+    # tensor / pipeline / expert parallelism over several cards; None: one card
+    layout: Layout | None = None
+    # speculative decoding (harness.spec.speculative), written as its label; None: without
+    speculative: Speculative | None = None
+    # the content of the files it reads (harness.spec.inputs): (what, sha256 prefix) of its
+    # adapter's weights, its task files, its trace; stamped by `expand` (`point_inputs`)
+    inputs: tuple[tuple[str, str], ...] = ()
 
     @property
-    def mode(self) -> Literal["offline", "serving", "training"]:
-        if self.training is not None:
-            return "training"
-        return "offline" if self.serving is None else "serving"
+    def mode(self) -> str:
+        """The mode whose payload the point carries (harness.modes.payloads; the last one wins,
+        as a point carries one), else the mode without a payload (offline)."""
+        carried = [m for m in modes.payloads() if getattr(self, m) is not None]
+        return carried[-1] if carried else modes.without_payload()
 
     def key(self, corpus_hash: str) -> str:
         fields = self.model_dump()
@@ -414,16 +536,21 @@ class Point(Strict):
             del fields["weights"]
         if fields["adapter"] is None:  # keys without an adapter stay those of earlier runs
             del fields["adapter"]
-        if fields["serving"] is None:  # offline keys stay those of earlier runs
-            del fields["serving"]
-        else:
-            fields["mode"] = "serving"
-        if fields["training"] is None:  # inference keys stay those of earlier runs
-            del fields["training"]
-        else:
-            fields["mode"] = "training"
-            if not fields["training"].get("save_adapter"):  # keys stay those of earlier runs
-                fields["training"].pop("save_adapter", None)
+        if fields.get("layout") is None:  # one-card keys stay those of earlier runs
+            fields.pop("layout", None)
+        if fields.get("speculative") is None:  # keys without speculation stay those of before
+            fields.pop("speculative", None)
+        if not fields["inputs"]:  # keys of points that read no file stay those of earlier runs
+            del fields["inputs"]
+        for name in modes.payloads():  # the keys of the other modes' points stay as they were
+            payload = getattr(self, name)
+            if payload is None:
+                del fields[name]
+                continue
+            fields["mode"] = name
+            for omitted in getattr(payload, "KEY_OMITS_WHEN_FALSE", ()):
+                if not fields[name].get(omitted):  # keys stay those of earlier runs
+                    fields[name].pop(omitted, None)
         payload = json.dumps(
             {**fields, "harness": __version__, "corpus": corpus_hash}, sort_keys=True
         )
@@ -431,11 +558,12 @@ class Point(Strict):
 
     @property
     def group(self) -> GroupKey:
-        """The group this point is loaded in: its fields that GroupKey names (a training point's
-        by its configuration label)."""
-        shared = {f: getattr(self, f) for f in GroupKey.model_fields if f != "training"}
-        training = None if self.training is None else self.training.label
-        return GroupKey(**shared, training=training)
+        """The group this point is loaded in: its fields that GroupKey names (a mode's payload
+        that GroupKey names, by its label: a training point's configuration)."""
+        by_label = [m for m in modes.payloads() if m in GroupKey.model_fields]
+        shared = {f: getattr(self, f) for f in GroupKey.model_fields if f not in by_label}
+        labels = {m: None if getattr(self, m) is None else getattr(self, m).label for m in by_label}
+        return GroupKey(**shared, **labels)
 
 
 class GroupKey(Strict):
@@ -452,15 +580,25 @@ class GroupKey(Strict):
     # model per run of the optimizer); None for inference groups
     training: str | None = None
     adapter: str | None = None  # the LoRA folder loaded on the model (harness.spec.adapters)
+    layout: Layout | None = None  # its cards (tensor / pipeline / expert ranks); None: one
+    # its speculative decoding (harness.spec.speculative): a draft is loaded with the model
+    speculative: Speculative | None = None
+
+    @property
+    def cards(self) -> int:
+        """The cards the group holds while it runs."""
+        return 1 if self.layout is None else self.layout.cards
 
     @property
     def label(self) -> str:
         model = model_key(self.model, self.revision)
         parts = (model, self.backend, self.quantization, f"kv={self.kv_cache_dtype}")
         random = ("weights=random",) if self.weights == "random" else ()
-        lora = (f"adapter={Path(self.adapter).name}",) if self.adapter is not None else ()
+        lora = (f"adapter={adapter_label(self.adapter)}",) if self.adapter is not None else ()
         train = (self.training,) if self.training is not None else ()
-        return "|".join((*parts, *random, *lora, *train, self.target))
+        layout = (self.layout.label,) if self.layout is not None else ()
+        spec = (f"spec={self.speculative.label}",) if self.speculative is not None else ()
+        return "|".join((*parts, *random, *lora, *train, *layout, *spec, self.target))
 
 
 class Skip(Strict):
@@ -482,9 +620,11 @@ def expand(scenario: Scenario, source: str | None = None) -> Grid:
     skipped: list[Skip] = []
     archs = {model_key(m.id, m.revision): catalog.model(m.id, m.revision) for m in scenario.models}
     check_quality_windows(scenario, archs, source)
+    tasks = inputs.task_files(scenario.quality.tasks or [])
     for mode in modes.REGISTRY.values():
         mode_skip = mode.load("skip_reason") if mode.ref("skip_reason") else None
-        for point in mode.load("points")(scenario, points):  # a mode sees the points before it
+        for made in mode.load("points")(scenario, points):  # a mode sees the points before it
+            point = made.model_copy(update={"inputs": inputs.pairs(point_inputs(made, tasks))})
             arch = archs[model_key(point.model, point.revision)]
             reason = skip_reason(scenario, point, arch) or (mode_skip and mode_skip(point, arch))
             if reason:
@@ -492,6 +632,19 @@ def expand(scenario: Scenario, source: str | None = None) -> Grid:
             else:
                 points.append(point)
     return Grid(scenario=scenario, points=points, skipped=skipped)
+
+
+def point_inputs(point: Point, tasks: list[inputs.InputFile]) -> tuple[inputs.InputFile, ...]:
+    """The files ``point`` reads, by content (harness.spec.inputs): its adapter's weights, the
+    scenario's task files ``tasks`` (scored on an offline point on checkpoint weights), and what
+    its mode's ``inputs`` part names (a serving workload's trace)."""
+    files = [inputs.adapter_file(point.adapter)] if point.adapter is not None else []
+    if point.mode == "offline" and point.weights == "checkpoint":
+        files += tasks
+    mode = modes.get(point.mode)
+    if mode.ref("inputs") is not None:
+        files += inputs.mode_files(mode.load("inputs")(point))
+    return tuple(files)
 
 
 def check_quality_windows(
@@ -521,6 +674,14 @@ def skip_reason(scenario: Scenario, point: Point, arch: catalog.ModelArch) -> st
     broken = rule_for(fields)
     if broken:
         return f"{broken.reason} [rule {broken.id}]"
+    layout_broken = point.layout and layout_rule_for(point.layout, arch, point.backend)
+    if layout_broken:
+        return f"{layout_broken[1]} [rule {layout_broken[0]}]"
+    spec_broken = point.speculative and speculation_rule_for(
+        point.speculative, point.backend, point.target, arch
+    )
+    if spec_broken:
+        return f"{spec_broken[1]} [rule {spec_broken[0]}]"
     if point.weights == "random" and not random_weights_can_be(point.quantization, point.backend):
         return (
             f"random weights are built in a float dtype; {point.quantization} needs a checkpoint "

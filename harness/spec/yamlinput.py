@@ -14,14 +14,15 @@ second one (never last-wins). Messages quote at most ``EXCERPT_CHARS`` of a valu
 from __future__ import annotations
 
 import re
+import types
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar, Union, get_args, get_origin
 
 import yaml
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, Tag, ValidationError
 
-from harness.errors import QUOTE_CHARS, UserInputError, did_you_mean, quote
-from harness.files import read_capped
+from harness.errors import QUOTE_CHARS, UserInputError, as_field, did_you_mean, quote
+from harness.files import decode_utf8, read_capped
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -108,13 +109,13 @@ def load_model(path: str | Path, model: type[M], what: str) -> M:
     """Read `path` and validate it as `model`; `what` names the file kind in errors."""
     path = Path(path)
     try:
-        text = read_capped(path, MAX_INPUT_BYTES, f"{what} file").decode()
+        raw = read_capped(path, MAX_INPUT_BYTES, f"{what} file")
     except FileNotFoundError:
         raise UserInputError(f"{what} file not found", file=str(path)) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else type(exc).__name__
+    except OSError as exc:
+        reason = exc.strerror or type(exc).__name__
         raise UserInputError(f"cannot read {what} file: {reason}", file=str(path)) from None
-    return parse_model(text, model, str(path), what)
+    return parse_model(decode_utf8(raw, path, f"the {what} file"), model, str(path), what)
 
 
 def parse_yaml(text: str, filename: str) -> tuple[yaml.Node | None, Any]:
@@ -167,12 +168,13 @@ def first_error(
     kind = err["type"]
     value = err.get("input")
     if kind == "extra_forbidden":
-        known = known_fields(model, loc[:-1])
-        message = f"unknown field{near_miss(loc[-1], known)}; expected one of: {', '.join(known)}"
+        known = known_fields(model, err["loc"][:-1])
+        listed = f"; expected one of: {', '.join(known)}" if known else ""
+        message = f"unknown field{did_you_mean(loc[-1], known)}{listed}"
     elif kind == "literal_error":
         choices = re.findall(r"'([^']*)'", str(err.get("ctx", {}).get("expected", "")))
         message = (
-            f"{excerpt(value)} is not allowed{near_miss(value, choices)}; expected one of: "
+            f"{excerpt(value)} is not allowed{did_you_mean(value, choices)}; expected one of: "
             f"{', '.join(choices)}"
         )
     elif kind == "missing":
@@ -184,36 +186,59 @@ def first_error(
     return UserInputError(message, file=filename, line=line_of(root, loc), field=field_path(loc))
 
 
-def near_miss(value: object, choices: list[str]) -> str:
-    """`did_you_mean` for short values only (a long one is no typo, and difflib is quadratic)."""
-    return did_you_mean(value, choices) if len(str(value)) <= 2 * EXCERPT_CHARS else ""
-
-
 def data_location(loc: tuple[Any, ...]) -> tuple[Any, ...]:
-    """The error's path in the data, without pydantic's union-member tags (e.g. 'list[int]')."""
+    """The error's path in the data, without pydantic's union-member tags (e.g. 'list[int]',
+    or a discriminated union's tags, which hold a '-')."""
     return tuple(p for p in loc if isinstance(p, int) or not any(c in p for c in "[(-"))
 
 
 def field_path(loc: tuple[Any, ...]) -> str:
     out = ""
     for part in loc:
-        part = part if isinstance(part, int) else excerpt(part).strip("'\"")
+        part = part if isinstance(part, int) else as_field(part)
         out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
     return out
 
 
 def known_fields(model: type[BaseModel], parent: tuple[Any, ...]) -> list[str]:
-    """The fields of the (nested) model that the location `parent` points into."""
+    """The fields of the (nested) model that pydantic's error location `parent` (union tags
+    included) points into; [] when it points into no model."""
+    annotation: Any = model
     for part in parent:
-        if isinstance(part, int):
-            continue
-        annotation = model.model_fields[str(part)].annotation
-        inner = getattr(annotation, "__args__", (annotation,))
-        nested = [a for a in inner if isinstance(a, type) and issubclass(a, BaseModel)]
-        if not nested:
-            break
-        model = nested[0]
-    return list(model.model_fields)
+        annotation = _inner(annotation, part)
+    models = [t for t, _ in members(annotation) if isinstance(t, type) and issubclass(t, BaseModel)]
+    return list(models[0].model_fields) if len(models) == 1 else []
+
+
+def members(annotation: Any) -> list[tuple[Any, str | None]]:
+    """(type, its discriminator tag or None) of each member of a type: an `Annotated` unwrapped,
+    a union (an optional one too) flattened."""
+    tag = None
+    while get_origin(annotation) is Annotated:
+        annotation, *metadata = get_args(annotation)
+        tag = next((m.tag for m in metadata if isinstance(m, Tag)), tag)
+    if get_origin(annotation) in (Union, types.UnionType):
+        return [m for arg in get_args(annotation) for m in members(arg)]
+    return [(annotation, tag)]
+
+
+def _inner(annotation: Any, part: str | int) -> Any:
+    """The type one step of an error location leads into: a model's field, a list's item, a
+    dict's value, or a union's member named by its tag (a tag it cannot name stays put)."""
+    found = members(annotation)
+    for kind, tag in found:
+        if isinstance(part, str) and part in (tag, getattr(kind, "__name__", None)):
+            return kind
+    for kind, _ in found:
+        origin = get_origin(kind)
+        if isinstance(kind, type) and issubclass(kind, BaseModel):
+            if isinstance(part, str) and part in kind.model_fields:
+                return kind.model_fields[part].annotation
+        elif isinstance(part, int) and origin in (list, tuple, set, frozenset):
+            return get_args(kind)[0]
+        elif isinstance(part, str) and origin is dict:
+            return get_args(kind)[1]
+    return annotation
 
 
 def line_of(root: yaml.Node | None, loc: tuple[Any, ...]) -> int | None:

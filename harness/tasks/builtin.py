@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Literal
 
 from harness.errors import UserInputError
-from harness.files import read_capped
+from harness.files import read_capped, text_lines
 from harness.tasks.spec import (
     DEFAULT_NEW_TOKENS,
     MAX_TASK_BYTES,
@@ -47,6 +47,8 @@ PROMPTS: dict[BuiltinTask, str] = {
     "snips-intent": "Utterance: {text}\nIntent:",
     "snips-slots": "Utterance: {text}\nJSON:",
 }
+KIND: dict[BuiltinTask, TaskKind] = {"snips-intent": "classify", "snips-slots": "extract"}
+LABELS: dict[BuiltinTask, tuple[str, ...]] = {"snips-intent": SNIPS_INTENTS}
 BUILTIN: tuple[BuiltinTask, ...] = tuple(PROMPTS)
 
 
@@ -58,7 +60,7 @@ def _snips_rows() -> tuple[TaskItem, ...]:
     if digest != SNIPS_SHA256:
         raise RuntimeError(f"{SNIPS_FILE} changed (sha256 {digest}, expected {SNIPS_SHA256})")
     items = []
-    for line in raw.decode("utf-8").splitlines():
+    for line in text_lines(raw, SNIPS_FILE, "SNIPS task file"):
         row = json.loads(line)
         values = {"text": row["text"], "intent": row["intent"]}
         fields = {str(k): str(v) for k, v in row["fields"].items()}
@@ -84,14 +86,13 @@ def builtin_task(name: BuiltinTask, shots: int = 0) -> TaskSpec:
     prepended to every prompt (0: zero-shot, as adapters are trained)."""
     if name not in PROMPTS:
         raise ValueError(f"unknown task {name!r}; shipped: {', '.join(PROMPTS)}")
-    kind: TaskKind = "classify" if name == "snips-intent" else "extract"
     return TaskSpec(
         name=name,
-        kind=kind,
+        kind=KIND[name],
         prompt=PROMPTS[name],
         scored=tuple(snips_split("scored")),
         fewshot=tuple(snips_split("fewshot")),
-        labels=SNIPS_INTENTS if kind == "classify" else None,
+        labels=LABELS.get(name),
         required=None,  # every gold field of an item
         shots=shots,
         max_new_tokens=DEFAULT_NEW_TOKENS,

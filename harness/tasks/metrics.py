@@ -1,15 +1,15 @@
 """Task metrics (pure numpy): what one configuration got right, item by item, and its change
 against the reference on the same items.
 
-**Per item** (``Outcome``, kept in the run folder beside the window scores):
-
-- classify / choice: the prediction is the label (choice) with the highest log-likelihood;
-  ``correct`` = prediction == gold.
-- extract: the output is cut at its first newline and stripped; it is *valid* when that parses
-  (``json.loads``) as a JSON object. A gold field is *hit* when the output is valid and holds the
-  field with exactly the gold value (a string, compared as is). ``required`` fields are *present*
-  when the output has the key (any value). An output's fields that are not gold (extra fields,
-  or gold fields with a wrong value) count against precision only.
+**Per item** (``Outcome``, kept in the run folder beside the window scores): each kind
+(``harness.tasks.kinds``) says how its outcome is made from what the engine returned (the option
+with the highest log-likelihood, or a generated text judged against the gold answer) and which
+units pair with the reference's. The extract kind's rule, whose arrays ``Outcome`` also holds:
+the output is cut at its first newline and stripped; it is *valid* when that parses
+(``json.loads``) as a JSON object. A gold field is *hit* when the output is valid and holds the
+field with exactly the gold value (a string, compared as is). ``required`` fields are *present*
+when the output has the key (any value). An output's fields that are not gold (extra fields,
+or gold fields with a wrong value) count against precision only.
 
 **Metrics.** accuracy = mean(correct); per-category accuracy (classify: per gold label, i.e. the
 label's recall); the confusion matrix (gold label × predicted label); macro-F1 = the mean over the
@@ -18,15 +18,15 @@ valid outputs / items; required-field presence rate = present / required fields 
 field precision = hits / output fields, recall = hits / gold fields, F1 their harmonic mean (0 when
 both are 0); per-category F1 the same over a category's items.
 
-**Paired change** (what the gate reads): the unit is the item (classify, choice: right or wrong)
-or the gold field (extract: hit or not), matched by id with the reference's; the degradation is
-reference − candidate rate with Newcombe's 90 % interval (``harness.measure.verdict``), overall
-and per category. The worst category is the one with the largest degradation.
+**Paired change** (what the gate reads): the unit is the item (right or wrong) or, where the
+kind says so, a part of it (extract: the gold field, hit or not), matched by id with the
+reference's; the degradation is reference − candidate rate with Newcombe's 90 % interval
+(``harness.measure.verdict``), overall and per category. The worst category is the one with
+the largest degradation.
 """
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
@@ -37,7 +37,8 @@ from numpy.typing import NDArray
 
 from harness.measure import verdict
 from harness.row import CategoryScore, TaskScore
-from harness.tasks.spec import KINDS, OUTPUT_CHARS, TaskKind, TaskSpec, fields_json
+from harness.tasks.kinds import KINDS, kind_of
+from harness.tasks.spec import TaskKind, TaskSpec
 
 PREFIX = "task__"  # the keys of a task's arrays in a run's window-scores file
 SEP = "__"
@@ -65,101 +66,16 @@ class Outcome:
 
     @property
     def units(self) -> tuple[NDArray[Any], NDArray[Any], NDArray[Any]]:
-        """(unit keys, their category, hit): the items (classify, choice) or the gold fields
-        (extract) that pair with the reference's."""
-        if self.kind == "extract":
-            ids = self.item_id[self.field_item]
-            keys = np.char.add(np.char.add(ids.astype(str), "\x1f"), self.field_name.astype(str))
-            return keys, self.category[self.field_item], self.field_hit.astype(bool)
-        return self.item_id.astype(str), self.category, self.correct.astype(bool)
+        """(unit keys, their category, hit): what pairs with the reference's, as the kind says
+        (the items; extract: the gold fields)."""
+        return kind_of(self.kind).units(self)
 
 
-def _empty_int(n: int) -> NDArray[Any]:
-    return np.zeros(n, dtype=np.int64)
-
-
-def choice_outcome(task: TaskSpec, loglik: Sequence[Sequence[float]]) -> Outcome:
-    """classify (each label's log-likelihood, in ``task.labels`` order) or choice (each
-    choice's): the highest is the prediction (the first on a tie)."""
-    items = task.scored
-    if len(loglik) != len(items):
-        raise ValueError(f"{len(loglik)} score lists for {len(items)} items")
-    best = [int(np.argmax(np.asarray(row, dtype=np.float64))) for row in loglik]
-    if task.kind == "classify":
-        labels = task.labels or ()
-        predicted = [labels[b] for b in best]
-        gold = [str(i.label) for i in items]
-    else:
-        predicted = [str(b) for b in best]
-        gold = [str(i.gold) for i in items]
-    n = len(items)
-    return Outcome(
-        kind=task.kind,
-        item_id=np.array([i.id for i in items], dtype=str),
-        category=np.array([i.category for i in items], dtype=str),
-        correct=np.array([p == g for p, g in zip(predicted, gold, strict=True)], dtype=bool),
-        predicted=np.array(predicted, dtype=str),
-        gold=np.array(gold, dtype=str),
-        valid=np.ones(n, dtype=bool),
-        required=_empty_int(n), present=_empty_int(n),
-        output_fields=_empty_int(n), output_hits=_empty_int(n),
-        field_item=_empty_int(0), field_name=np.array([], dtype=str),
-        field_hit=np.array([], dtype=bool),
-    )  # fmt: skip
-
-
-def parse_output(text: str) -> dict[str, Any] | None:
-    """An extract output as a JSON object: the text up to its first newline, stripped, parsed;
-    None when that is not a JSON object."""
-    first = text.split("\n", 1)[0].strip()
-    try:
-        value = json.loads(first)
-    except (ValueError, RecursionError):
-        return None
-    return value if isinstance(value, dict) else None
-
-
-def extract_outcome(task: TaskSpec, outputs: Sequence[str]) -> Outcome:
-    """extract: each item's generated text against its gold fields (module docstring)."""
-    items = task.scored
-    if len(outputs) != len(items):
-        raise ValueError(f"{len(outputs)} outputs for {len(items)} items")
-    correct, valid, required, present, output_fields, output_hits = [], [], [], [], [], []
-    field_item: list[int] = []
-    field_name: list[str] = []
-    field_hit: list[bool] = []
-    for at, (item, text) in enumerate(zip(items, outputs, strict=True)):
-        gold = item.target_fields or {}
-        parsed = parse_output(text)
-        got = parsed if parsed is not None else {}
-        hits = {k for k, v in gold.items() if k in got and got[k] == v}
-        need = task.required_of(item)
-        valid.append(parsed is not None)
-        required.append(len(need))
-        present.append(sum(1 for k in need if k in got))
-        output_fields.append(len(got))
-        output_hits.append(len(hits))
-        correct.append(parsed is not None and len(hits) == len(gold))
-        for key in gold:
-            field_item.append(at)
-            field_name.append(key)
-            field_hit.append(key in hits)
-    return Outcome(
-        kind="extract",
-        item_id=np.array([i.id for i in items], dtype=str),
-        category=np.array([i.category for i in items], dtype=str),
-        correct=np.array(correct, dtype=bool),
-        predicted=np.array([t[:OUTPUT_CHARS] for t in outputs], dtype=str),
-        gold=np.array([fields_json(i.target_fields or {}) for i in items], dtype=str),
-        valid=np.array(valid, dtype=bool),
-        required=np.array(required, dtype=np.int64),
-        present=np.array(present, dtype=np.int64),
-        output_fields=np.array(output_fields, dtype=np.int64),
-        output_hits=np.array(output_hits, dtype=np.int64),
-        field_item=np.array(field_item, dtype=np.int64),
-        field_name=np.array(field_name, dtype=str),
-        field_hit=np.array(field_hit, dtype=bool),
-    )
+def outcome_of(task: TaskSpec, raw: Sequence[Any]) -> Outcome:
+    """The outcome of what the engine returned for ``task``'s scored items, by its kind (per
+    item: its options' log-likelihoods, or its generated text)."""
+    made: Outcome = kind_of(task.kind).outcome(task, raw)
+    return made
 
 
 # --- storing: a task's arrays beside the window scores -----------------------------------------
@@ -196,8 +112,7 @@ def from_arrays(arrays: dict[str, NDArray[Any]]) -> dict[str, Outcome]:
         items = np.asarray(got["field_item"])
         if f and (items.min() < 0 or items.max() >= n):
             continue
-        kind: TaskKind = str(got["kind"])  # type: ignore[assignment]
-        out[name] = Outcome(kind=kind, **{k: np.asarray(got[k]) for k in ARRAYS})
+        out[name] = Outcome(kind=str(got["kind"]), **{k: np.asarray(got[k]) for k in ARRAYS})
     return out
 
 
@@ -284,19 +199,10 @@ def paired(
 def summarize(name: str, task: TaskSpec, cand: Outcome, ref: Outcome | None) -> TaskScore:
     """The row's figures of one task: overall, per category, paired with the reference."""
     units = cand.units
-    score = TaskScore(name=name, kind=cand.kind, items=len(cand.item_id),
-                      unit_rate=rate(units[2]), units=len(units[2]))  # fmt: skip
-    if cand.kind == "extract":
-        p, r, f1 = field_prf(cand)
-        score.json_valid, score.required_present = json_validity(cand), presence_rate(cand)
-        score.field_precision, score.field_recall, score.field_f1 = p, r, f1
-        score.score = f1
-    else:
-        score.score = rate(cand.correct)
-        if cand.kind == "classify" and task.labels:
-            table = confusion(cand.gold.tolist(), cand.predicted.tolist(), task.labels)
-            score.macro_f1 = macro_f1(table)
-            score.labels, score.confusion = list(task.labels), table.tolist()
+    # built unchecked (a rate over no unit is NaN until _no_nan), then validated whole below
+    score = TaskScore.model_construct(name=name, kind=cand.kind, items=len(cand.item_id),
+                                      unit_rate=rate(units[2]), units=len(units[2]))  # fmt: skip
+    kind_of(cand.kind).summarize(task, cand, score)
     if ref is not None:
         found = paired(ref, cand)
         if found is not None:
@@ -322,9 +228,9 @@ def _no_nan(value: Any) -> Any:
 def _category(category: str, cand: Outcome, ref: Outcome | None) -> CategoryScore:
     mask = cand.category == category
     _, cat, hit = cand.units
-    out = CategoryScore(category=category, items=int(mask.sum()),
-                        unit_rate=rate(hit[cat == category]))  # fmt: skip
-    out.score = field_prf(cand, mask)[2] if cand.kind == "extract" else rate(cand.correct[mask])
+    out = CategoryScore.model_construct(category=category, items=int(mask.sum()),
+                                        unit_rate=rate(hit[cat == category]))  # fmt: skip
+    out.score = kind_of(cand.kind).category_score(cand, mask)
     found = None if ref is None else paired(ref, cand, category)
     if found is not None:
         interval, ref_rate = found

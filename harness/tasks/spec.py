@@ -2,7 +2,7 @@
 required fields, few-shot split), read strictly; and the one rendering of a prompt and of its
 gold continuation, used to score and to train.
 
-Kinds:
+Kinds (``harness.tasks.kinds``, one module each; an item's gold keys are its kind's):
 
 - ``choice``: each item has ``choices`` and ``gold`` (an index); the choice with the highest
   log-likelihood after the prompt is the answer (like ARC).
@@ -10,6 +10,8 @@ Kinds:
   scored after the prompt, the highest is the prediction (per-label metrics).
 - ``extract``: each item has gold ``fields`` (name → value); the model generates greedily after
   the prompt, its output up to the first newline must be a JSON object (``metrics``).
+- ``exact``: each item has an ``answer``; the model generates greedily after the prompt, right
+  when its normalised output is the normalised answer.
 
 A user's task file (one JSON object a line)::
 
@@ -18,10 +20,18 @@ A user's task file (one JSON object a line)::
     {"id": "e1", "text": "...", "fields": {"name": "Ada", "city": "Paris"}}  # extract
 
 Every placeholder of the prompt template (``{text}``: plain names only, no attribute, index or
-format spec) must be a string key of every item. Optional keys: ``category`` (choice and extract:
-the group of the per-category metrics; classify: the gold label is the category) and ``split``
-(``"fewshot"``: the item is a few-shot example, never scored; ``"scored"``, the default). A bad
-line is one ``UserInputError`` naming the file, the line and the field.
+format spec; at least one) must be a string key of every item. A placeholder never holds the
+answer: not the kind's gold keys (``label``, ``gold``, ``choices``, ``fields``, ...), not ``split``,
+not ``category`` of a classify task (its gold label), and not a key whose value is each item's
+gold answer. Optional keys: ``category`` (choice and extract: the group of the per-category
+metrics; classify: the gold label is the category) and ``split`` (``"fewshot"``: the item is a
+few-shot example, never scored; ``"scored"``, the default).
+
+The file is read by ``harness.files``' rules for JSON lines (UTF-8, a line ends at "\\n", a key
+given twice refused). An id, a category, a label and a field name are keys (``check_key``): no
+control or invisible character, no space at either end; two ids that are one after Unicode
+NFKC normalisation are refused as given twice. A bad line is one ``UserInputError`` naming the
+file, the line and the field, quoting values short (``harness.errors.quote``).
 """
 
 from __future__ import annotations
@@ -29,18 +39,29 @@ from __future__ import annotations
 import hashlib
 import json
 import string
+import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
-from harness.errors import UserInputError, did_you_mean
-from harness.files import FileTooLarge, read_capped
+from harness.errors import UserInputError, as_field, did_you_mean, one_of, quote
+from harness.files import FileTooLarge, JsonRefused, read_capped, strict_json, text_lines
+from harness.tasks.kinds import KINDS, kind_of, unknown_kind
 
-TaskKind = Literal["choice", "classify", "extract"]
-KINDS: tuple[TaskKind, ...] = ("choice", "classify", "extract")
+TaskKind = str  # a name in the kinds' registry (harness.tasks.kinds.KINDS)
 BuiltinTask = Literal["snips-intent", "snips-slots"]
 
 MAX_TASK_BYTES = 16 << 20  # a task file: 16 MiB
@@ -56,8 +77,29 @@ DEFAULT_NEW_TOKENS = 64  # extract: the fixed generation length, the same on eve
 OUTPUT_CHARS = 400  # a generated output is kept to this many characters (error analysis)
 NAME_PATTERN = r"^[a-z0-9][a-z0-9-]{0,62}$"
 SPLITS = ("fewshot", "scored")
+# The task-file options a kind takes or needs (``Kind.takes`` / ``Kind.needs``).
+KIND_OPTIONS = ("labels", "fields")
+# Unicode categories a key may not hold: controls, format (zero-width, BOM, bidi), line and
+# paragraph separators, surrogates, private use.
+INVISIBLE = frozenset({"Cc", "Cf", "Zl", "Zp", "Cs", "Co"})
 
-Text = Annotated[str, Field(min_length=1, max_length=200)]
+
+def check_key(text: str) -> str:
+    """`text` when it is usable as a key (an id, a category, a label, a field name); else a
+    ValueError saying why: a control or invisible character, or a space at either end, makes
+    two keys that look (or are stored) as one."""
+    bad = next((c for c in text if unicodedata.category(c) in INVISIBLE), None)
+    if bad is not None:
+        raise ValueError(
+            f"{quote(text)} holds the control or invisible character U+{ord(bad):04X}; a key "
+            "is printable text"
+        )
+    if text != text.strip():
+        raise ValueError(f"{quote(text)} begins or ends with a space")
+    return text
+
+
+Text = Annotated[str, Field(min_length=1, max_length=200), AfterValidator(check_key)]
 
 
 class TaskFile(BaseModel):
@@ -76,19 +118,47 @@ class TaskFile(BaseModel):
     shots: int = Field(0, ge=0, le=MAX_SHOTS)
     max_new_tokens: int = Field(DEFAULT_NEW_TOKENS, ge=1, le=MAX_NEW_TOKENS)
 
+    @field_validator("kind")
+    @classmethod
+    def kind_is_registered(cls, kind: str) -> str:
+        if kind not in KINDS:
+            raise ValueError(unknown_kind(kind))
+        return kind
+
+    @field_validator("prompt")
+    @classmethod
+    def prompt_is_a_template_without_the_answer(cls, prompt: str, info: ValidationInfo) -> str:
+        names = placeholders(prompt)  # a template that cannot be rendered is refused here
+        if not names:
+            raise ValueError(
+                "the prompt uses no field of the items (write {text} where an item's text goes)"
+            )
+        kind = info.data.get("kind")
+        answer = kind_of(kind).answer_keys if kind in KINDS else ()
+        for name in names:
+            if name in answer:
+                raise ValueError(
+                    f"{{{name}}} is a {kind} item's answer; a prompt must not contain the answer "
+                    "(it is scored after the prompt)"
+                )
+            if name == "split":
+                raise ValueError("{split} is an item's split (fewshot or scored), not its text")
+        return prompt
+
     @model_validator(mode="after")
     def kind_has_its_keys(self) -> TaskFile:
-        if self.kind == "classify" and not self.labels:
-            raise ValueError("a classify task needs `labels` (its fixed label set)")
-        if self.kind != "classify" and self.labels is not None:
-            raise ValueError(f"`labels` is for classify tasks, not {self.kind}")
-        if self.kind != "extract" and self.fields is not None:
-            raise ValueError(
-                f"`fields` (the required fields) is for extract tasks, not {self.kind}"
-            )
-        if self.labels is not None and len(set(self.labels)) != len(self.labels):
-            raise ValueError("`labels` lists a label twice")
-        placeholders(self.prompt)  # a template that cannot be rendered is refused here
+        kind = kind_of(self.kind)
+        problem = kind.check_entry(self)
+        if problem:
+            raise ValueError(problem)
+        for key in KIND_OPTIONS:
+            if key not in kind.takes and getattr(self, key) is not None:
+                takers = [k for k in KINDS if key in kind_of(k).takes]
+                raise ValueError(f"`{key}` is for {' and '.join(takers)} tasks, not {self.kind}")
+        for key in KIND_OPTIONS:
+            given = getattr(self, key) or []
+            if len({unicodedata.normalize("NFKC", x) for x in given}) != len(given):
+                raise ValueError(f"`{key}` lists a {key[:-1]} twice")
         return self
 
     @property
@@ -110,14 +180,45 @@ class BuiltinEntry(BaseModel):
     per_category: int | None = Field(None, ge=1, le=MAX_ITEMS)
 
 
+# Keys only a user's file entry has: an entry holding any of them is read as a TaskFile.
+FILE_KEYS = frozenset(TaskFile.model_fields) - frozenset(BuiltinEntry.model_fields)
+# An entry's type is chosen from its shape, so its error is its own type's (a union tried left to
+# right reports the last member's). Each tag holds a "-": an error location drops it
+# (``harness.spec.yamlinput.data_location``).
+SHAPES: dict[type, str] = {BuiltinEntry: "shipped-entry", TaskFile: "task-file"}
+
+
+def entry_shape(value: Any) -> str | None:
+    """The tag of a task entry's type: a name, a mapping with a file's keys, or another mapping;
+    None for anything else."""
+    if isinstance(value, str):
+        return "shipped-name"
+    if isinstance(value, dict):
+        return "task-file" if FILE_KEYS & value.keys() else "shipped-entry"
+    return SHAPES.get(type(value))
+
+
 # What `quality: {tasks: [...]}` lists: a shipped task's name, one with settings, or a user's file.
-TaskEntry = BuiltinTask | BuiltinEntry | TaskFile
+TaskEntry = Annotated[
+    Annotated[BuiltinTask, Tag("shipped-name")]
+    | Annotated[BuiltinEntry, Tag("shipped-entry")]
+    | Annotated[TaskFile, Tag("task-file")],
+    Discriminator(
+        entry_shape,
+        custom_error_type="task_entry",
+        custom_error_message=(
+            f"expected a shipped task's name ({', '.join(get_args(BuiltinTask))}), "
+            "{name: ..., shots: ...} or a task file {path: ..., kind: ..., prompt: ...}"
+        ),
+    ),
+]
 
 
 @dataclass(frozen=True)
 class TaskItem:
     """One item: its id, its category (the per-category metrics' group), the template's values,
-    and its gold answer (``label``, ``choices`` + ``gold`` or ``target_fields``, by kind)."""
+    and its gold answer, by kind: ``label`` (the answer as text: classify's label, exact's
+    answer), ``choices`` + ``gold``, or ``target_fields``."""
 
     id: str
     category: str
@@ -208,13 +309,9 @@ def label_continuation(label: str) -> str:
 
 
 def render_target(task: TaskSpec, item: TaskItem) -> str:
-    """The gold continuation of ``item``: " label" (classify), " choice" (choice), or " " +
-    its fields as sorted JSON (extract)."""
-    if task.kind == "classify":
-        return label_continuation(str(item.label))
-    if task.kind == "choice":
-        return " " + (item.choices or ())[item.gold or 0]
-    return " " + fields_json(item.target_fields or {})
+    """The gold continuation of ``item``, as its kind writes it (classify: " label"; choice:
+    " choice"; extract: " " + its fields as sorted JSON)."""
+    return kind_of(task.kind).target(task, item)
 
 
 def fields_json(fields: dict[str, str]) -> str:
@@ -232,22 +329,25 @@ def load_task_file(entry: TaskFile, base: Path | None = None) -> TaskSpec:
     if base is not None and not path.is_absolute():
         path = base / path
     raw = _read(path)
-    seen: set[str] = set()
-    scored: list[TaskItem] = []
-    fewshot: list[TaskItem] = []
-    lines = raw.decode("utf-8", errors="strict").splitlines()
+    lines = text_lines(raw, path, "the task file")
     if len(lines) > MAX_ITEMS:
         raise UserInputError(f"{len(lines):,} lines; a task file holds at most {MAX_ITEMS:,}",
                              file=str(path))  # fmt: skip
+    seen: dict[str, int] = {}  # an id, normalised → its line
+    scored: list[TaskItem] = []
+    fewshot: list[TaskItem] = []
     names = placeholders(entry.prompt)
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
         where = Where(str(path), number)
         split, item = read_item(entry, line, names, where)
-        if item.id in seen:
-            raise where.error("id", f"{item.id!r} is the id of an earlier line; ids are unique")
-        seen.add(item.id)
+        key = unicodedata.normalize("NFKC", item.id)
+        if key in seen:
+            same = "" if key == item.id else " (the same once normalised)"
+            raise where.error("id", f"{quote(item.id)} is the id of line {seen[key]}{same}; "
+                                    "ids are unique")  # fmt: skip
+        seen[key] = number
         (fewshot if split == "fewshot" else scored).append(item)
     if not scored:
         raise UserInputError("no scored item (every line is a few-shot example)", file=str(path))
@@ -257,13 +357,31 @@ def load_task_file(entry: TaskFile, base: Path | None = None) -> TaskSpec:
             '(lines with "split": "fewshot")',
             file=str(path),
         )
-    return TaskSpec(
+    task = TaskSpec(
         name=entry.task_name, kind=entry.kind, prompt=entry.prompt, scored=tuple(scored),
         fewshot=tuple(fewshot), labels=tuple(entry.labels) if entry.labels else None,
         required=tuple(entry.fields) if entry.fields else None, shots=entry.shots,
         max_new_tokens=entry.max_new_tokens, source=str(path),
         sha256=hashlib.sha256(raw).hexdigest(),
     )  # fmt: skip
+    check_no_answer_in_prompt(task, names)
+    return task
+
+
+def check_no_answer_in_prompt(task: TaskSpec, names: tuple[str, ...]) -> None:
+    """Refuse a placeholder whose value is the item's gold answer on every item (at least two):
+    the prompt would carry the answer it is scored on."""
+    items = (*task.fewshot, *task.scored)
+    if len(items) < 2:
+        return
+    for name in names:
+        if all(i.values[name].strip() == render_target(task, i).strip() for i in items):
+            raise UserInputError(
+                f"{{{name}}} holds each item's gold answer (on all {len(items)} items); a "
+                "prompt must not contain the answer",
+                file=task.source,
+                field="prompt",
+            )
 
 
 def _read(path: Path) -> bytes:
@@ -287,7 +405,8 @@ class Where:
     line: int
 
     def error(self, field: str, message: str) -> UserInputError:
-        return UserInputError(message, file=self.file, line=self.line, field=field)
+        """The error at this line; `field` (a key from the file, maybe long) shortened."""
+        return UserInputError(message, file=self.file, line=self.line, field=as_field(field))
 
 
 def read_item(
@@ -297,84 +416,54 @@ def read_item(
     if len(line) > MAX_LINE_CHARS:
         raise where.error("line", f"{len(line):,} characters; an item holds at most "
                                   f"{MAX_LINE_CHARS:,}")  # fmt: skip
+    data = json_object(line, where)
+    kind = kind_of(entry.kind)
+    allowed = {"id", "category", "split", *names, *kind.gold_keys}
+    for key in data:
+        if key not in allowed:
+            raise where.error(key, f"unknown key{did_you_mean(key, allowed)}; this "
+                              f"task's items take: {one_of(sorted(allowed))}")  # fmt: skip
+    item_id = _key(data, "id", where)
+    split = data.get("split", "scored")
+    if split not in SPLITS:
+        raise where.error("split", f"{quote(split)}; expected one of: {one_of(SPLITS)}")
+    values = {name: text_value(data, name, where) for name in names}
+    category = _key(data, "category", where) if "category" in data else "all"
+    gold = kind.read_gold(entry, data, where)
+    if gold.category is not None:
+        category = gold.category
+    item = TaskItem(item_id, category, values, gold.label, gold.choices, gold.gold, gold.fields)
+    return str(split), item
+
+
+def json_object(line: str, where: Where) -> dict[str, Any]:
+    """The JSON object of one line (``harness.files.strict_json``: a key given twice refused)."""
     try:
-        data = json.loads(line)
+        data = strict_json(line)
+    except JsonRefused as exc:
+        raise where.error(exc.key if exc.key is not None else "line", str(exc)) from None
     except (ValueError, RecursionError) as exc:
         why = exc.msg if isinstance(exc, json.JSONDecodeError) else type(exc).__name__
         raise where.error("line", f"not JSON ({why}); expected one JSON object a line") from None
     if not isinstance(data, dict):
         raise where.error("line", f"a JSON {type(data).__name__}; expected an object")
-    allowed = {"id", "category", "split", *names, *KIND_KEYS[entry.kind]}
-    for key in data:
-        if key not in allowed:
-            raise where.error(key, f"unknown key{did_you_mean(key, allowed)}; this task's items "
-                                   f"take: {', '.join(sorted(allowed))}")  # fmt: skip
-    item_id = _string(data, "id", where)
-    split = data.get("split", "scored")
-    if split not in SPLITS:
-        raise where.error("split", f"{split!r}; expected one of: {', '.join(SPLITS)}")
-    values = {name: _string(data, name, where) for name in names}
-    category = _string(data, "category", where) if "category" in data else "all"
-    label, choices, gold, fields = _gold(entry, data, where)
-    if entry.kind == "classify":
-        category = str(label)
-    return str(split), TaskItem(item_id, category, values, label, choices, gold, fields)
+    return data
 
 
-KIND_KEYS: dict[TaskKind, tuple[str, ...]] = {
-    "classify": ("label",),
-    "choice": ("choices", "gold"),
-    "extract": ("fields",),
-}
-
-
-def _string(data: dict[str, Any], key: str, where: Where) -> str:
+def text_value(data: dict[str, Any], key: str, where: Where) -> str:
+    """The non-empty string at ``key`` of an item, or the error naming the key."""
     if key not in data:
         raise where.error(key, "missing; expected a string")
     value = data[key]
     if not isinstance(value, str) or not value or len(value) > MAX_LINE_CHARS:
-        raise where.error(key, f"{_shown(value)}; expected a non-empty string")
+        raise where.error(key, f"{quote(value)}; expected a non-empty string")
     return value
 
 
-def _shown(value: object) -> str:
-    text = json.dumps(value)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
-def _gold(
-    entry: TaskFile, data: dict[str, Any], where: Where
-) -> tuple[str | None, tuple[str, ...] | None, int | None, dict[str, str] | None]:
-    """The item's gold answer by kind: (label, choices, gold, fields)."""
-    if entry.kind == "classify":
-        label = _string(data, "label", where)
-        labels = entry.labels or []
-        if label not in labels:
-            near = did_you_mean(label, labels)
-            raise where.error(
-                "label", f"{label!r} is not in the task's labels{near}: {', '.join(labels)}"
-            )
-        return label, None, None, None
-    if entry.kind == "choice":
-        given = data.get("choices")
-        choices: list[Any] = given if isinstance(given, list) else []
-        ok = isinstance(given, list) and 2 <= len(choices) <= MAX_CHOICES
-        if not ok or not all(isinstance(c, str) and c for c in choices):
-            raise where.error("choices", f"{_shown(given)}; expected a list of 2 to "
-                                         f"{MAX_CHOICES} non-empty strings")  # fmt: skip
-        gold = data.get("gold")
-        if isinstance(gold, bool) or not isinstance(gold, int) or not 0 <= gold < len(choices):
-            raise where.error("gold", f"{_shown(gold)}; expected the index of the right choice "
-                                      f"(0 to {len(choices) - 1})")  # fmt: skip
-        return None, tuple(choices), gold, None
-    fields = data.get("fields")
-    if not isinstance(fields, dict) or not fields or len(fields) > MAX_FIELDS:
-        raise where.error("fields", f"{_shown(fields)}; expected an object of 1 to {MAX_FIELDS} "
-                                    "field name → string value")  # fmt: skip
-    for key, value in fields.items():
-        if not isinstance(value, str) or not value:
-            raise where.error(f"fields.{key}", f"{_shown(value)}; expected a non-empty string")
-    for key in entry.fields or ():
-        if key not in fields:
-            raise where.error(f"fields.{key}", "missing: it is a required field of this task")
-    return None, None, None, dict(fields)
+def _key(data: dict[str, Any], key: str, where: Where) -> str:
+    """A string that is a key (``check_key``): an id or a category."""
+    value = text_value(data, key, where)
+    try:
+        return check_key(value)
+    except ValueError as exc:
+        raise where.error(key, str(exc)) from None

@@ -15,6 +15,9 @@ from harness.run.device import bound_adapter
 from harness.spec import adapters, models
 from harness.spec.scenario import GroupKey
 
+# Loads an engine or starts Ray: not in `make test-fast` (tests/conftest.py).
+pytestmark = pytest.mark.engine
+
 TINY = models.PACKAGE_DATA / "tiny-llama"
 PAIRS = [("Utterance: play some jazz\nIntent:", " PlayMusic"), ("The cat", " sat on the mat")]
 

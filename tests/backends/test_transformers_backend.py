@@ -45,6 +45,7 @@ def test_new_tokens_are_counted_up_to_and_including_the_first_eos() -> None:
     assert count_new_tokens([[5, 6]], eos_id=None) == [2]
 
 
+@pytest.mark.engine
 def test_formats_map_to_their_library_configs() -> None:
     import torch
 
@@ -57,6 +58,7 @@ def test_formats_map_to_their_library_configs() -> None:
     assert quantization_config("bf16", torch.float32) is None
 
 
+@pytest.mark.engine
 def test_tensor_bytes_counts_storage_of_plain_tensors() -> None:
     import torch
 
@@ -71,6 +73,7 @@ def test_an_unknown_format_or_kv_cache_is_refused_before_loading() -> None:
         backend(kv="fp8").load()
 
 
+@pytest.mark.engine
 def test_greedy_generation_makes_exactly_the_requested_tokens_per_row() -> None:
     b = backend()
     b.load()
@@ -107,6 +110,7 @@ def test_an_int4_quanto_kv_cache_changes_scores_but_not_shapes() -> None:
     assert (a.nll_sum != b.nll_sum).any()  # the second half of each window reads a 4-bit cache
 
 
+@pytest.mark.engine
 def test_the_plan_assumes_the_gptq_group_size_the_backend_quantizes_with(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -159,6 +163,7 @@ def test_gptq_quantizes_once_on_calibration_text_and_reuses_the_cache(tmp_path: 
     b.close()
 
 
+@pytest.mark.engine
 def test_text_generation_is_greedy_and_the_same_batched_as_alone() -> None:
     from harness.tasks.builtin import builtin_task
     from harness.tasks.spec import render_prompt

@@ -18,6 +18,9 @@ from harness.backends.base import BackendOptions
 from harness.backends.transformers import TransformersBackend, shared_context_chunks
 from harness.spec.scenario import GroupKey
 
+# Loads an engine or starts Ray: not in `make test-fast` (tests/conftest.py).
+pytestmark = pytest.mark.engine
+
 TINY = Path(__file__).resolve().parents[2] / "harness" / "data" / "tiny-llama"
 NATS = 1e-6  # the contract: per window / per continuation, absolute
 FLOAT32_ULPS = 4  # where a float32 log-likelihood cannot resolve 1e-6 nats (see assert_same_scores)

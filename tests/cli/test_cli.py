@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from harness.cli.main import app
 
 
+@pytest.mark.engine
 def test_doctor_reports_this_machine() -> None:
     result = CliRunner().invoke(app, ["doctor"])
     assert result.exit_code == 0, result.output
@@ -22,6 +24,7 @@ def test_node_start_needs_exactly_one_of_head_or_address() -> None:
     assert "exactly one of --head or --address" in result.output
 
 
+@pytest.mark.ray
 def test_node_start_dry_run_prints_ray_start_with_detected_resources() -> None:
     result = CliRunner().invoke(app, ["node", "start", "--head", "--dry-run"])
     assert result.exit_code == 0, result.output

@@ -62,6 +62,7 @@ def test_plan_of_a_cached_hub_config_matches_its_catalog_twin(
     assert figures[0] == figures[1]
 
 
+@pytest.mark.engine
 def test_plan_and_measure_a_hub_id_from_an_offline_cache(hf_cache: Path, tmp_path: Path) -> None:
     snapshot = add_snapshot(hf_cache, HUB_ID, tiny_files())
     path = scenario(tmp_path, HUB_ID)
@@ -112,6 +113,8 @@ def test_a_revision_that_does_not_exist_is_one_line(hf_cache: Path, tmp_path: Pa
     assert "'v9.9'" in line and "revision" in line
 
 
+@pytest.mark.engine
+@pytest.mark.ray
 def test_run_on_ray_measures_a_hub_id_from_the_offline_cache(
     hf_cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -57,4 +57,5 @@ def test_a_piped_run_logs_progress_with_an_eta_and_calibrates_the_next_plan(
     assert sum(took.values()) == pytest.approx(run["wall_s"], rel=1e-6)
 
     plan = harness("plan", str(scenario), env=env).replace("\n", " ")
-    assert "calibrated from 1 run(s)" in plan, plan[-600:]
+    assert f"calibrated from {path}: " in plan, plan[-600:]
+    assert "1 run of tiny-llama/" in plan, plan[-600:]

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from harness import corpus
@@ -66,6 +67,7 @@ def test_a_bad_task_line_is_exit_2_naming_file_line_and_field(tmp_path: Path) ->
     assert f"{task}:2: label: 'sport' is not in the task's labels" in line
 
 
+@pytest.mark.engine
 def test_measure_scores_tasks_on_the_engine_and_warns_of_leaked_text(tmp_path: Path) -> None:
     task = write_task(
         tmp_path,

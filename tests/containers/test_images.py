@@ -226,6 +226,7 @@ def test_the_heads_healthcheck_is_rays_own_under_the_nodes_token_env(
     assert head["environment"]["RAY_AUTH_MODE"] == "token"  # the check authenticates with it
 
 
+@pytest.mark.container
 @pytest.mark.parametrize("accel", sorted(DOCKERFILES))
 def test_debians_docker_compose_accepts_the_file(accel: str, tmp_path: Path) -> None:
     tool = shutil.which("docker-compose")

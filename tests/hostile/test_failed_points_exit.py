@@ -7,9 +7,13 @@ import json
 import shutil
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from harness.cli.main import EXIT_FAILED_POINTS, app
+
+# Loads an engine or starts Ray: not in `make test-fast` (tests/conftest.py).
+pytestmark = pytest.mark.engine
 
 TINY = Path(__file__).parents[2] / "harness" / "data" / "tiny-llama"
 

@@ -43,6 +43,7 @@ def ok_keys(run: Path) -> set[str]:
     return {r.key for r in rows if r.status == "ok"}
 
 
+@pytest.mark.engine  # the point in flight is measured on the real tiny model
 def test_a_full_disk_is_one_line_and_the_point_in_flight_is_measured_on_resume(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

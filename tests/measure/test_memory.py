@@ -87,9 +87,17 @@ def test_measure_phase_result_is_unreadable_inside_the_block() -> None:
 
 
 def test_measure_phase_keeps_the_result_when_the_block_raises() -> None:
+    before_mib = psutil.Process().memory_info().rss / 2**20
+    held = None
     with pytest.raises(KeyError), measure_phase("cpu") as phase:
+        held = bytearray(64 * 2**20)  # 64 MiB, zero-filled (touched), alive past the block
         raise KeyError("out of memory, say")
-    assert phase.result.rss_peak_mib is not None
+    assert held is not None
+    result = phase.result
+    assert result.source == "rss-sampler" and result.peak_reserved_mib is None
+    # the exit sample sees the 64 MiB the block left: at least the RSS before + 64 MiB, less a
+    # few MiB the rest of the process may have handed back meanwhile
+    assert result.rss_peak_mib >= before_mib + 64 - 4
 
 
 def test_measure_phase_names_the_accepted_devices() -> None:
@@ -210,6 +218,7 @@ def _cuda_torch() -> Any:
     return torch
 
 
+@pytest.mark.engine
 def test_measure_phase_on_cpu_only_torch_says_no_gpu_is_visible() -> None:
     torch = pytest.importorskip("torch")
     if torch.cuda.is_available():

@@ -154,6 +154,7 @@ def test_processor_marks_once_per_call_and_returns_scores_untouched() -> None:
     assert list(inspect.signature(processor.__call__).parameters) == ["input_ids", "scores"]
 
 
+@pytest.mark.engine
 def test_generate_calls_the_processor_once_per_new_token() -> None:
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
@@ -213,6 +214,7 @@ def test_step_clock_on_cuda_uses_events_and_is_monotonic() -> None:
     assert clock.total_ms() >= elapsed[-1]
 
 
+@pytest.mark.engine
 def test_step_clock_on_cpu_only_torch_says_no_gpu_is_visible() -> None:
     torch = pytest.importorskip("torch")
     if torch.cuda.is_available():

@@ -80,11 +80,11 @@ def test_a_row_is_priced_only_on_tariffs_of_its_own_gpu() -> None:
 
 def test_a_row_needing_more_gpus_than_the_node_has_is_not_priced() -> None:
     frame = frame_from_rows([F.reference(), F.reference(model="big")])
-    frame["gpus_used"] = [2, 16]
+    frame["layout"] = ["tp=2", "tp=16"]  # 2 and 16 cards; the tariff's node has 8
     result = aggregate(frame, F.tariffs())
     assert set(result.cost["model"]) == {"tiny-llama"}
     two = result.cost.iloc[0]
-    assert two["gpus_used"] == 2
+    assert two["gpus_used"] == 2 and two["replicas_per_node"] == 4  # ⌊8 / 2⌋
     assert two["tokens_per_package"] == pytest.approx(
         1000 * 3600 * 24 * two["package_days"] * (8 / 2)
     )
@@ -219,7 +219,7 @@ def test_the_throughput_latency_front_keeps_only_undominated_points() -> None:
         assert ordered["decode_tok_s"].is_monotonic_increasing
 
 
-# --- factor effects ---------------------------------------------------------------------------
+# --- factor effects (harness.results.effects) -------------------------------------------------
 
 
 def test_main_effects_are_level_means_minus_the_axis_mean() -> None:

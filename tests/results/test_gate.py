@@ -100,7 +100,8 @@ def test_accuracy_gates_on_the_paired_items_when_the_row_measured_them() -> None
         F.row(quantization="bnb-int8", **F.arc(0.60, 60, 0), **F.quality(100.05)),
         # 3 lost, 3 gained: within 0.6 points for sure, but not shown within 0.06 (class 99.9)
         F.row(quantization="bnb-nf4", **F.arc(0.60, 3, 3), **F.quality(100.05)),
-        F.row(quantization="bnb-fp4", **F.quality(100.05)),  # ARC not measured: ppl only
+        # ARC not measured where the run gates on it: never a pass on ppl alone (issue 35)
+        F.row(quantization="bnb-fp4", **F.quality(100.05)),
     ]
     points = aggregate(frame_from_rows(rows), F.tariffs()).points.set_index("quantization")
     assert points.loc["bnb-int8", "verdict_99"] == "fail"
@@ -113,7 +114,11 @@ def test_accuracy_gates_on_the_paired_items_when_the_row_measured_them() -> None
     assert points.loc["bnb-nf4", "arc_more_99_9"] > 0  # items that would decide it
     assert points.loc["bnb-nf4", "quality_class"] == "99"
     assert points.loc["bnb-fp4", "arc_verdict_99"] == "not measured"
-    assert points.loc["bnb-fp4", "quality_class"] == "99.9"
+    assert points.loc["bnb-fp4", "ppl_verdict_99_9"] == "pass"
+    assert points.loc["bnb-fp4", "verdict_99"] == "undecided"
+    assert points.loc["bnb-fp4", "undecided_by_99"] == "arc"
+    assert points.loc["bnb-fp4", "unmeasured_gates"] == "arc: no ARC item scored on this row"
+    assert points.loc["bnb-fp4", "quality_class"] == "undecided"
 
 
 def test_one_flipped_item_of_a_hundred_never_fails_a_configuration() -> None:

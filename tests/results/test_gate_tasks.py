@@ -46,7 +46,7 @@ def reference_outcome(task: TaskSpec) -> metrics.Outcome:
         wrong = n % 10 == 9
         predicted = SNIPS_INTENTS[(SNIPS_INTENTS.index(str(item.label)) + wrong) % 7]
         loglik.append([0.0 if label == predicted else -1.0 for label in SNIPS_INTENTS])
-    return metrics.choice_outcome(task, loglik)
+    return metrics.outcome_of(task, loglik)
 
 
 def record(run_dir: Path, group: str, outcome: metrics.Outcome) -> None:
@@ -62,11 +62,15 @@ def record(run_dir: Path, group: str, outcome: metrics.Outcome) -> None:
 
 
 def planted(recorded: metrics.Outcome) -> metrics.Outcome:
-    """The recorded answers with FLIPPED right items of PLANTED scored wrong on purpose."""
-    correct = recorded.correct.copy()
-    right_there = np.flatnonzero((recorded.category == PLANTED) & correct)
-    correct[right_there[:FLIPPED]] = False
-    return replace(recorded, correct=correct)
+    """The recorded answers with FLIPPED right items of PLANTED answered wrong on purpose (the
+    next intent predicted: the confusion matrix agrees with the accuracy, as the row's schema
+    checks)."""
+    correct, predicted = recorded.correct.copy(), recorded.predicted.copy()
+    right_there = np.flatnonzero((recorded.category == PLANTED) & correct)[:FLIPPED]
+    correct[right_there] = False
+    wrong = SNIPS_INTENTS[(SNIPS_INTENTS.index(PLANTED) + 1) % len(SNIPS_INTENTS)]
+    predicted[right_there] = wrong
+    return replace(recorded, correct=correct, predicted=predicted)
 
 
 def rows_for(run_dir: Path) -> list[ResultRow]:
@@ -176,17 +180,23 @@ def test_compare_shows_each_task_both_runs_scored(tmp_path: Path) -> None:
 
 
 def test_a_row_whose_task_share_is_out_of_range_is_unreadable(tmp_path: Path) -> None:
-    from harness.run.store import read_rows
+    import json
 
-    bad = TaskScore(name="t", kind="classify", items=3, units=3, score=5.0)
-    negative = TaskScore(name="t", kind="classify", items=-1, units=3, score=0.5)
-    F.write_run(tmp_path, [F.row(tasks=[bad]), F.row(tasks=[negative])])
+    from harness.run.store import point_path, read_rows
+
+    # written as a hostile file would hold them: the schema refuses them when read
+    bad = {"name": "t", "kind": "classify", "items": 3, "units": 3, "score": 5.0}
+    negative = {"name": "t", "kind": "classify", "items": -1, "units": 3, "score": 0.5}
+    for key, task in (("bad", bad), ("negative", negative)):
+        row = {**json.loads(F.row(key=key).model_dump_json()), "tasks": [task]}
+        point_path(tmp_path, key).parent.mkdir(parents=True, exist_ok=True)
+        point_path(tmp_path, key).write_text(json.dumps(row))
     rows, unreadable = read_rows(tmp_path)
     assert rows == []
     reasons = sorted(why for _, why in unreadable)
     assert reasons == [
-        "tasks[0].items holds a count below 0",
-        "tasks[0].score = 5 is not a share in [-1, 1]",
+        "tasks.0.items: Input should be greater than or equal to 0",
+        "tasks.0.score: Input should be less than or equal to 1",
     ]
 
 

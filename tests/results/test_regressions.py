@@ -91,6 +91,7 @@ def test_a_planted_regression_is_found_exactly_with_its_mcnemar_p(tmp_path: Path
     assert question.startswith(first.rstrip("…"))
 
 
+@pytest.mark.engine  # the excerpts decode windows with the model's transformers tokenizer
 def test_the_worst_windows_come_first_with_their_text(tmp_path: Path) -> None:
     planted_run(tmp_path)
     found = aggregate_run(tmp_path).regressions
@@ -134,6 +135,7 @@ def test_a_run_without_kept_answers_says_so(tmp_path: Path) -> None:
 # --------------------------------------------------------------------------- the real engine
 
 
+@pytest.mark.engine
 def test_a_real_tiny_model_run_gets_a_regressions_table(tmp_path: Path) -> None:
     """The worker on the shipped model: the reference and a 4-bit configuration, their rows
     written as a run writes them, aggregated and published."""

@@ -157,8 +157,14 @@ def test_runs_with_another_corpus_hash_are_refused_and_nothing_is_written(
 
 
 def test_another_reference_is_one_line(two: tuple[Path, Path], tmp_path: Path) -> None:
+    # a reference measured against itself: ΔNLL 0 (admission refuses a reference claim with any
+    # other; harness.results.admission.reference_claim_problem)
     rows = [
-        r.model_copy(update={"is_reference": reference})
+        r.model_copy(
+            update={"is_reference": True, **F.quality(r.ppl or 0.0, r.ppl or 0.0, half_ci=0.0002)}
+            if reference
+            else {"is_reference": False}
+        )
         for r in node_a()
         for reference in [r.quantization == "bnb-int8" and r.kv_cache_dtype == "auto"]
     ]

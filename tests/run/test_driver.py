@@ -63,7 +63,7 @@ def expected_keys(scenario: Path, run_dir: Path) -> set[str]:
 
 
 def run_in_process(scenario: Path, run_dir: Path, address: str, **kw: Any) -> None:
-    from harness.cli.main import run_sweep
+    from harness.run.session import run_sweep
 
     run_sweep(scenario, address, run_dir, True, None, **kw)
 

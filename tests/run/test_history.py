@@ -74,12 +74,13 @@ def test_a_recorded_run_calibrates_the_next_plan_by_measured_over_default(tmp_pa
         cluster_s=4.0, path=path,
     )  # fmt: skip
     assert lines[0].startswith(f"planned {duration(plan.budget.est_seconds)}, took 1 m 40 s")
-    runs = history.read(path)
-    assert len(runs) == 1
-    cal = history.calibration(runs, "s1")
+    recorded = history.read(path)
+    assert len(recorded.runs) == 1
+    cal = history.calibration(recorded, "s1")
     default_load = sum(p.default_s for p in plan.phases if p.phase == "load")
     key = ("transformers", "cpu", "tiny-llama", "load")
-    assert cal[key] == pytest.approx(2 * 3.0 / default_load)
+    assert cal.factors[key] == pytest.approx(2 * 3.0 / default_load)
+    assert cal.runs[key] == 1
     again = tiny_plan(calibration=cal)
     assert again.budget.est_load_seconds == pytest.approx(6.0)
     assert again.budget.est_quality_seconds == pytest.approx(10.0)
@@ -87,30 +88,40 @@ def test_a_recorded_run_calibrates_the_next_plan_by_measured_over_default(tmp_pa
     assert again.budget.est_seconds == pytest.approx(100.0)
 
 
-def test_a_model_without_history_borrows_its_engine_and_device_ratio() -> None:
-    plan = tiny_plan(calibration={("transformers", "cpu", budget.ANY, "load"): 3.0})
+def test_only_the_model_free_phases_borrow_another_models_ratio() -> None:
+    factors = {
+        ("transformers", "cpu", "other-model", "load"): 3.0,  # another model: not this one's
+        ("transformers", "cpu", budget.ANY, "startup"): 2.0,  # a process start: any model's
+    }
+    plan = tiny_plan(calibration=budget.Calibration(factors=factors, source="h", runs_read=1))
     base = tiny_plan()
-    assert plan.budget.est_load_seconds == pytest.approx(3 * base.budget.est_load_seconds)
-    assert plan.budget.est_quality_seconds == pytest.approx(base.budget.est_quality_seconds)
+    assert plan.budget.est_load_seconds == pytest.approx(base.budget.est_load_seconds)
+    startup = base.budget.est_phase_seconds["startup"]
+    assert plan.budget.est_phase_seconds["startup"] == pytest.approx(2 * startup)
 
 
 def test_the_same_scenarios_runs_calibrate_first_and_only_the_latest_few() -> None:
-    def run(scenario: str, took: float) -> dict[str, object]:
+    def run(scenario: str, took: float) -> history.RunLine:
         phase = {"engine": "vllm", "device": "cpu", "model": "m", "phase": "load",
                  "planned_s": 10.0, "took_s": took}  # fmt: skip
-        return {"schema": history.SCHEMA, "scenario_hash": scenario, "phases": [phase]}
+        line = {"schema": history.SCHEMA, "scenario_hash": scenario, "phases": [phase]}
+        return history.RunLine.model_validate(line)
+
+    def cal(runs: list[history.RunLine]) -> float:
+        found = history.calibration(history.History(path=Path("h"), runs=runs), "mine")
+        return found.factors[("vllm", "cpu", "m", "load")]
 
     runs = [run("other", 50.0)] + [run("mine", 20.0)] * history.RUNS_USED
-    key = ("vllm", "cpu", "m", "load")
-    assert history.calibration(runs, "mine")[key] == pytest.approx(2.0)  # "other" left out
-    assert history.calibration(runs[:2], "mine")[key] == pytest.approx((50 + 20) / 20)
+    assert cal(runs) == pytest.approx(2.0)  # "other" left out
+    assert cal(runs[:2]) == pytest.approx((50 + 20) / 20)
 
 
 def test_a_history_line_that_is_not_ours_is_left_out(tmp_path: Path) -> None:
     path = tmp_path / "history.jsonl"
     path.write_bytes(b'not json\n\xff\xfe\n{"schema": 99}\n{"schema": 1, "phases": []}\n')
-    assert len(history.read(path)) == 1
-    assert history.read(tmp_path / "absent.jsonl") == []
+    recorded = history.read(path)
+    assert len(recorded.runs) == 1 and recorded.skipped == [1, 2, 3]
+    assert history.read(tmp_path / "absent.jsonl").runs == []
 
 
 def test_the_end_of_run_line_names_each_phase_that_differs() -> None:
@@ -143,7 +154,9 @@ def test_plan_says_whether_its_budget_is_calibrated(
         cluster_s=4.0,
     )  # fmt: skip
     second = CliRunner().invoke(app, ["plan", str(scenario)])
-    assert "calibrated from 1 run(s)" in second.output.replace("\n", "")
+    words = second.output.replace("\n", "")
+    assert f"calibrated from {path}: " in words
+    assert "model load + engine start, quality scoring, measured work: 1 run of " in words
     assert "≈ 1 m 40 s in all" in second.output.replace("\n", " ")
 
 

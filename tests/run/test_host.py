@@ -326,7 +326,7 @@ def cluster(monkeypatch: pytest.MonkeyPatch) -> Iterator[Cluster]:
 def sweep_once(
     tmp_path: Path, address: str, name: str, contexts: str, output_tokens: int = 4
 ) -> Path:
-    from harness.cli.main import run_sweep
+    from harness.run.session import run_sweep
 
     scenario = tmp_path / f"{name}.yaml"
     scenario.write_text(SCENARIO.format(name=name, contexts=contexts, output_tokens=output_tokens))
@@ -440,7 +440,7 @@ def test_a_group_whose_host_server_cannot_be_reached_runs_in_a_fresh_actor(
     """The node's host hands out a server its group's task cannot reach (a wrong key here; a
     server that died, in life): the task answers Fallback, the driver says why once and runs
     the group in a fresh actor instead; every row is measured there, none lost."""
-    from harness.cli.main import sweep_locked
+    from harness.run.session import sweep_locked
 
     monkeypatch.setenv("HARNESS_FORKSERVER", "1")
     unreachable = host.HostServer(server.process, forking.ServerInfo(server.info.address, b"wrong"))

@@ -16,8 +16,12 @@ from typing import Any
 import pytest
 
 from harness.run import driver, sweep
+from harness.run.launchers.actor import ActorLauncher
 from harness.spec.scenario import QualitySettings
 from tests import factories as F
+
+# Loads an engine or starts Ray: not in `make test-fast` (tests/conftest.py).
+pytestmark = pytest.mark.ray
 
 QUALITY = QualitySettings(window_tokens=64, max_windows=2, arc_items=2, bootstrap_samples=200)
 
@@ -35,7 +39,7 @@ def attempt(node_id: str | None, context: int) -> driver.Attempt:
 @pytest.fixture
 def watched(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
     """A driver whose GCS says node `b` is dead, and which records what it retries."""
-    d = driver.Driver(tmp_path, F.work_context(tmp_path, QUALITY), NoActor)
+    d = driver.Driver(tmp_path, F.work_context(tmp_path, QUALITY), [ActorLauncher(NoActor)])
     asked: list[int] = []
     retried: list[tuple[driver.Attempt, BaseException]] = []
 

@@ -251,6 +251,7 @@ def parsed(argv: list[str]) -> dict[str, object]:
     return dict(start.make_context("start", argv[2:]).params)
 
 
+@pytest.mark.ray
 def test_start_command_for_a_head_binds_the_dashboard_to_localhost() -> None:
     argv = node.start_command(True, None, inventory("cpu", []), port=6380)
     params = parsed(argv)
@@ -261,6 +262,7 @@ def test_start_command_for_a_head_binds_the_dashboard_to_localhost() -> None:
     assert json.loads(str(params["resources"])) == {"accel:cpu": 1}
 
 
+@pytest.mark.ray
 def test_start_command_for_a_gpu_worker_declares_gpus_resources_and_labels() -> None:
     from ray._private.label_utils import parse_node_labels_string
 

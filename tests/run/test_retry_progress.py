@@ -3,13 +3,12 @@
 The driver calls `on_group` again when a group's remaining points start on another node (a fresh
 attempt) and `on_row` once per row. `harness run` draws those callbacks; here a stand-in Driver
 makes them as a real retry does (1 row on node A, the node lost, 3 rows on node B) and the bars
-are read back from the Progress that `harness run` drew into.
+are read back from the Progress that the sweep's session (harness.run.session) drew into.
 """
 
 from __future__ import annotations
 
 import contextlib
-import importlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,17 +16,19 @@ from typing import Any
 import pytest
 from rich.progress import Progress, TaskID
 
-from harness.run import driver, sweep
+from harness.run import driver, session, sweep
 from harness.run.contracts import point_row
 
-cli = importlib.import_module("harness.cli.main")  # the package exports a `main` function
+# Loads an engine or starts Ray: not in `make test-fast` (tests/conftest.py).
+pytestmark = pytest.mark.ray
+
 FIXTURE = Path(__file__).parents[1] / "fixtures" / "tiny-sweep.yaml"
 
 
 class RetryingDriver:
     """Each group: its first point on node A, then (node A lost) the rest on node B."""
 
-    def __init__(self, run_dir: Path, ctx: Any, actor: Any, **kw: Any) -> None:
+    def __init__(self, run_dir: Path, ctx: Any, launchers: Any, **kw: Any) -> None:
         self.ctx, self.on_row, self.on_group = ctx, kw["on_row"], kw["on_group"]
         self.failures: list[dict[str, Any]] = []
 
@@ -48,7 +49,7 @@ def drawn(monkeypatch: pytest.MonkeyPatch) -> Iterator[Progress]:
     def bar(total: int) -> Iterator[tuple[Progress, TaskID]]:
         yield progress, progress.add_task("starting", total=total)
 
-    monkeypatch.setattr(cli, "progress_bar", bar)
+    monkeypatch.setattr(session, "progress_bar", bar)
     monkeypatch.setattr(driver, "Driver", RetryingDriver)
     monkeypatch.setattr(driver, "connect", lambda address: {"address": "stand-in"})
     monkeypatch.setattr(driver, "node_inventory", lambda: [])
@@ -56,7 +57,7 @@ def drawn(monkeypatch: pytest.MonkeyPatch) -> Iterator[Progress]:
 
 
 def test_a_retried_group_has_one_bar_that_ends_full(drawn: Progress, tmp_path: Path) -> None:
-    cli.run_sweep(FIXTURE, None, tmp_path / "run", True, None)
+    session.run_sweep(FIXTURE, None, tmp_path / "run", True, None)
     sweep_task, *group_tasks = drawn.tasks
     assert sweep_task.completed == sweep_task.total
     plan = sweep.prepare(FIXTURE, tmp_path / "run")

@@ -15,6 +15,9 @@ from harness.run.worker import measure_group
 from harness.spec.scenario import Point, QualitySettings
 from tests import factories as F
 
+# Loads an engine or starts Ray: not in `make test-fast` (tests/conftest.py).
+pytestmark = pytest.mark.engine
+
 QUALITY = QualitySettings(window_tokens=64, max_windows=4, arc_items=4, bootstrap_samples=200)
 
 

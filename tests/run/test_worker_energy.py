@@ -14,6 +14,9 @@ from harness.row import Energy, ResultRow
 from harness.run.contracts import point_row
 from tests.run.test_worker import point, run
 
+# Loads an engine or starts Ray: not in `make test-fast` (tests/conftest.py).
+pytestmark = pytest.mark.engine
+
 ENERGY_COLUMNS = ("energy_j_prefill", "energy_j_decode", "energy_j_quality",
                   "j_per_token_decode", "avg_power_w_decode")  # fmt: skip
 

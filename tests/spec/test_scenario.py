@@ -30,7 +30,7 @@ def replace(key: str, new: str) -> str:
 MALFORMED: dict[str, tuple[str, str]] = {
     "typo in a top-level key": (
         BASE.replace("batch:", "bacth:"),
-        "bad.yaml:5: bacth: unknown field (did you mean 'batch'?); expected one of: name, models, backend, quantization, kv_cache_dtype, batch, context, output_tokens, targets, repeats, warmups, min_duration_s, seed, gpu, exclude, reference, quality, vllm, serving, training",
+        "bad.yaml:5: bacth: unknown field (did you mean 'batch'?); expected one of: name, models, backend, quantization, kv_cache_dtype, batch, context, output_tokens, targets, repeats, warmups, min_duration_s, seed, gpu, exclude, reference, quality, vllm, serving, training, parallel, speculative",
     ),
     "unknown backend": (
         replace("backend", "backend: [transformer]"),
@@ -78,7 +78,7 @@ MALFORMED: dict[str, tuple[str, str]] = {
     ),
     "unknown model": (
         replace("models", "models: [meta-llama/Llama-3.1-8B-Instruc]"),
-        "bad.yaml:2: models[0].id: unknown model 'meta-llama/Llama-3.1-8B-Instruc' (did you mean 'meta-llama/Llama-3.1-8B-Instruct'?): expected a catalog id (meta-llama/Llama-3.1-8B-Instruct, meta-llama/Llama-3.1-70B-Instruct, Qwen/Qwen2.5-7B-Instruct, Qwen/Qwen2.5-72B-Instruct, mistralai/Mistral-7B-v0.3, mistralai/Mixtral-8x7B-v0.1, google/gemma-2-9b, microsoft/Phi-3-mini-4k-instruct, tiny-llama, llama-3.1-8b, llama-3.2-1b, qwen2.5-0.5b) or a local directory containing config.json",
+        "bad.yaml:2: models[0].id: unknown model 'meta-llama/Llama-3.1-8B-Instruc' (did you mean 'meta-llama/Llama-3.1-8B-Instruct'?): expected a catalog id (meta-llama/Llama-3.1-8B-Instruct, meta-llama/Llama-3.1-70B-Instruct, Qwen/Qwen2.5-7B-Instruct, Qwen/Qwen2.5-72B-Instruct, mistralai/Mistral-7B-v0.3, mistralai/Mixtral-8x7B-v0.1, google/gemma-2-9b, microsoft/Phi-3-mini-4k-instruct, meta-llama/Llama-2-7b-hf, meta-llama/Llama-2-70b-hf, meta-llama/Meta-Llama-3-8B, meta-llama/Meta-Llama-3-70B, mistralai/Mistral-7B-v0.1, Qwen/Qwen2-7B, Qwen/Qwen2-72B, Qwen/Qwen3-235B-A22B, openai/gpt-oss-120b, tiny-llama, llama-3.1-8b, llama-3.2-1b, qwen2.5-0.5b) or a local directory containing config.json",
     ),
     "unknown model field": (
         replace("models", "models: [{id: tiny-llama, revison: main}]"),
@@ -106,7 +106,7 @@ MALFORMED: dict[str, tuple[str, str]] = {
     ),
     "unknown gpu": (
         BASE + "gpu: H1000\n",
-        "bad.yaml:9: gpu: unknown GPU 'H1000'; known: H100-SXM-80GB, H100-PCIe-80GB, H200-141GB, A100-SXM-40GB, A100-SXM-80GB, L40S, L4, RTX-4090, MI300X, MI325X, MI250X-GCD, cpu",
+        "bad.yaml:9: gpu: unknown GPU 'H1000'; known: H100-SXM-80GB, H100-PCIe-80GB, H200-141GB, A100-SXM-40GB, A100-SXM-80GB, L40S, L4, RTX-4090, MI300X, MI325X, MI250X-GCD, cpu, GH200-96GB, MI250-GCD",
     ),
     "repeats zero": (
         BASE + "repeats: 0\n",
@@ -256,7 +256,9 @@ def test_a_checkpoint_point_keeps_the_key_it_had_before_the_weights_field() -> N
     old = {
         k: v
         for k, v in point.model_dump().items()
-        if k != "weights" and not (k in ("adapter", "serving", "training") and v is None)
+        if k != "weights"
+        and not (k in ("adapter", "serving", "training", "layout", "speculative") and v is None)
+        and not (k == "inputs" and not v)  # a point that reads no file (spec.inputs)
     }
     payload = json.dumps({**old, "harness": __version__, "corpus": "c"}, sort_keys=True)
     assert point.key("c") == hashlib.sha256(payload.encode()).hexdigest()[:20]

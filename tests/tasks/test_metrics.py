@@ -23,7 +23,7 @@ def extract_task(*golds: dict[str, str], categories: tuple[str, ...] = ()) -> Ta
 
 
 def outcome_of(outputs: list[str], *golds: dict[str, str]) -> metrics.Outcome:
-    return metrics.extract_outcome(extract_task(*golds), outputs)
+    return metrics.outcome_of(extract_task(*golds), outputs)
 
 
 def test_json_that_does_not_parse_is_invalid_and_hits_nothing() -> None:
@@ -73,7 +73,7 @@ def test_extra_fields_lower_precision_only() -> None:
 
 def test_field_scores_pool_over_items_and_per_category() -> None:
     task = extract_task(GOLD, {"city": "Rome"}, categories=("a", "b"))
-    got = metrics.extract_outcome(task, ['{"city": "Paris"}', '{"city": "Rome", "x": "y"}'])
+    got = metrics.outcome_of(task, ['{"city": "Paris"}', '{"city": "Rome", "x": "y"}'])
     # a: 1 hit / 1 said, 1 / 2 gold → F1 2/3; b: 1 / 2 said, 1 / 1 gold → F1 2/3;
     # pooled: 2 hits, 3 said, 3 gold → P = R = F1 = 2/3
     assert metrics.field_prf(got) == pytest.approx((2 / 3, 2 / 3, 2 / 3))
@@ -96,7 +96,7 @@ def test_a_per_category_confusion_by_hand() -> None:
     golds = ["A", "A", "A", "B", "B", "C"]
     predicted = ["A", "A", "B", "B", "A", "C"]
     task = classify_task(golds)
-    got = metrics.choice_outcome(task, loglik_for(predicted))
+    got = metrics.outcome_of(task, loglik_for(predicted))
     table = metrics.confusion(got.gold.tolist(), got.predicted.tolist(), ("A", "B", "C"))
     assert table.tolist() == [[2, 1, 0], [1, 1, 0], [0, 0, 1]]
     assert metrics.rate(got.correct) == pytest.approx(4 / 6)
@@ -111,14 +111,14 @@ def test_macro_f1_leaves_out_labels_that_never_occur() -> None:
 
 
 def test_a_tie_picks_the_first_label() -> None:
-    got = metrics.choice_outcome(classify_task(["B"]), [[0.0, 0.0, -1.0]])
+    got = metrics.outcome_of(classify_task(["B"]), [[0.0, 0.0, -1.0]])
     assert got.predicted.tolist() == ["A"]
 
 
 def test_paired_classify_items_match_the_newcombe_interval() -> None:
     task = classify_task(["A"] * 10)
-    ref = metrics.choice_outcome(task, loglik_for(["A"] * 10))
-    cand = metrics.choice_outcome(task, loglik_for(["A"] * 7 + ["B"] * 3))
+    ref = metrics.outcome_of(task, loglik_for(["A"] * 10))
+    cand = metrics.outcome_of(task, loglik_for(["A"] * 7 + ["B"] * 3))
     found = metrics.paired(ref, cand)
     assert found is not None
     interval, ref_rate = found
@@ -129,8 +129,8 @@ def test_paired_classify_items_match_the_newcombe_interval() -> None:
 
 def test_extract_items_pair_per_field() -> None:
     task = extract_task(GOLD, {"city": "Rome"})
-    ref = metrics.extract_outcome(task, ['{"city": "Paris", "day": "monday"}', '{"city": "Rome"}'])
-    cand = metrics.extract_outcome(task, ['{"city": "Paris"}', '{"city": "Rome"}'])
+    ref = metrics.outcome_of(task, ['{"city": "Paris", "day": "monday"}', '{"city": "Rome"}'])
+    cand = metrics.outcome_of(task, ['{"city": "Paris"}', '{"city": "Rome"}'])
     found = metrics.paired(ref, cand)
     assert found is not None
     interval, ref_rate = found
@@ -140,10 +140,10 @@ def test_extract_items_pair_per_field() -> None:
 
 def test_units_pair_by_id_whatever_their_order() -> None:
     task = classify_task(["A", "B", "C"])
-    ref = metrics.choice_outcome(task, loglik_for(["A", "B", "A"]))
+    ref = metrics.outcome_of(task, loglik_for(["A", "B", "A"]))
     flipped = classify_task(["C", "B", "A"])  # the same ids in another order, other golds
     items = tuple(reversed(task.scored))
-    cand = metrics.choice_outcome(
+    cand = metrics.outcome_of(
         TaskSpec(name="c", kind="classify", prompt="{text}", scored=items, labels=("A", "B", "C")),
         loglik_for(["C", "B", "A"]),
     )
@@ -157,8 +157,8 @@ def test_units_pair_by_id_whatever_their_order() -> None:
 def test_summary_names_the_worst_category() -> None:
     golds = ["A"] * 4 + ["B"] * 4
     task = classify_task(golds, ("A", "B"))
-    ref = metrics.choice_outcome(task, loglik_for(golds, ("A", "B")))
-    cand = metrics.choice_outcome(task, loglik_for(["A"] * 4 + ["A", "A", "B", "B"], ("A", "B")))
+    ref = metrics.outcome_of(task, loglik_for(golds, ("A", "B")))
+    cand = metrics.outcome_of(task, loglik_for(["A"] * 4 + ["A", "A", "B", "B"], ("A", "B")))
     score = metrics.summarize("c", task, cand, ref)
     assert score.score == pytest.approx(6 / 8) and score.diff == pytest.approx(2 / 8)
     assert score.worst_category == "B" and score.worst_diff == pytest.approx(0.5)
@@ -169,7 +169,7 @@ def test_summary_names_the_worst_category() -> None:
 
 def test_arrays_round_trip_and_a_damaged_task_is_left_out() -> None:
     task = extract_task(GOLD, {"city": "Rome"})
-    got = metrics.extract_outcome(task, ['{"city": "Paris"}', "no"])
+    got = metrics.outcome_of(task, ['{"city": "Paris"}', "no"])
     arrays = metrics.to_arrays("x", got)
     back = metrics.from_arrays(arrays)["x"]
     assert back.kind == "extract" and back.field_hit.tolist() == got.field_hit.tolist()
@@ -179,7 +179,7 @@ def test_arrays_round_trip_and_a_damaged_task_is_left_out() -> None:
 
 
 def test_no_gold_field_leaves_recall_undefined() -> None:
-    got = metrics.extract_outcome(extract_task(GOLD), ['{"city": "Paris"}'])
+    got = metrics.outcome_of(extract_task(GOLD), ['{"city": "Paris"}'])
     p, r, f1 = metrics.field_prf(got, np.zeros(1, dtype=bool))
     assert p == 0.0 and math.isnan(r) and math.isnan(f1)
 
@@ -190,7 +190,7 @@ def test_choice_items_are_right_when_the_gold_choice_scores_highest() -> None:
         TaskItem("q1", "history", {"text": "t"}, choices=("a", "b"), gold=0),
     )
     task = TaskSpec(name="q", kind="choice", prompt="{text}", scored=items)
-    got = metrics.choice_outcome(task, [[-3.0, -2.0, -1.0], [-1.0, -0.5]])
+    got = metrics.outcome_of(task, [[-3.0, -2.0, -1.0], [-1.0, -0.5]])
     assert got.correct.tolist() == [True, False]
     assert got.predicted.tolist() == ["2", "1"] and got.gold.tolist() == ["2", "0"]
     assert metrics.per_category_accuracy(got) == {"history": 0.0, "science": 1.0}

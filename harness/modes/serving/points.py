@@ -3,6 +3,8 @@ cannot run."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from harness.modes.serving import workload
 from harness.modes.serving.spec import SPARE_TOKENS, Serving, ServingLevel
 from harness.spec import catalog
@@ -33,6 +35,15 @@ def serving_points(scenario: Scenario, offline: list[Point]) -> list[Point]:
         for level in levels
         for context, output in [mean_lengths(level, catalog.model(first.model, first.revision))]
     ]
+
+
+def serving_inputs(point: Point) -> list[tuple[str, Path]]:
+    """The file a serving point reads beyond its model: its workload's trace (its content is
+    part of the point's key: harness.spec.inputs)."""
+    level = point.serving
+    if level is None or level.workload is None or level.workload.trace is None:
+        return []
+    return [("trace", workload.trace_path(level.workload.trace))]
 
 
 def arrivals(serving: Serving) -> tuple[float, float] | None:

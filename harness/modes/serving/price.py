@@ -49,11 +49,13 @@ import pandas as pd
 from numpy.typing import NDArray
 
 from harness.modes.serving import slo
+from harness.results import speculation
 from harness.results.columns import ENGINE_WEIGHTS_KV, PRICED_ON
 from harness.results.pricing import (
     PASS_COLUMNS,
     VERDICT_COLUMNS,
     cheapest_by_class,
+    gpus_used,
     package_hour,
     pass_column,
     usd_per_mtok,
@@ -64,8 +66,8 @@ QUALITY_COLUMNS = (
 )  # fmt: skip
 # a serving configuration: its group's, and whether the server cached prefixes (None: no axis)
 CONFIG_COLUMNS = (
-    "run", "group", "model", "weights", *ENGINE_WEIGHTS_KV, "target", "gpu", "device",
-    "prefix_caching",
+    "run", "group", "model", "weights", *ENGINE_WEIGHTS_KV, "layout", "speculative", "target",
+    "gpu", "device", "prefix_caching",
 )  # fmt: skip
 # a configuration's level at the SLO and its output tok/s there (every at-SLO table leads with them)
 AT_SLO = ("level_at_slo", "output_tok_s_at_slo")
@@ -86,6 +88,8 @@ CHEAPEST_AT_SLO_COLUMNS = [
     "quality_class",
     *PRICED_ON,
     *ENGINE_WEIGHTS_KV,
+    "layout",
+    "speculative",
     "prefix_caching",
     *AT_SLO,
     "usd_per_mtok_output_at_slo",
@@ -131,6 +135,8 @@ INTERACTIVITY_COLUMNS = list(
             "output_tok_s",
             "slo_attainment",
             "usd_per_mtok_output",
+            "spec_workload",
+            "greedy_identical",
             "key",
         ]
     )
@@ -141,10 +147,13 @@ BAND_COLUMNS = [
     "band_tok_s_user",
     *PRICED_ON,
     *ENGINE_WEIGHTS_KV,
+    "layout",
+    "speculative",
     "level",
     "tok_s_per_user",
     "usd_per_mtok_output",
     "gpu_flips",
+    "layout_flips",
     "achieved_class",
     "key",
 ]
@@ -183,7 +192,27 @@ def inherit_quality(serving: pd.DataFrame, offline: pd.DataFrame) -> pd.DataFram
         level_label(c, r)
         for c, r in zip(merged["concurrency"], merged["request_rate"], strict=True)
     ]
-    return merged
+    return with_group_identity(merged, offline)
+
+
+def with_group_identity(serving: pd.DataFrame, offline: pd.DataFrame) -> pd.DataFrame:
+    """A speculative serving row's greedy identity is its group's offline verdict (a replay
+    keeps its own "synthetic"; no offline row: "unchecked"); a row whose verdict is not "yes"
+    passes no class, so it is never priced as equal quality (plain rows are untouched)."""
+    own = serving.get("greedy_identical", pd.Series(None, index=serving.index)).astype("object")
+    found = speculation.group_identity(offline).rename(columns={"greedy_identical": "of_group"})
+    merged = serving.drop(columns=["greedy_identical"], errors="ignore").merge(
+        found, on=["run", "group"], how="left", sort=False
+    )
+    spec = speculation.speculative_rows(merged)
+    own = own.reset_index(drop=True)
+    verdict = merged["of_group"].astype("object").fillna(speculation.UNCHECKED)
+    verdict = verdict.where(own != speculation.SYNTHETIC, speculation.SYNTHETIC)
+    merged["greedy_identical"] = verdict.where(spec, None)
+    blocked = spec & (merged["greedy_identical"] != speculation.IDENTICAL).to_numpy(dtype=bool)
+    for column in PASS_COLUMNS:
+        merged[column] = merged[column].astype(bool) & ~blocked
+    return merged.drop(columns=["of_group"])
 
 
 @dataclass(frozen=True)
@@ -282,12 +311,12 @@ def at_slo_packages(at: pd.DataFrame, packages: pd.DataFrame) -> pd.DataFrame:
 
 def price_at_slo(table: pd.DataFrame, utilisation: float) -> pd.DataFrame:
     """Configurations at their SLO level × packages (``at_slo_packages``), priced with the
-    pricing formulas on ``output_tok_s_at_slo`` (one replica per card: gpus_used 1)."""
+    pricing formulas on ``output_tok_s_at_slo``, each on the cards its layout occupies."""
     out = table.copy()
     if out.empty:
         out["usd_per_mtok_output_at_slo"] = pd.Series(dtype="float64")
         return out
-    usd_per_hour = package_hour(out, utilisation, gpus_used=1.0)
+    usd_per_hour = package_hour(out, utilisation, gpus_used=gpus_used(out))
     tok_s = out["output_tok_s_at_slo"].to_numpy(dtype=np.float64)
     out["usd_per_mtok_output_at_slo"] = usd_per_mtok(usd_per_hour, tok_s)
     return out
@@ -336,8 +365,10 @@ def cheapest_passing(frame: pd.DataFrame, keys: tuple[str, ...], cost: str) -> p
 
 
 def cheapest_at_slo(priced: pd.DataFrame) -> pd.DataFrame:
-    """Per (model, class, GPU, package): the configuration cheapest at the SLO that passes."""
-    out = cheapest_passing(priced, ("model", "gpu", "package_index"), "usd_per_mtok_output_at_slo")
+    """Per (model, class, GPU, package, layout): the configuration cheapest at the SLO that
+    passes (layouts side by side)."""
+    keys = ("model", "gpu", "package_index", *(["layout"] if "layout" in priced else []))
+    out = cheapest_passing(priced, keys, "usd_per_mtok_output_at_slo")
     if out.empty:
         return pd.DataFrame(columns=CHEAPEST_AT_SLO_COLUMNS)
     out = out.sort_values(["model", "quality_class", "gpu", "package_days"])
@@ -349,9 +380,9 @@ def cheapest_at_slo(priced: pd.DataFrame) -> pd.DataFrame:
 
 @dataclass(frozen=True)
 class ServingPriced:
-    """The serving tables, named as the ``Aggregate`` fields they fill: ``serving`` (the rows
-    with their configuration's quality and level label), ``at_slo``, ``priced_at_slo``,
-    ``cheapest_at_slo``."""
+    """The serving tables, named as its registry entry declares them (``Aggregate.tables``):
+    ``serving`` (the rows with their configuration's quality and level label), ``at_slo``,
+    ``priced_at_slo``, ``cheapest_at_slo``."""
 
     tables: dict[str, pd.DataFrame]
     counts: dict[str, Any]
@@ -380,6 +411,7 @@ def price(
             "slo_search": slo_search(everything.loc[own], served, packages, utilisation),
             "interactivity": curve,
             "interactivity_bands": interactivity_bands(curve, bands_of(served)),
+            "speculation_bands": speculation_bands(curve, bands_of(served)),
         },
         counts={
             "serving_rows": len(everything),
@@ -452,7 +484,9 @@ def slo_search(
     if priced.any():
         rows = merged.loc[priced]
         tok_s = rows["output_tok_s_at_max_rate"].to_numpy(dtype=np.float64)
-        usd[priced] = usd_per_mtok(package_hour(rows, utilisation, gpus_used=1.0), tok_s)
+        usd[priced] = usd_per_mtok(
+            package_hour(rows, utilisation, gpus_used=gpus_used(rows)), tok_s
+        )
     return merged.assign(usd_per_mtok_output_at_max_rate=usd)[columns]
 
 
@@ -498,7 +532,7 @@ def interactivity(served: pd.DataFrame, packages: pd.DataFrame, utilisation: flo
     if rows.empty:
         return pd.DataFrame(columns=INTERACTIVITY_COLUMNS)
     merged = rows.merge(packages, on="gpu", how="inner", sort=False).reset_index(drop=True)
-    usd_per_hour = package_hour(merged, utilisation, gpus_used=1.0)
+    usd_per_hour = package_hour(merged, utilisation, gpus_used=gpus_used(merged))
     merged["usd_per_mtok_output"] = usd_per_mtok(
         usd_per_hour, merged["output_tok_s"].to_numpy(dtype=np.float64)
     )
@@ -534,7 +568,122 @@ def interactivity_bands(curve: pd.DataFrame, bands: list[float]) -> pd.DataFrame
     if out.empty:
         return pd.DataFrame(columns=BAND_COLUMNS)
     out = out.sort_values(["model", "quality_class", "package_days", "band_tok_s_user"])
-    below = out.groupby(["model", "quality_class", "package_days"], sort=False)["gpu"].shift()
-    out = out.assign(gpu_flips=below.notna() & (below != out["gpu"]))
+    # the layout as the band below names it (one card: tp=1), to say where the cheaper flips
+    shown = out.get("layout", pd.Series(None, index=out.index)).astype("object").fillna("tp=1")
+    per = out.assign(shown_layout=shown).groupby(
+        ["model", "quality_class", "package_days"], sort=False
+    )
+    below, layout_below = per["gpu"].shift(), per["shown_layout"].shift()
+    out = out.assign(
+        gpu_flips=below.notna() & (below != out["gpu"]),
+        layout_flips=layout_below.notna() & (layout_below != shown),
+    )
     table: pd.DataFrame = out.reset_index(drop=True)[BAND_COLUMNS]
     return table
+
+
+# --- speculation against plain decoding, per interactivity band ------------------------------
+
+PLAIN = "plain"  # the arm without speculation
+# what a band's speculative and plain arms are compared within: one card, package and engine
+# configuration (the same run, so the same prompts), the speculation aside
+SPECULATION_SERIES = (
+    "run", "model", "gpu", "provider", "package_days", *ENGINE_WEIGHTS_KV, "layout", "target",
+    "prefix_caching",
+)  # fmt: skip
+SPECULATION_BAND_COLUMNS = [
+    "model", "quality_class", "band_tok_s_user", *PRICED_ON, *ENGINE_WEIGHTS_KV, "layout",
+    "speculative", "spec_workload", "plain_usd_per_mtok_output", "usd_per_mtok_output",
+    "speculation_saving_pct", "cheaper", "cheaper_flips", "level", "tok_s_per_user",
+]  # fmt: skip
+
+
+def cheaper_arm(plain: float, spec: float) -> str:
+    """Which arm is cheaper per Mtok at a band: "speculation" / "plain" (ties: plain, the
+    simpler server), or the one arm that reaches the band at all ("... only")."""
+    if np.isnan(plain) and np.isnan(spec):
+        return ""
+    if np.isnan(plain):
+        return "speculation only"
+    if np.isnan(spec):
+        return "plain only"
+    return "speculation" if spec < plain else PLAIN
+
+
+def speculation_bands(curve: pd.DataFrame, bands: list[float]) -> pd.DataFrame:
+    """Per band B, class, series (``SPECULATION_SERIES``) and speculative configuration S: the
+    cheapest level passing the class with tok/s/user ≥ B with S and without speculation, their
+    $/Mtok out, ``speculation_saving_pct`` = 100 × (plain − S) ÷ plain, which is ``cheaper``,
+    and ``cheaper_flips``: it differs from the band below's (both arms measured there). Empty
+    when no level speculates."""
+    if curve.empty or not bands or not speculation.speculative_rows(curve).any():
+        return pd.DataFrame(columns=SPECULATION_BAND_COLUMNS)
+    arm = curve["speculative"].astype("object").where(speculation.speculative_rows(curve), PLAIN)
+    rows = curve.assign(arm=arm)
+    chosen = cheapest_passing(
+        pd.concat(
+            [rows[rows["tok_s_per_user"] >= b].assign(band_tok_s_user=b) for b in bands],
+            ignore_index=True,
+        ),
+        (*SPECULATION_SERIES, "band_tok_s_user", "arm"),
+        "usd_per_mtok_output",
+    )
+    if chosen.empty:
+        return pd.DataFrame(columns=SPECULATION_BAND_COLUMNS)
+    measured = _labels_per_series(rows)  # a speculative arm measured but never passing: too
+    records = []
+    for key, arms in chosen.groupby(
+        ["quality_class", *SPECULATION_SERIES], sort=False, dropna=False
+    ):
+        for label in measured.get(_series_key(key[1:]), []):
+            records += _band_records(arms, label, bands)
+    if not records:
+        return pd.DataFrame(columns=SPECULATION_BAND_COLUMNS)
+    out = pd.DataFrame.from_records(records)
+    return out.reindex(columns=SPECULATION_BAND_COLUMNS).reset_index(drop=True)
+
+
+def _series_key(values: tuple[Any, ...]) -> tuple[str, ...]:
+    """A series' key as text (a missing layout or prefix-caching setting compares equal)."""
+    return tuple("" if pd.isna(v) else str(v) for v in values)
+
+
+def _labels_per_series(rows: pd.DataFrame) -> dict[tuple[str, ...], list[str]]:
+    """Each series' speculative configurations measured (passing a class or not), by label."""
+    out: dict[tuple[str, ...], set[str]] = {}
+    for key, one in rows.groupby(list(SPECULATION_SERIES), sort=False, dropna=False):
+        labels = {str(a) for a in one["arm"] if a != PLAIN}
+        out.setdefault(_series_key(key), set()).update(labels)
+    return {key: sorted(labels) for key, labels in out.items() if labels}
+
+
+def _band_records(arms: pd.DataFrame, label: str, bands: list[float]) -> list[dict[str, Any]]:
+    """One series' comparison of ``label`` with plain decoding, band by band (ascending)."""
+    out: list[dict[str, Any]] = []
+    below = ""
+    for band in bands:
+        at = arms[arms["band_tok_s_user"] == band]
+        plain, spec = at[at["arm"] == PLAIN], at[at["arm"] == label]
+        if plain.empty and spec.empty:
+            continue
+        first = (spec if not spec.empty else plain).iloc[0]
+        plain_usd = float(plain["usd_per_mtok_output"].iloc[0]) if not plain.empty else np.nan
+        spec_usd = float(spec["usd_per_mtok_output"].iloc[0]) if not spec.empty else np.nan
+        cheaper = cheaper_arm(plain_usd, spec_usd)
+        measured_both = cheaper in ("speculation", PLAIN)
+        record = {c: first.get(c) for c in SPECULATION_BAND_COLUMNS if c in first.index}
+        record.update(
+            speculative=label,
+            spec_workload=spec["spec_workload"].iloc[0] if not spec.empty else None,
+            plain_usd_per_mtok_output=plain_usd,
+            usd_per_mtok_output=spec_usd,
+            speculation_saving_pct=100.0 * (plain_usd - spec_usd) / plain_usd
+            if measured_both else np.nan,
+            cheaper=cheaper,
+            cheaper_flips=bool(measured_both and below and below != cheaper),
+            level=spec["level"].iloc[0] if not spec.empty else None,
+            tok_s_per_user=float(spec["tok_s_per_user"].iloc[0]) if not spec.empty else np.nan,
+        )  # fmt: skip
+        out.append(record)
+        below = cheaper if measured_both else below
+    return out

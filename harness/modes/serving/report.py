@@ -91,10 +91,20 @@ def _front(rows: pd.DataFrame) -> pd.Series:
     return pd.Series(mask, index=rows.index)
 
 
+def speculation_arm(rows: pd.DataFrame) -> pd.Series:
+    """Each level's speculative configuration's label ("" without speculation): the chart
+    draws each as a series of its own beside the card's plain levels."""
+    if "speculative" not in rows:
+        return pd.Series("", index=rows.index)
+    return rows["speculative"].astype("object").fillna("").astype(str)
+
+
 def _tip(rec: dict[Any, Any]) -> str:
+    label = rec.get("speculative")
+    spec = f" spec={label}" if isinstance(label, str) and label else ""
     return (
         f"{rec.get('gpu')} {rec.get('provider')} {rec.get('package_days')} d · "
-        f"{rec.get('backend')} {rec.get('quantization')} kv={rec.get('kv_cache_dtype')} · "
+        f"{rec.get('backend')} {rec.get('quantization')} kv={rec.get('kv_cache_dtype')}{spec} · "
         f"{rec.get('level')}: {_finite(rec.get('tok_s_per_user')):.4g} tok/s/user "
         f"(TPOT {rec.get('interactivity_tpot')}), ${_finite(rec.get('usd_per_mtok_output')):.4g}"
         "/Mtok out"
@@ -114,12 +124,16 @@ def cost_interactivity_charts(
         :max_charts
     ]:
         series: list[tuple[str, list[tuple[float, float, str]], bool]] = []
-        for (gpu, provider), card in rows.groupby(["gpu", "provider"], sort=False):
+        arms = rows.assign(arm=speculation_arm(rows))
+        for (gpu, provider, arm), card in arms.groupby(["gpu", "provider", "arm"], sort=False):
             points = [
                 (_finite(r["tok_s_per_user"]), _finite(r["usd_per_mtok_output"]), _tip(r))
                 for r in card.to_dict(orient="records")
             ]
-            series.append((f"{gpu} · {provider}", points, False))
+            # the legend keeps 24 characters: a speculative series leads with its method and k
+            method_k = str(arm).split(",")[0]
+            name = f"{method_k} · {gpu} · {provider}" if method_k else f"{gpu} · {provider}"
+            series.append((name, points, False))
         passing = rows[rows[pass_column(quality_class)].astype(bool)]
         front = passing[_front(passing)] if not passing.empty else passing
         series.append(
@@ -156,6 +170,7 @@ README_LEAVES_OUT = frozenset({"dppl_pct", "slo_attainment_at_slo"})
 CHEAPEST_AT_SLO = (
     *CHEAPEST_OF,
     *ENGINE_WEIGHTS_KV,
+    "speculative",
     "prefix_caching",
     *AT_SLO,
     "usd_per_mtok_output_at_slo",
@@ -166,6 +181,7 @@ CHEAPEST_AT_SLO = (
 LEVEL_AT_SLO = (
     "model",
     *ENGINE_WEIGHTS_KV,
+    "speculative",
     "device",
     "quality_class",
     "prefix_caching",
@@ -194,16 +210,40 @@ INTERACTIVITY_BANDS = (
     "band_tok_s_user",
     *CHEAPEST_OF,
     *ENGINE_WEIGHTS_KV,
+    "speculative",
     "level",
     "tok_s_per_user",
     "usd_per_mtok_output",
     "gpu_flips",
 )
+SPECULATION_BANDS = (
+    "band_tok_s_user", "model", "gpu", "provider", "package_days", *ENGINE_WEIGHTS_KV, "layout",
+    "speculative", "spec_workload", "plain_usd_per_mtok_output", "usd_per_mtok_output",
+    "speculation_saving_pct", "cheaper", "cheaper_flips", "tok_s_per_user",
+)  # fmt: skip
 
 
 def bands_for(result: Aggregate, quality_class: str) -> pd.DataFrame:
     """The cheapest level per interactivity band for ``quality_class`` (both pages)."""
     table = result.interactivity_bands
+    if table.empty:
+        return table
+    return table[table["quality_class"] == quality_class]
+
+
+SPECULATION_TITLE = "Speculation against plain decoding per interactivity band"
+SPECULATION_NOTE = (
+    "Per band, card, package and configuration: the cheapest level passing the class with "
+    "tok/s/user ≥ the band with speculative decoding and without it (the same run, so the same "
+    "prompts); saves % = 100 × (plain − speculative) ÷ plain $/Mtok out; 'cheaper flips' where "
+    "the cheaper arm differs from the band below's. A speculative level whose greedy identity "
+    "is not 'yes' passes no class and is not compared."
+)
+
+
+def speculation_for(result: Aggregate, quality_class: str) -> pd.DataFrame:
+    """Speculation against plain decoding per band for ``quality_class`` (both pages)."""
+    table = result.speculation_bands
     if table.empty:
         return table
     return table[table["quality_class"] == quality_class]
@@ -220,6 +260,7 @@ SERVING_HEADERS = readme_headers(CHEAPEST_AT_SLO)
 AT_SLO_HEADERS = readme_headers(LEVEL_AT_SLO)
 SEARCH_HEADERS = readme_headers(SLO_SEARCH)
 BAND_HEADERS = readme_headers(INTERACTIVITY_BANDS)
+SPECULATION_HEADERS = readme_headers(SPECULATION_BANDS)
 
 
 def cheapest_at_slo(result: Aggregate, quality_class: str) -> pd.DataFrame:
@@ -264,6 +305,13 @@ def markdown_search(result: Aggregate, quality_class: str, md_table: MdTable) ->
             "tok/s/user = 1000 / TPOT ms)\n",
             md_table(_cells(bands, BAND_HEADERS)),
         ]
+    speculating = speculation_for(result, quality_class)
+    if not speculating.empty:
+        out += [
+            f"\n### {SPECULATION_TITLE} (class {md_escape(quality_class)})\n",
+            SPECULATION_NOTE + "\n",
+            md_table(_cells(speculating, SPECULATION_HEADERS)),
+        ]
     return out
 
 
@@ -273,6 +321,7 @@ CHEAPEST_AT_SLO_COLUMNS: list[Column] = table_columns(CHEAPEST_AT_SLO)
 AT_SLO_COLUMNS: list[Column] = table_columns(LEVEL_AT_SLO)
 SEARCH_COLUMNS: list[Column] = table_columns(SLO_SEARCH)
 BAND_COLUMNS: list[Column] = table_columns(INTERACTIVITY_BANDS)
+SPECULATION_COLUMNS: list[Column] = table_columns(SPECULATION_BANDS)
 SERVING_COLUMNS: list[Column] = table_columns(
     (
         "model",
@@ -343,6 +392,13 @@ def html_search(result: Aggregate, quality_class: str, html_table: HtmlTable) ->
             *charts,
             f"<h3>Cheapest per interactivity band (class {escape(quality_class)})</h3>",
             html_table(bands, BAND_COLUMNS, "interactivity-bands"),
+        ]
+    speculating = speculation_for(result, quality_class)
+    if not speculating.empty:
+        out += [
+            f"<h3>{SPECULATION_TITLE} (class {escape(quality_class)})</h3>",
+            f'<p class="note">{escape(SPECULATION_NOTE)}</p>',
+            html_table(speculating, SPECULATION_COLUMNS, "speculation-bands"),
         ]
     return out
 

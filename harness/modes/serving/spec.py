@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Iterator
 from typing import Annotated, Any, Literal, Self
 
 from pydantic import (
@@ -46,9 +47,17 @@ from pydantic import (
     model_validator,
 )
 
+from harness.errors import UserInputError, quote
+
 MAX_CONCURRENCY = 4096
 MAX_REQUEST_RATE = 100_000.0  # requests per second
-MAX_REQUESTS = 100_000  # per level
+# The most requests one level or one search probe sends, whatever sets them (requests, rate ×
+# duration_s, a workload, min_requests): the plan draws every request's lengths and the load
+# generator builds every prompt before the first is sent, so what one level holds in memory grows
+# with its requests (10⁵ prompts of a few thousand tokens: about a GB of token ids).
+MAX_REQUESTS = 100_000
+# The longest a level's or a probe's arrivals may span (requests ÷ rate), whatever sets them: a
+# rented node's hour; a rate level may send at most rate × this requests (`max_requests_at`).
 MAX_SERVING_DURATION_S = 3600.0
 MAX_LEVELS = 32
 MAX_LENGTH = 1 << 20  # tokens
@@ -97,8 +106,45 @@ def draw_lengths(
 ) -> list[tuple[int, int]]:
     """(prompt, output) tokens of `n` requests, drawn in turn from one `random.Random(seed)`: the
     one rule the plan (`ServingLevel.drawn_lengths`) and the load generator's prompts share."""
+    return list(iter_lengths(prompt_tokens, output_tokens, n, seed))
+
+
+def iter_lengths(
+    prompt_tokens: Lengths, output_tokens: Lengths, n: int, seed: int
+) -> Iterator[tuple[int, int]]:
+    """`draw_lengths` one request at a time; never more than MAX_REQUESTS (the validation's cap:
+    a level past it is a bug, not an input)."""
+    if n > MAX_REQUESTS:
+        raise ValueError(f"{n:,} requests to draw, more than {MAX_REQUESTS:,} (MAX_REQUESTS)")
     rng = random.Random(seed)
-    return [(prompt_tokens.draw(rng), output_tokens.draw(rng)) for _ in range(n)]
+    for _ in range(n):
+        yield prompt_tokens.draw(rng), output_tokens.draw(rng)
+
+
+def max_requests_at(request_rate: float) -> int:
+    """The most requests a level or probe at `request_rate` may send: the plan's span of its
+    arrivals (requests ÷ rate) at most MAX_SERVING_DURATION_S, and never more than MAX_REQUESTS.
+    (duration_s rounds a level's requests up: at duration_s = the cap, a rate whose product is
+    not whole is one request over.)"""
+    return min(MAX_REQUESTS, math.floor(request_rate * MAX_SERVING_DURATION_S))
+
+
+def over_cap(requests: int, request_rate: float | None) -> str | None:
+    """Why `requests` at `request_rate` (None: a closed loop) break a cap, and what would not, in
+    words; None when they do not."""
+    if requests > MAX_REQUESTS:
+        return (
+            f"{requests:,} requests, more than {MAX_REQUESTS:,} per level or probe (the limit): "
+            "give fewer (requests, a shorter duration_s or a lower rate, search.min_requests, "
+            "the workload's)"
+        )
+    if request_rate is not None and requests > max_requests_at(request_rate):
+        return (
+            f"{requests:,} requests at {request_rate:g}/s take {requests / request_rate:.6g} s, "
+            f"more than {MAX_SERVING_DURATION_S:g} s per level or probe (the limit): give fewer "
+            "requests or a higher rate"
+        )
+    return None
 
 
 MOONCAKE_CONVERSATION = "mooncake-conversation"  # the shipped trace (harness/data/traces)
@@ -146,6 +192,11 @@ class Workload(_Input):
             or "length_scale" in self.model_fields_set
         ):  # fmt: skip
             raise ValueError("time_scale, length_scale and max_requests belong to a trace")
+        if self.requests > MAX_REQUESTS:
+            raise ValueError(
+                f"multi_turn sends conversations × turns = {self.requests:,} requests, more than "
+                f"{MAX_REQUESTS:,} per level (the limit): give fewer conversations or turns"
+            )
         return self
 
     @property
@@ -276,30 +327,64 @@ class Serving(_Input):
                     "a workload fixes its own requests (trace: max_requests; multi_turn: "
                     "conversations × turns): drop requests / duration_s"
                 )
-            return self
-        if (self.requests is None) == (self.duration_s is None):
+        elif (self.requests is None) == (self.duration_s is None):
             raise ValueError("give exactly one of requests (per level) or duration_s")
-        requests = self.requests or 0
-        slow = [r for r in self.request_rate or [] if requests / r > MAX_SERVING_DURATION_S]
-        if slow:  # a level's expected duration (requests ÷ rate) within the per-level cap
+        elif self.duration_s is not None and self.concurrency:
             raise ValueError(
-                f"{requests:,} requests at request_rate {slow[0]:g}/s take "
-                f"{requests / slow[0]:.3g} s, more than {MAX_SERVING_DURATION_S:g} s "
-                "per level (the limit): raise the rate or give fewer requests"
+                "duration_s fixes the requests of request_rate levels (rate × duration_s); "
+                "concurrency levels have no arrival rate: give requests instead"
             )
-        if self.duration_s is not None:
-            if self.concurrency:
-                raise ValueError(
-                    "duration_s fixes the requests of request_rate levels (rate × duration_s); "
-                    "concurrency levels have no arrival rate: give requests instead"
-                )
-            too_many = [r for r in self.request_rate or [] if self.requests_at(r) > MAX_REQUESTS]
-            if too_many:
-                raise ValueError(
-                    f"request_rate {too_many[0]:g} × duration_s {self.duration_s:g} is more than "
-                    f"{MAX_REQUESTS:,} requests per level (the limit)"
-                )
+        self.within_caps()
         return self
+
+    def within_caps(self) -> None:
+        """Every level and every probe a search may run within the caps (`over_cap`), whatever
+        sets its requests. A probe's requests grow with its load and its span (requests ÷ rate)
+        shrinks, so a search is checked at HIGH for the count and at LOW for the span."""
+        loads: list[tuple[str, int, float | None]] = [
+            (f"concurrency {c}", self.requests_at(None), None) for c in self.concurrency or []
+        ]
+        loads += [(f"request_rate {r:g}", self.requests_at(r), r) for r in self.request_rate or []]
+        if self.search is not None:
+            open_loop = self.search.axis == "request_rate"
+            for end, load in zip(("LOW", "HIGH"), self.search.bounds, strict=True):
+                name = f"search.{self.search.axis} {end} {load:g}"
+                loads.append((name, self.probe_requests_at(load), load if open_loop else None))
+        for name, requests, arrivals in loads:
+            why = over_cap(requests, arrivals)
+            if why is not None:
+                raise ValueError(f"{name}: {why}")
+
+    def trace_within_caps(self, request_rate: float) -> None:
+        """The level at a trace's own arrivals (known once the trace is read) within the caps."""
+        assert self.workload is not None
+        why = over_cap(self.workload.requests, request_rate)
+        if why is not None:
+            raise UserInputError(
+                f"the trace {quote(self.workload.trace)} at time_scale "
+                f"{self.workload.time_scale:g} arrives at {request_rate:.3g}/s: {why} (a lower "
+                "time_scale or max_requests)",
+                field="serving.workload.time_scale",
+            )
+
+    def probe_requests_at(self, load: float) -> int:
+        """The requests a probe of this block's search sends at `load`."""
+        return self.search_level(0).probe_requests(load)
+
+    def search_level(self, seed: int) -> ServingLevel:
+        """The search's one point (its probes are found as it runs), before it is given HIGH's
+        requests: its load HIGH (the most it may put on the server: its plan), its base requests
+        a workload's first min_requests (all of it by default), else the block's requests, at
+        least min_requests."""
+        assert self.search is not None
+        high = self.search.bounds[1]
+        c, r = (int(high), None) if self.search.axis == "concurrency" else (None, high)
+        if self.workload is not None:
+            requests = min(self.search.min_requests or MAX_REQUESTS, self.requests_at(None))
+        else:
+            requests = self.requests or self.search.min_requests or 1
+        search = {"search": self.search, "duration_s": self.duration_s}
+        return self.level(c, r, requests, seed).model_copy(update=search)
 
     def requests_at(self, request_rate: float | None) -> int:
         """The requests of one level: the workload's, `requests`, or ⌈rate × duration_s⌉."""
@@ -320,19 +405,12 @@ class Serving(_Input):
         loads += [(None, r) for r in self.request_rate or []]
         if trace_arrivals is not None and trace_arrivals[0] not in (self.request_rate or []):
             loads.append((None, trace_arrivals[0]))
+            self.trace_within_caps(trace_arrivals[0])
         levels = [self.level(c, r, self.requests_at(r), seed) for c, r in loads]
         if self.search is not None:  # one point: its probes are found as it runs
-            high = self.search.bounds[1]  # the most load it may put on the server (its plan)
-            c, r = (int(high), None) if self.search.axis == "concurrency" else (None, high)
-            # a workload's probes send its first min_requests (all of it by default); otherwise
-            # the block's requests, at least min_requests
-            if self.workload is not None:
-                requests = min(self.search.min_requests or MAX_REQUESTS, self.requests_at(None))
-            else:
-                requests = self.requests or self.search.min_requests or 1
-            search = {"search": self.search, "duration_s": self.duration_s}
-            level = self.level(c, r, requests, seed).model_copy(update=search)
+            level = self.search_level(seed)
             # its requests: HIGH's probe's, the most a probe sends (the plan's longest request)
+            high = self.search.bounds[1]
             levels.append(level.model_copy(update={"requests": level.probe_requests(high)}))
         burst = {"burstiness": trace_arrivals[1] if trace_arrivals is not None else None}
         return [
@@ -448,4 +526,5 @@ class ServingLevel(Load):
 
     def longest_sequence(self) -> int:
         """The most tokens one request holds (prompt + output + the round trip's spare)."""
-        return max(p + o for p, o in self.drawn_lengths()) + SPARE_TOKENS
+        lengths = iter_lengths(self.prompt_tokens, self.output_tokens, self.requests, self.seed)
+        return max(p + o for p, o in lengths) + SPARE_TOKENS  # one request at a time

@@ -44,10 +44,10 @@ import statistics
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from harness.errors import UserInputError
-from harness.files import read_capped
+from harness.errors import UserInputError, as_field, quote
+from harness.files import JsonRefused, read_capped, strict_json, text_lines
 from harness.modes.serving.spec import (
     MAX_LENGTH,
     MOONCAKE_CONVERSATION,
@@ -69,12 +69,18 @@ Decode = Callable[[list[int]], str]
 class TraceRequest(BaseModel):
     """One trace line, as read (milliseconds and tokens at the trace's own scale)."""
 
-    model_config = ConfigDict(extra="ignore", frozen=True, strict=True)
+    model_config = ConfigDict(extra="ignore", frozen=True, strict=True, allow_inf_nan=False)
 
-    timestamp: float
-    input_length: int
-    output_length: int
+    timestamp: float = Field(ge=0)
+    input_length: int = Field(ge=1, le=MAX_LENGTH)
+    output_length: int = Field(ge=1, le=MAX_LENGTH)
     hash_ids: list[int]
+
+
+TRACE_LINE = (
+    "expected a JSON object with timestamp (ms), input_length, output_length (integer tokens) "
+    "and hash_ids (a list of integers)"
+)
 
 
 class Request(BaseModel):
@@ -95,8 +101,8 @@ def trace_path(name: str) -> Path:
 
 
 def read_trace(name: str, max_requests: int) -> list[TraceRequest]:
-    """The first `max_requests` lines of a trace; a bad line or a short trace is the user's
-    error (file, line, field)."""
+    """The first `max_requests` lines of a trace (``harness.files``' rules for JSON lines); a
+    bad line or a short trace is the user's error (file, line, field)."""
     path = trace_path(name)
     try:
         data = read_capped(path, MAX_TRACE_BYTES, "a serving trace")
@@ -107,9 +113,8 @@ def read_trace(name: str, max_requests: int) -> list[TraceRequest]:
             file=str(path),
             field="serving.workload.trace",
         ) from None
-    text = data.decode("utf-8", "replace")
     out: list[TraceRequest] = []
-    for number, line in enumerate(text.splitlines(), start=1):
+    for number, line in enumerate(text_lines(data, path, "the trace"), start=1):
         if len(out) == max_requests:
             break
         if line.strip():
@@ -124,23 +129,25 @@ def read_trace(name: str, max_requests: int) -> list[TraceRequest]:
 
 
 def _trace_line(line: str, file: str, number: int) -> TraceRequest:
+    def refuse(message: str, field: str | None = None) -> UserInputError:
+        return UserInputError(message, file=file, line=number, field=field)
+
     try:
-        data = json.loads(line)
-        request = TraceRequest.model_validate(data)
-    except (ValueError, TypeError) as exc:
-        first = str(exc).splitlines()[0:3]
-        raise UserInputError(
-            "expected a JSON object with timestamp (ms), input_length, output_length (integer "
-            f"tokens) and hash_ids (a list of integers): {' '.join(first)}",
-            file=file,
-            line=number,
-        ) from None
-    if request.input_length < 1 or request.output_length < 1 or request.timestamp < 0:
-        raise UserInputError(
-            "expected input_length and output_length ≥ 1 and timestamp ≥ 0",
-            file=file, line=number, field="input_length",
-        )  # fmt: skip
-    return request
+        data = strict_json(line)
+    except JsonRefused as exc:
+        raise refuse(str(exc), as_field(exc.key) if exc.key is not None else None) from None
+    except (ValueError, RecursionError) as exc:
+        why = exc.msg if isinstance(exc, json.JSONDecodeError) else type(exc).__name__
+        raise refuse(f"not JSON ({why}); {TRACE_LINE}") from None
+    if not isinstance(data, dict):
+        raise refuse(f"a JSON {type(data).__name__}; {TRACE_LINE}")
+    try:
+        return TraceRequest.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        field = "".join(f"[{p}]" if isinstance(p, int) else f".{as_field(p)}" for p in err["loc"])
+        got = "missing" if err["type"] == "missing" else f"{err['msg']} (got {quote(err['input'])})"
+        raise refuse(f"{got}; {TRACE_LINE}", field.lstrip(".")) from None
 
 
 def scaled_requests(workload: Workload) -> list[Request]:

@@ -214,8 +214,9 @@ def cheapest_to_target(training_cost: pd.DataFrame) -> pd.DataFrame:
 
 @dataclass(frozen=True)
 class TrainingPriced:
-    """The training tables, named as the ``Aggregate`` fields they fill: ``training`` (the rows
-    with their gate against the full fine-tune) and ``training_cost`` (each priced per package)."""
+    """The training tables, named as its registry entry declares them (``Aggregate.tables``):
+    ``training`` (the rows with their gate against the full fine-tune) and ``training_cost``
+    (each priced per package)."""
 
     tables: dict[str, pd.DataFrame]
     counts: dict[str, Any]

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from typing import Annotated, Literal
+from typing import Annotated, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -156,6 +156,8 @@ class TrainingPoint(BaseModel):
     """One training configuration of the grid (hashable: a Point's part and its group's key)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
+    # the fields a point's key leaves out while False (the keys of earlier runs stay theirs)
+    KEY_OMITS_WHEN_FALSE: ClassVar[tuple[str, ...]] = ("save_adapter",)
     method: TrainMethod
     micro_batch: int
     grad_accum: int

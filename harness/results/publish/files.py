@@ -7,7 +7,9 @@ import os
 import shutil
 import tempfile
 import uuid
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import NamedTuple
 
 import pandas as pd
 
@@ -32,6 +34,17 @@ FILES = (
     "README.md",
     "report.html",
 )
+
+
+class Extra(NamedTuple):
+    """Sections a later room adds to a publication (before you rent: harness.projection):
+    Markdown for README.md, HTML (escaped already) for report.html and a site's index."""
+
+    markdown: Sequence[str] = ()
+    html: Sequence[str] = ()
+
+
+Extras = Callable[[Aggregate], Extra]  # a publication's added sections, from its aggregate
 
 
 def parquet_bytes(frame: pd.DataFrame) -> bytes:
@@ -66,9 +79,16 @@ def cost_for_csv(result: Aggregate) -> pd.DataFrame:
 
 
 def write_published(
-    result: Aggregate, out_dir: Path, tariffs: TariffTable | None, quality_class: str = "99"
+    result: Aggregate,
+    out_dir: Path,
+    tariffs: TariffTable | None,
+    quality_class: str = "99",
+    extra_markdown: Sequence[str] = (),
+    extra_html: Sequence[str] = (),
 ) -> Path:
-    """Write every file into a fresh temp folder, then swap it in as ``out_dir``."""
+    """Write every file into a fresh temp folder, then swap it in as ``out_dir``;
+    ``extra_markdown`` / ``extra_html``: sections a later room adds to README.md / report.html
+    (before you rent)."""
     out_dir = Path(out_dir)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     remove_leftovers(out_dir)
@@ -81,8 +101,9 @@ def write_published(
         atomic_write_text(tmp / "regressions.csv", csv_text(regressions_frame(result)))
         atomic_write_text(tmp / "serving.csv", csv_text(result.serving))  # mode: serving rows
         atomic_write_json(tmp / "summary.json", json_safe(summary(result, tariffs, quality_class)))
-        atomic_write_text(tmp / "README.md", readme(result, tariffs, quality_class))
-        atomic_write_text(tmp / "report.html", report_html(result, tariffs, quality_class))
+        atomic_write_text(tmp / "README.md", readme(result, tariffs, quality_class, extra_markdown))
+        page = report_html(result, tariffs, quality_class, extra_html)
+        atomic_write_text(tmp / "report.html", page)
         swap_in(tmp, out_dir)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -124,6 +145,8 @@ def report(
     utilisation: float = 1.0,
     quality_class: str = "99",
     result: Aggregate | None = None,
+    extra_markdown: Sequence[str] = (),
+    extra_html: Sequence[str] = (),
 ) -> Path:
     """Aggregate ``run_dir`` (unless ``result`` is given) and publish it to run_dir/published/."""
     check_quality_class(quality_class)
@@ -131,4 +154,6 @@ def report(
     with run_lock(run_dir, "report"):  # one writer per run folder (nested: the CLI's lock)
         if result is None:
             result = aggregate_run(run_dir, tariffs, utilisation)
-        return write_published(result, run_dir / PUBLISHED, tariffs, quality_class)
+        return write_published(
+            result, run_dir / PUBLISHED, tariffs, quality_class, extra_markdown, extra_html
+        )

@@ -9,6 +9,8 @@ import html
 import math
 from typing import Any
 
+from harness.errors import without_controls
+
 
 def number(value: Any) -> float | None:
     """A finite float, or None (missing, NaN, infinite, not a number)."""
@@ -25,8 +27,9 @@ def number_or_nan(value: Any) -> float:
 
 
 def escape(value: Any) -> str:
-    """HTML-escape anything (quotes too: safe inside attributes)."""
-    return html.escape(str(value), quote=True)
+    """HTML-escape anything (quotes too: safe inside attributes); control characters (a folder
+    named with an escape sequence) shown as escapes, ``\\x1b``."""
+    return html.escape(without_controls(str(value)), quote=True)
 
 
 # Characters a Markdown renderer would read as syntax inside a table cell: the escape itself, the
@@ -38,7 +41,7 @@ MD_SPECIAL = ("\\", "|", "<", ">", "&")
 def md_escape(value: Any) -> str:
     """Anything as the text of one Markdown table cell, on one line, its Markdown-special
     characters backslash-escaped (MD_SPECIAL): no tag or entity a renderer would act on."""
-    text = str(value).replace("\r", " ").replace("\n", " ")
+    text = without_controls(str(value).replace("\r", " ").replace("\n", " "))
     for char in MD_SPECIAL:
         text = text.replace(char, "\\" + char)
     return text

@@ -32,6 +32,7 @@ from harness.results.publish.format import (
     number_or_nan,
 )
 from harness.results.publish.method import FORMULAS, LICENCES
+from harness.results.publish.speculation import headline_note, speculation_section
 from harness.results.publish.svg import svg_bars, svg_intervals, svg_scatter
 from harness.results.publish.tasks import tasks_section
 from harness.spec.labels import ENGINE_WEIGHTS_KV, configuration_label
@@ -51,6 +52,7 @@ svg.chart{background:#fff;border:1px solid #eee;margin:6px 8px 6px 0}
 svg .axis{stroke:#444}svg .grid{stroke:#eee}svg .diag,svg .ref{stroke:#999;stroke-dasharray:4 3}
 svg .front{fill:none;stroke-width:1.5}svg .ci{stroke:#1f77b4;stroke-width:2}
 svg .title{font-weight:600;font-size:13px}svg .label{font-size:12px}svg .tick{font-size:11px}
+.verdict{font-weight:600}
 """
 
 # Sorting reads each cell's data-v (numbers) or its text; rows are moved, never re-parsed.
@@ -401,9 +403,15 @@ def mode_sections(result: Aggregate, quality_class: str) -> list[str]:
     return [s for part in mode_reports() for s in part.html(result, quality_class, html_table)]
 
 
-def report_html(result: Aggregate, tariffs: TariffTable | None, quality_class: str) -> str:
+def report_html(
+    result: Aggregate,
+    tariffs: TariffTable | None,
+    quality_class: str,
+    extra: Sequence[str] = (),
+) -> str:
     """report.html: its sections in reading order, as one list read top to bottom (long because
-    it is the page's text, not logic; each table and chart is built by a function of its own)."""
+    it is the page's text, not logic; each table and chart is built by a function of its own);
+    ``extra``: sections a later room adds (before you rent, after the GPU ratios)."""
     c = result.counts
     cheapest = result.cheapest[result.cheapest["quality_class"] == quality_class]
     sections = [
@@ -414,11 +422,13 @@ def report_html(result: Aggregate, tariffs: TariffTable | None, quality_class: s
         f"{escape(datetime.now(UTC).strftime('%Y-%m-%d %H:%M UTC'))}</p>",
         f"<h2>Cheapest configuration per GPU and package (class {escape(quality_class)})</h2>",
         html_table(cheapest, CHEAPEST_COLUMNS, "cheapest"),
+        *headline_note(result, quality_class, HTML_PAGE),
         *verdicts.html_section(result, quality_class, html_table),
         "<h2>Charts</h2>",
         *charts(result, quality_class),
         "<h2>GPU against GPU at equal quality</h2>",
         html_table(result.gpu_ratios, RATIO_COLUMNS, "ratios"),
+        *extra,
         *speed_only_section(result),
         *energy_section(result, tariffs, quality_class, HTML_PAGE),
         *tasks_section(result, quality_class, HTML_PAGE),
@@ -429,6 +439,7 @@ def report_html(result: Aggregate, tariffs: TariffTable | None, quality_class: s
         f"<h2>Engines agree (same model and dtype, within {AGREEMENT_TOLERANCE:.1%})</h2><ul>",
         *[f"<li>{escape(line)}</li>" for line in agreement_lines(engine_agreement(result.points))],
         "</ul>",
+        *speculation_section(result, quality_class, HTML_PAGE),
         "<h2>Factor effects (main effects)</h2>",
         html_table(result.main_effects, EFFECT_COLUMNS, "effects", limit=2000),
         "<h2>Rows</h2><ul>",

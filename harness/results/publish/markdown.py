@@ -19,6 +19,7 @@ from harness.results.publish.analysis import (
 from harness.results.publish.format import fmt_usd, fmt_value, md_escape
 from harness.results.publish.headline import headline_table
 from harness.results.publish.method import FORMULAS, LICENCES
+from harness.results.publish.speculation import headline_note, speculation_section
 from harness.results.publish.tasks import tasks_section
 from harness.spec.tariffs import TariffTable
 
@@ -81,7 +82,12 @@ def mode_sections(result: Aggregate, quality_class: str) -> list[str]:
     return [s for part in mode_reports() for s in part.markdown(result, quality_class, md_table)]
 
 
-def readme(result: Aggregate, tariffs: TariffTable | None, quality_class: str) -> str:
+def readme(
+    result: Aggregate,
+    tariffs: TariffTable | None,
+    quality_class: str,
+    extra: Sequence[str] = (),
+) -> str:
     """README.md: its sections in reading order, as one list read top to bottom (long because
     it is the page's text, not logic; each table is built by a function of its own)."""
     c = result.counts
@@ -92,6 +98,7 @@ def readme(result: Aggregate, tariffs: TariffTable | None, quality_class: str) -
         f"## Headline: class {md_escape(quality_class)}, cheapest configuration per GPU and "
         "package\n",
         md_table(headline_table(result, quality_class)),
+        *headline_note(result, quality_class, MARKDOWN_PAGE),
         *verdicts.markdown_section(result, quality_class, md_table),
         "\n## Rows\n",
         f"- rows read: {c['rows']} ({', '.join(f'{k}: {v}' for k, v in c['by_status'].items())})",
@@ -117,10 +124,12 @@ def readme(result: Aggregate, tariffs: TariffTable | None, quality_class: str) -
     parts += tasks_section(result, quality_class, MARKDOWN_PAGE)
     parts += regressions_markdown(result, md_table)
     parts += mode_sections(result, quality_class)
+    parts += extra  # sections a later room adds (before you rent: harness.projection.rent)
     parts += [
         f"\n## Engines agree (same model and dtype, within {AGREEMENT_TOLERANCE:.1%})\n",
         *[f"- {md_escape(line)}" for line in agreement_lines(engine_agreement(result.points))],
     ]
+    parts += speculation_section(result, quality_class, MARKDOWN_PAGE)
     parts += [
         "\n## Method\n",
         "Every configuration is measured on the same corpus in the same run as its reference "

@@ -41,6 +41,7 @@ RUN_COLUMNS: list[tuple[str, str]] = list(
             "corpus_hash",
             "reference",
             "schema_version",
+            "gated_on",
         )
     ).items()
 )
@@ -93,6 +94,18 @@ def mixed_banner(mixed: Sequence[str]) -> list[str]:
     ]
 
 
+def differ_banner(lines: Sequence[str]) -> list[str]:
+    """Rows whose verdict here is not their run's own page's (never expected: said if so)."""
+    if not lines:
+        return []
+    return [
+        '<div class="mixed" id="verdicts-differ" role="alert">',
+        "<h2>Verdicts that differ from their run's own report</h2><ul>",
+        *[f"<li>{escape(line)}</li>" for line in lines],
+        "</ul></div>",
+    ]
+
+
 def index_html(
     runs: pd.DataFrame,
     cheapest: pd.DataFrame,
@@ -105,20 +118,27 @@ def index_html(
     utilisation: float,
     files: Sequence[str],
     charts: Sequence[str] = (),
+    verdicts_differ: Sequence[str] = (),
+    extra: Sequence[str] = (),
 ) -> str:
     """The site's index: (mixed banner), runs, cheapest per (model, class, GPU, package) across
-    every run, the combined files, counts (one list in reading order: the page's text)."""
+    every run, the combined files, counts (one list in reading order: the page's text);
+    ``extra``: sections a later room adds after the charts (before you rent)."""
     title = "harness site" + (" (MIXED runs)" if mixed else "")
     by_status = ", ".join(f"{k} {v}" for k, v in counts.get("by_status", {}).items())
     sections = [
         f"<h1>One comparison across {escape(len(runs))} runs</h1>",
         *mixed_banner(mixed),
+        *differ_banner(verdicts_differ),
         f'<p class="note">harness {escape(__version__)} · utilisation '
         f"{escape(f'{utilisation:g}')} · the report's quality class {escape(quality_class)} · "
         f"generated {escape(datetime.now(UTC).strftime('%Y-%m-%d %H:%M UTC'))}</p>",
         "<h2>Runs</h2>",
         '<p class="note">Each run links to its own report. Quality classes compare a row with '
-        "its own run's reference.</p>",
+        "its own run's reference, and each run is gated as its own report gates it: on the "
+        "metrics its scenario names (its <em>gated on</em> column; where the scenario does not "
+        "say, every metric its rows scored), so a row passes here exactly where it passes on its "
+        "run's page.</p>",
         runs_table(runs),
         "<h2>Cheapest configuration at equal quality per model, class, GPU and package, across "
         "every run</h2>",
@@ -146,6 +166,7 @@ def index_html(
             f"class {escape(quality_class)} (each run's report has its own).</p>",
             *charts,
         ]
+    sections += extra
     sections += [
         "<h2>Every row, with where it came from</h2><ul>",
         *[f'<li><a href="{escape(quote(name))}">{escape(name)}</a></li>' for name in files],

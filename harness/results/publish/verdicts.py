@@ -17,7 +17,7 @@ from harness.measure import verdict
 from harness.measure.verdict import QUALITY_CLASSES, VERDICTS
 from harness.modes.base import HtmlTable, MdTable
 from harness.results.columns import headers, table_columns
-from harness.results.gate import UNITS, metric_column
+from harness.results.gate import NOT_MEASURED, UNITS, metric_column, unmeasured_column
 from harness.results.pricing import verdict_column
 from harness.results.publish.format import escape, fmt_count, fmt_float, fmt_int
 from harness.spec.labels import CONFIGURATION, configuration_label
@@ -72,10 +72,19 @@ def verdict_counts(result: Aggregate) -> dict[str, dict[str, int]]:
     return out
 
 
+def _unmeasured(row: dict[str, Any], metric: str, quality_class: str) -> bool:
+    return row.get(metric_column(metric, "verdict", quality_class)) == NOT_MEASURED
+
+
 def _to_decide(row: dict[str, Any], metrics: list[str], quality_class: str) -> str:
-    """'score N more windows' per undecided metric ('no finite sample' where d = m)."""
+    """'score N more windows' per undecided metric ('no finite sample' where d = m); a gated
+    metric never compared with the reference: why, and that it needs measuring against it."""
     parts = []
     for metric in metrics:
+        if _unmeasured(row, metric, quality_class):
+            why = str(row.get(unmeasured_column(metric)) or f"{metric}: not measured")
+            parts.append(f"{why} (not measured: score it against the reference)")
+            continue
         more = row.get(metric_column(metric, "more", quality_class))
         if more is None or (isinstance(more, float) and np.isnan(more)):
             parts.append(f"{metric}: no sample size decides it at the observed mean")
@@ -92,8 +101,10 @@ def _to_decide(row: dict[str, Any], metrics: list[str], quality_class: str) -> s
 
 def _bounds(row: dict[str, Any], metrics: list[str], quality_class: str) -> str:
     return "; ".join(
-        f"{m} bound {fmt_float(row.get(metric_column(m, 'bound', quality_class)))} vs margin "
-        f"{fmt_float(row.get(metric_column(m, 'margin', quality_class)))}"
+        f"{m} not measured"
+        if _unmeasured(row, m, quality_class)
+        else f"{m} bound {fmt_float(row.get(metric_column(m, 'bound', quality_class)))} vs "
+        f"margin {fmt_float(row.get(metric_column(m, 'margin', quality_class)))}"
         for m in metrics
     )
 

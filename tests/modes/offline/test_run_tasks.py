@@ -7,6 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from harness.row import ResultRow
 from harness.run.contracts import WorkContext
 from harness.run.store import load_scores, load_window_tasks, reference_artifact
@@ -14,6 +16,9 @@ from harness.run.worker import measure_group
 from harness.spec.scenario import Point, QualitySettings, Reference, VllmOptions
 from harness.tasks import metrics
 from harness.tasks.builtin import SNIPS_INTENTS
+
+# Loads an engine or starts Ray: not in `make test-fast` (tests/conftest.py).
+pytestmark = pytest.mark.engine
 
 QUALITY = QualitySettings.model_validate(
     {

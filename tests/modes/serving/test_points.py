@@ -8,8 +8,6 @@ from pathlib import Path
 import pytest
 
 from harness.errors import UserInputError
-from harness.modes.serving import workload as wl
-from harness.modes.serving.spec import Workload
 from harness.spec import scenario
 
 TRACE = "{trace: mooncake-conversation, time_scale: 2.0, length_scale: 0.25, max_requests: 40}"
@@ -48,20 +46,20 @@ def test_prefix_caching_on_and_off_are_two_points_with_their_own_keys() -> None:
 
 
 def test_a_trace_level_arrives_at_the_traces_rate_and_burstiness() -> None:
-    points = served(f"  workload: {TRACE}\n  prefix_caching: [on]\n")
-    requests = wl.scaled_requests(
-        Workload(trace="mooncake-conversation", time_scale=2.0, length_scale=0.25,
-                 max_requests=40)
-    )  # fmt: skip
-    rate, shape = wl.trace_arrivals(requests)
-    (point,) = points
+    (point,) = served(f"  workload: {TRACE}\n  prefix_caching: [on]\n")
     level = point.serving
-    assert level is not None and level.workload is not None
-    assert (level.request_rate, level.burstiness, level.requests) == (rate, shape, 40)
-    assert rate == pytest.approx(39 / 24.0)  # 40 arrivals over 12 s of trace, × 2
-    room = 2048 - max(r.output_tokens for r in requests) - 8
-    mean = sum(min(r.prompt_tokens, room) for r in requests) / 40
-    assert point.context == round(mean) and point.batch == 1
+    assert level is not None and level.workload is not None and level.requests == 40
+    # The trace's first 40 timestamps (ms): 10 at 0, 16 at 3000, 3 at 5999, 9 at 9000, 2 at
+    # 12000; × time_scale 2 / 1000: 0, 6, 11.998, 18 and 24 s. 40 arrivals over 24 s:
+    assert level.request_rate == pytest.approx(39 / 24.0)
+    # 39 gaps: 35 of 0 s and 6, 5.998, 6.002, 6 s; mean m = 24 / 39, population variance
+    # v = 144.000008 / 39 − m² = 3.3136097, shape = m² / v = 0.1142857 (4 / 35 if every non-zero
+    # gap were 6 s): far burstier than Poisson (1)
+    assert level.burstiness == pytest.approx(4 / 35, rel=1e-5)
+    # Prompts: round(input_length × 0.25), at most 128 tokens per hash id; the longest output is
+    # 232 tokens, so at most 2048 − 232 − 8 = 1808 prompt tokens (23 of 40 prompts are cut to
+    # it); the 40 prompts sum to 57,340 tokens, 57,340 / 40 = 1,433.5, rounded half to even: 1434
+    assert point.context == 1434 and point.batch == 1
 
 
 def test_every_rate_level_of_a_trace_arrives_as_bursty_as_the_trace() -> None:

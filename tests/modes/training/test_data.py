@@ -52,6 +52,7 @@ def test_the_first_steps_see_every_intent() -> None:
     assert {i.category for i in first} == set(SNIPS_INTENTS)
 
 
+@pytest.mark.engine
 def test_prompt_tokens_are_fed_but_never_predicted() -> None:
     rows = [[*data.prompt_tokens([5, 6, 7]), 8, 9], [10, 11, 12]]
     ids, mask, labels = batch_tensors(rows, "cpu")
@@ -61,6 +62,7 @@ def test_prompt_tokens_are_fed_but_never_predicted() -> None:
     assert predicted_tokens(rows) == 2 + 2
 
 
+@pytest.mark.engine
 def test_the_example_split_reads_a_step_by_its_index() -> None:
     split = data.load_examples(TINY)
     assert len(split.rows) == len(data.examples("train"))

@@ -11,16 +11,18 @@ from harness.modes.training.leakage import Text
 
 
 def test_a_planted_duplicate_is_found_and_counted() -> None:
-    _, evals = leakage.shipped_texts([("tinyshakespeare", 0.1)])
-    eval_block = next(e for e in evals if "tinyshakespeare" in e.name)
-    planted = eval_block.text[5000:5600]  # a passage of the eval block, copied into a seen text
+    eval_block = Text("eval", "eval", " ".join(f"e{i}" for i in range(200)))  # words e0 … e199
+    planted = " ".join(f"e{i}" for i in range(50, 80))  # 30 of its words, copied into a seen text
     clean = Text("clean", "seen", "the quick brown fox jumps over the lazy dog " * 50)
     dirty = Text("dirty", "seen", clean.text + "\n" + planted)
     found = {o.seen: o for o in leakage.overlaps([clean, dirty], [eval_block])}
     assert found["clean"].shared == 0
-    expected = len(leakage.ngrams(planted) & leakage.ngrams(eval_block.text))
-    assert found["dirty"].shared == expected >= 50
-    assert found["dirty"].overlap == pytest.approx(expected / found["dirty"].eval_ngrams)
+    # 30 planted words hold 30 − 13 + 1 = 18 distinct 13-grams, all of the eval block's; the
+    # 13-grams across the seam with the clean text are not the eval block's
+    assert found["dirty"].shared == 18
+    # the eval block's 200 words hold 200 − 13 + 1 = 188 distinct 13-grams
+    assert found["dirty"].eval_ngrams == 188
+    assert found["dirty"].overlap == pytest.approx(18 / 188)
 
 
 def test_shorter_than_n_words_shares_nothing_and_case_does_not_matter() -> None:

@@ -43,12 +43,17 @@ def test_price_per_million_training_tokens_and_to_the_target_by_hand() -> None:
     cost = result.training_cost
     assert len(cost) == 2 * 3  # two rows × three packages of the H100 tariff
     first = cost[(cost["train_method"] == "full") & (cost["package_days"] == 3)].iloc[0]
-    # the package's price per hour, one GPU of its eight
-    usd_per_hour = first["package_price_usd"] / (3 * 24) / first["gpus_in_package"]
-    assert first["usd_per_mtok_train"] == pytest.approx(usd_per_hour / (512.0 * 3600) * 1e6)
-    assert first["usd_to_target"] == pytest.approx(20 * 2.0 * usd_per_hour / 3600)
+    # the 3-day package at 8 % off $24/h: 24 × 24 h × 3 × 0.92 = $1,589.76, so per hour
+    # 1,589.76 / 72 = $22.08 for the node's 8 GPUs, $2.76 for the one the row uses
+    assert first["package_price_usd"] == pytest.approx(1589.76)
+    assert first["gpus_in_package"] == 8
+    # 2.76 $/h / (512 tok/s × 3600 s/h) × 1e6 = 1.4973958 $ per million training tokens
+    assert first["usd_per_mtok_train"] == pytest.approx(1.4973958333)
+    # to the target: 20 steps × 2.0 s = 40 s at 2.76 $/h = 40 × 2.76 / 3600 = $0.0306667
+    assert first["usd_to_target"] == pytest.approx(0.0306666667)
     lora = cost[(cost["train_method"] == "lora") & (cost["package_days"] == 3)].iloc[0]
-    assert lora["usd_per_mtok_train"] == pytest.approx(first["usd_per_mtok_train"] / 2)
+    # twice the tokens per second: 2.76 / (1024 × 3600) × 1e6 = 0.7486979
+    assert lora["usd_per_mtok_train"] == pytest.approx(0.7486979167)
     best = trn.cheapest_to_target(cost)
     assert set(best["train_method"]) == {"full", "lora"} and len(best) == 2 * 3
 

@@ -90,8 +90,9 @@ def test_inference_keys_do_not_change_with_the_training_field() -> None:
         kv_cache_dtype="auto", batch=1, context=16, output_tokens=4, target="cpu",
     )  # fmt: skip
     fields = point.model_dump()
-    for name in ("weights", "adapter", "serving", "training"):  # what earlier keys did not hold
-        del fields[name]
+    # what earlier keys did not hold (the layout, speculation and the files read: unset here)
+    for name in ("weights", "adapter", "serving", "training", "layout", "speculative", "inputs"):
+        fields.pop(name, None)
     payload = json.dumps({**fields, "harness": __version__, "corpus": "abc"}, sort_keys=True)
     assert point.key("abc") == hashlib.sha256(payload.encode()).hexdigest()[:20]
     assert point.group.label == "tiny-llama|transformers|none|kv=auto|cpu"

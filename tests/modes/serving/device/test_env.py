@@ -32,8 +32,10 @@ PROBE = (
 
 
 def test_the_repo_root_is_the_folder_with_pyproject() -> None:
-    assert (env.REPO_ROOT / "pyproject.toml").is_file()
-    assert (env.REPO_ROOT / "harness" / "modes" / "serving" / "device" / "env.py").is_file()
+    # this file is <root>/tests/modes/serving/device/test_env.py: the root is four folders up
+    checkout = Path(__file__).resolve().parents[4]
+    assert checkout == env.REPO_ROOT
+    assert (checkout / "pyproject.toml").is_file()
 
 
 def test_the_checkout_comes_first_and_the_extras_win(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -97,8 +97,7 @@ def test_two_concurrency_levels_account_for_every_request(served: dict[str, Any]
         assert r.ttft_ms_p50 is not None and r.ttft_ms_p99 is not None
         assert r.ttft_ms_p50 <= r.ttft_ms_p99
         assert r.generator.startswith("vllm bench serve 0.32")
-    # Four clients keep the engine busier than one: more requests per second.
-    assert levels[1].request_throughput > levels[0].request_throughput  # type: ignore[operator]
+    # How the two levels' speeds compare is `make serving-vs-offline`'s to say, not a test's.
     chosen = choose_at_slo(levels, TARGET_ATTAINMENT)
     assert chosen is None or chosen.concurrency in (1, 4)
 

@@ -5,6 +5,7 @@ then SIGKILL) are tested in seconds. The real `vllm serve` is in test_serve_vllm
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sys
@@ -16,6 +17,7 @@ import pytest
 
 from harness.backends.base import BackendOptions
 from harness.backends.vllm import args as vb
+from harness.measure.speculation import Counters, from_prometheus
 from harness.modes.serving.device.server import (
     PREFIX_CACHE_HITS,
     PREFIX_CACHE_QUERIES,
@@ -25,6 +27,7 @@ from harness.modes.serving.device.server import (
     counter_total,
     free_port,
     group_members,
+    metric_samples,
     port_in_use,
     tail_lines,
 )
@@ -128,8 +131,43 @@ def test_config_from_the_offline_engine_kwargs_runs_the_same_configuration() -> 
 
 
 def test_config_from_engine_kwargs_refuses_an_argument_it_cannot_map() -> None:
-    with pytest.raises(ValueError, match="speculative_config"):
-        ServerConfig.from_engine_kwargs({"model": "m", "speculative_config": {}})
+    with pytest.raises(ValueError, match="long_prefill_token_threshold"):
+        ServerConfig.from_engine_kwargs({"model": "m", "long_prefill_token_threshold": 4})
+
+
+def test_a_speculative_group_is_served_with_its_speculative_config_as_json() -> None:
+    spec = {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_min": 2,
+            "prompt_lookup_max": 4}  # fmt: skip
+    cfg = ServerConfig.from_engine_kwargs({"model": "m", "speculative_config": spec})
+    args = cfg.serve_args("127.0.0.1", 8000)
+    at = args.index("--speculative-config")
+    assert json.loads(args[at + 1]) == spec
+    assert "--speculative-config" not in ServerConfig(model="m").serve_args("127.0.0.1", 1)
+
+
+def test_the_metrics_page_reads_as_samples_and_speculation_counters() -> None:
+    page = "\n".join([
+        "# HELP vllm:spec_decode_num_drafts_total Number of spec decoding drafts.",
+        "# TYPE vllm:spec_decode_num_drafts_total counter",
+        'vllm:spec_decode_num_drafts_total{engine="0",model_name="harness"} 10.0',
+        'vllm:spec_decode_num_draft_tokens_total{engine="0",model_name="harness"} 40.0',
+        'vllm:spec_decode_num_accepted_tokens_total{engine="0",model_name="harness"} 13.0',
+        'vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",model_name="harness",'
+        'position="0"} 8.0',
+        'vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",model_name="harness",'
+        'position="1"} 5.0',
+        "process_open_fds 12",
+    ])  # fmt: skip
+    samples = metric_samples(page)
+    assert samples[0] == (
+        "vllm:spec_decode_num_drafts_total",
+        {"engine": "0", "model_name": "harness"},
+        10.0,
+    )
+    assert samples[-1] == ("process_open_fds", {}, 12.0)
+    counters = from_prometheus(samples)
+    # drafts 10, draft tokens 40, accepted 13; per position 8 and 5 (positions 0 and 1)
+    assert counters == Counters(drafts=10, draft_tokens=40, accepted=13, accepted_per_pos=(8, 5))
 
 
 def test_free_port_is_free_and_tail_lines(tmp_path: Path) -> None:

@@ -12,6 +12,9 @@ from harness.modes.training.device import checks, trainer
 from harness.modes.training.spec import TrainingPoint
 from harness.spec import models
 
+# Loads an engine or starts Ray: not in `make test-fast` (tests/conftest.py).
+pytestmark = pytest.mark.engine
+
 TINY = str(models.PACKAGE_DATA / "tiny-llama")
 
 

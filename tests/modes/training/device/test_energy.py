@@ -19,6 +19,9 @@ from harness.spec import models
 from harness.spec.scenario import Point, QualitySettings, Reference, VllmOptions
 from tests.run.test_worker_energy import constant_power
 
+# Loads an engine or starts Ray: not in `make test-fast` (tests/conftest.py).
+pytestmark = pytest.mark.engine
+
 
 def test_step_energy_by_hand_from_a_recorded_counter() -> None:
     """Readings 10,000 → 34,000 mJ over 3 steps in 1.2 s: 8 J a step, 20 W; 512 tokens a step."""

@@ -20,6 +20,9 @@ from harness.spec import models
 from harness.spec.scenario import Point, QualitySettings, Reference, VllmOptions
 from tests.factories import row, write_run
 
+# Loads an engine or starts Ray: not in `make test-fast` (tests/conftest.py).
+pytestmark = pytest.mark.engine
+
 TINY = str(models.PACKAGE_DATA / "tiny-llama")
 
 

@@ -7,6 +7,8 @@ import hashlib
 import json
 from pathlib import Path
 
+import pytest
+
 from harness import __version__
 from harness.modes.training.device.run import adapter_folder, train_points
 from harness.modes.training.spec import TrainingPoint
@@ -14,6 +16,9 @@ from harness.run.contracts import WorkContext
 from harness.run.device import Job
 from harness.spec import adapters, models
 from harness.spec.scenario import Point, QualitySettings, Reference, VllmOptions
+
+# Loads an engine or starts Ray: not in `make test-fast` (tests/conftest.py).
+pytestmark = pytest.mark.engine
 
 TINY = str(models.PACKAGE_DATA / "tiny-llama")
 
