@@ -18,7 +18,7 @@ export GPTQMODEL_CPU_WORKERS := 2
 export RAY_USAGE_STATS_ENABLED := 0
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: bench test lint perf gpu-check plan images image-cpu image-cuda image-rocm bench-cluster side-by-side side-by-side-vllm clean venv serving-vs-offline budget-h200
+.PHONY: bench test test-fast lint docs docs-build docs-reference perf gpu-check plan images image-cpu image-cuda image-rocm bench-cluster side-by-side side-by-side-vllm clean venv serving-vs-offline budget-h200
 
 venv: $(STAMP)
 
@@ -62,10 +62,36 @@ plan: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
 
+# The edit loop: no engines, no Ray, no browser, no containers (tests/conftest.py: a test that
+# imports an engine or Ray here without its mark fails by name; a module that imports one is
+# skipped whole).
+FAST_TIER := not slow and not engine and not ray and not browser and not container and not gpu and not vllm
+test-fast: $(STAMP)
+	HARNESS_TEST_TIER=fast $(BIN)/python -m pytest -q -m "$(FAST_TIER)"
+
 lint: $(STAMP)
-	$(BIN)/ruff check harness tests scripts
-	$(BIN)/ruff format --check harness tests scripts
+	$(BIN)/ruff check harness tests scripts .ci
+	$(BIN)/ruff format --check harness tests scripts .ci
 	$(BIN)/mypy
+
+# The documentation site (mkdocs-material, pinned in requirements/docs.txt) in its own venv,
+# .venv-docs: the package's .venv is not touched. The CLI and column reference pages are generated
+# from the code first (harness/cli/reference.py), with the package's venv.
+DOCS_VENV := .venv-docs
+DOCS_STAMP := $(DOCS_VENV)/.installed
+$(DOCS_STAMP): requirements/docs.txt
+	test -x $(DOCS_VENV)/bin/python || $(PYTHON) -m venv $(DOCS_VENV)
+	$(DOCS_VENV)/bin/python -m pip install -q -r requirements/docs.txt
+	touch $@
+
+docs-reference: $(STAMP)
+	$(BIN)/python -m harness.cli.reference docs/reference
+
+docs: $(DOCS_STAMP) docs-reference
+	NO_MKDOCS_2_WARNING=1 $(DOCS_VENV)/bin/mkdocs serve
+
+docs-build: $(DOCS_STAMP) docs-reference
+	NO_MKDOCS_2_WARNING=1 $(DOCS_VENV)/bin/mkdocs build --strict
 
 perf: $(STAMP)
 	$(BIN)/python scripts/perf_plan.py
@@ -136,4 +162,4 @@ bench-cluster:
 	docker compose -f containers/compose.yaml --profile $(ACCEL) down; exit $$status
 
 clean:
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) $(DOCS_VENV) site .mypy_cache .ruff_cache .pytest_cache

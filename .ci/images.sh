@@ -52,7 +52,24 @@ AUTH_VOLUME=harness-ci-auth
 HEAD=harness-ci-head
 WORKER=harness-ci-worker
 SERVE_PORT="${HARNESS_CI_SERVE_PORT:-38517}" # fixed: a new port would miss the build cache
-DEBIAN_MIRROR="${HARNESS_CI_DEBIAN_MIRROR:-http://deb.debian.org/debian}"
+# No package registry is named here: the Debian mirror is the one this machine's apt uses (its
+# sources; empty: debootstrap's own default), the package index the one its pip uses.
+debian_mirror() { # the first Debian archive in apt's sources (deb822 or one-line), not -security
+    {
+        sed -n 's/^URIs:[[:space:]]*//p' /etc/apt/sources.list.d/*.sources 2>/dev/null | tr ' ' '\n'
+        sed -n 's/^deb[[:space:]]\+\(\[[^]]*\][[:space:]]\+\)\?\([^[:space:]]\+\).*/\2/p' \
+            /etc/apt/sources.list /etc/apt/sources.list.d/*.list 2>/dev/null
+    } | grep -E '^(https?|file)://.*/debian/?$' | head -1
+}
+pip_index() { # PIP_INDEX_URL, else pip's configured index-url, else pip's own default index
+    if [[ -n "${PIP_INDEX_URL:-}" ]]; then echo "${PIP_INDEX_URL}"; return; fi
+    local configured
+    configured=$(.venv/bin/python -m pip config list 2>/dev/null \
+        | sed -n "s/^[a-z:]*\.index-url='\(.*\)'$/\1/p" | head -1)
+    if [[ -n "${configured}" ]]; then echo "${configured}"; return; fi
+    .venv/bin/python -c 'from pip._internal.models.index import PyPI; print(PyPI.simple_url)'
+}
+DEBIAN_MIRROR="${HARNESS_CI_DEBIAN_MIRROR:-$(debian_mirror)}"
 TOKEN_PATH=/run/harness-auth/token # the image's /run/harness-auth (containers/cpu/Dockerfile)
 export DOCKER_BUILDKIT=0           # the legacy builder: BuildKit's frontend would need a registry
 LABEL=(--label harness-ci-images=1) # on every container, network and volume made here: cleanup finds them
@@ -151,7 +168,7 @@ if docker image inspect "${BASE_IMAGE}" >/dev/null 2>&1; then
 else
     rootfs="${WORK}/rootfs"
     debootstrap --variant=minbase --include=python3,python3-venv,python3-dev,ca-certificates \
-        bookworm "${rootfs}" "${DEBIAN_MIRROR}" > "${WORK}/debootstrap.log" 2>&1 \
+        bookworm "${rootfs}" ${DEBIAN_MIRROR:+"${DEBIAN_MIRROR}"} > "${WORK}/debootstrap.log" 2>&1 \
         || { tail -20 "${WORK}/debootstrap.log"; exit 1; }
     chroot "${rootfs}" /usr/bin/python3 -m venv /opt/venv
     rm -rf "${rootfs}"/var/lib/apt/lists/* "${rootfs}"/var/cache/apt/*.bin
@@ -180,7 +197,7 @@ ls "${serve}"/torch-*+cpu-*.whl >/dev/null 2>&1 \
     || { echo "images: pip download gave no CPU torch wheel: $(ls "${serve}")" >&2; exit 1; }
 build_args=(--network=host
     --build-arg "BASE_IMAGE=${BASE_IMAGE}"
-    --build-arg "TORCH_INDEX_URL=https://pypi.org/simple"
+    --build-arg "TORCH_INDEX_URL=$(pip_index)"
     --build-arg "PIP_FIND_LINKS=http://127.0.0.1:${SERVE_PORT}/")
 if compgen -G "/usr/local/share/ca-certificates/*.crt" >/dev/null; then
     cat /usr/local/share/ca-certificates/*.crt > "${serve}/extra-ca.pem"

@@ -26,8 +26,50 @@ from harness.run import auth
 
 auth.ensure_token()
 
-
 import pytest  # noqa: E402
+
+# `make test-fast` (HARNESS_TEST_TIER=fast) leaves out the tests marked engine, ray, browser,
+# container, slow, gpu and vllm. No engine or Ray is imported in it: a test module that imports
+# one as it is collected is skipped whole, and a test that reaches one while it runs, unmarked,
+# fails at the import, by name, instead of slowing the edit loop down unnoticed.
+TIER_ENGINES = (
+    "torch", "transformers", "vllm", "ray", "peft", "bitsandbytes", "gptqmodel", "optimum",
+    "accelerate",
+)  # fmt: skip
+
+
+class EngineInFastTier(Exception):
+    """An engine or Ray imported by a running test in the fast tier (deliberately not an
+    ImportError, which code that probes for an engine would swallow)."""
+
+
+class FastTierGuard:
+    collecting = True
+
+    def find_spec(self, name: str, path: object = None, target: object = None) -> None:
+        if name.split(".")[0] not in TIER_ENGINES:
+            return
+        if self.collecting:
+            raise pytest.skip.Exception(
+                f"imports {name}: not in `make test-fast`", allow_module_level=True
+            )
+        raise EngineInFastTier(
+            f"{name} imported under `make test-fast`: mark the test `engine` (or `ray`) so the "
+            "fast tier leaves it out"
+        )
+
+
+FAST_TIER = FastTierGuard() if os.environ.get("HARNESS_TEST_TIER") == "fast" else None
+if FAST_TIER is not None:
+    import sys
+
+    sys.meta_path.insert(0, FAST_TIER)  # type: ignore[arg-type]
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    if FAST_TIER is not None:
+        FAST_TIER.collecting = False
+
 
 # Lines the equal-quality gate's calibration tests report (tests/measure/test_calibration.py):
 # printed at the end of every run, `make test` included, whatever pytest captures.

@@ -1,5 +1,6 @@
-"""The import rules of ARCHITECTURE.md, read from the source with `ast` (nothing is imported but
-the mode registry, whose references are checked against the files they name).
+"""The import rules of the map (docs/development/architecture.md), read from the source with
+`ast` (nothing is imported but the mode registry, whose references are checked against the files
+they name).
 
 Rooms are derived from the tree: every module or package directly under `harness/` is a room, and
 every file of a mode package (`harness/modes/<mode>/`) takes its role from its name
@@ -22,6 +23,8 @@ from harness.modes.base import PART_MODULE
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "harness"
+# The one map of the tree: its rooms, their import rules, and the layout.
+MAP = ROOT / "docs" / "development" / "architecture.md"
 # Every engine or device library: imported only inside functions, anywhere in the package.
 ENGINES = (
     "torch", "transformers", "vllm", "bitsandbytes", "gptqmodel", "optimum", "ray", "peft",
@@ -38,6 +41,9 @@ RUN_READS = (
     "harness.spec", "harness.plan", "harness.budget", "harness.measure", "harness.backends",
     "harness.row", "harness.corpus", "harness.tasks",
 )  # fmt: skip
+PROJECTION_READS = (
+    "harness.spec", "harness.plan", "harness.budget", "harness.measure", "harness.results",
+)  # fmt: skip
 # room → the rooms (module prefixes) it may import, besides itself, BASE and the mode registry.
 MAY_IMPORT: dict[str, tuple[str, ...]] = {
     "harness.spec": ("harness.tasks",),  # a scenario's task entries are the tasks room's
@@ -51,10 +57,12 @@ MAY_IMPORT: dict[str, tuple[str, ...]] = {
     "harness.run": RUN_READS,
     "harness.results": (*RESULTS_READS, "harness.corpus"),
     "harness.modes": ("harness.spec",),  # the registry and the Mode contract: payload types only
+    # before you rent: after the results in the flow (their prices), the plan's budget
+    "harness.projection": PROJECTION_READS,
     "harness.cli": (),  # the command line wires every room together
-    "harness.bench": (),  # the benchmark tools behind `make perf` / `side-by-side`: like the CLI
+    "harness.peers": (),  # the benchmark tools behind `make perf` / `side-by-side`: like the CLI
 }
-WIRES_EVERYTHING = ("harness.cli", "harness.bench")
+WIRES_EVERYTHING = ("harness.cli", "harness.peers")
 # What a file of a mode package may import, by its role (besides its own mode's files of the
 # roles listed in SAME_MODE, BASE and the registry). "pure": any file without a role name.
 ROLE_MAY_IMPORT: dict[str, tuple[str, ...]] = {
@@ -64,6 +72,7 @@ ROLE_MAY_IMPORT: dict[str, tuple[str, ...]] = {
     "device": (*RUN_READS, "harness.run"),
     "price": (*RESULTS_READS, "harness.results", "harness.corpus"),
     "report": (*RESULTS_READS, "harness.results", "harness.corpus"),
+    "admission": ("harness.row", "harness.results.admission"),  # its rows' own check
     "pure": ("harness.spec", "harness.measure", "harness.corpus", "harness.tasks"),
     "package": (),
 }
@@ -74,6 +83,7 @@ SAME_MODE: dict[str, tuple[str, ...]] = {
     "device": ("spec", "pure", "plan", "device"),
     "price": ("spec", "pure", "price"),
     "report": ("spec", "pure", "price", "report"),
+    "admission": ("spec", "pure"),
     "pure": ("spec", "pure"),
     "package": (),
 }
@@ -89,6 +99,12 @@ DEVICE_SIDE = (
     "harness.measure.energy",
 )
 ORCHESTRATION = (
+    "harness.run.session",
+    "harness.run.launchers",
+    "harness.run.launchers.base",
+    "harness.run.launchers.inline",
+    "harness.run.launchers.forked",
+    "harness.run.launchers.actor",
     "harness.run.contracts",
     "harness.run.forking",
     "harness.run.store",
@@ -173,7 +189,7 @@ def test_every_room_of_the_tree_has_a_rule() -> None:
     missing = sorted(rooms - set(MAY_IMPORT))
     assert not missing, (
         f"{missing} belong to no room: add a rule to MAY_IMPORT here and the room to "
-        "ARCHITECTURE.md (what it holds, what it may import)"
+        "docs/development/architecture.md (what it holds, what it may import)"
     )
 
 
@@ -186,7 +202,8 @@ def test_results_never_import_the_device_side_or_the_run_internals() -> None:
     readers = [
         n
         for n in modules()
-        if within(n, "harness.results") or (mode_of(n) and role_of(n) in ("price", "report"))
+        if within(n, "harness.results")
+        or (mode_of(n) and role_of(n) in ("price", "report", "admission"))
     ]
     for name in readers:
         bad = {
@@ -224,7 +241,7 @@ def test_each_room_imports_only_the_rooms_before_it_in_the_flow() -> None:
                     broken.append(f"{name} → {target}")
             elif target not in BASE and not any(within(target, a) for a in allowed):
                 broken.append(f"{name} → {target}")
-    assert not broken, "imports against ARCHITECTURE.md:\n" + "\n".join(broken)
+    assert not broken, "imports against docs/development/architecture.md:\n" + "\n".join(broken)
 
 
 def test_each_mode_file_imports_only_what_its_role_may() -> None:
@@ -306,11 +323,238 @@ def folders_and_modes() -> list[str]:
     return [*folders, *modes.REGISTRY]
 
 
-@pytest.mark.parametrize("doc", ["ARCHITECTURE.md", "README.md"])
-def test_every_package_folder_and_mode_is_on_the_maps(doc: str) -> None:
-    text = (ROOT / doc).read_text()
-    if doc == "README.md":
-        text = text[text.index("## Layout") :]
-        text = text[: text.index("\n## ", 1)]
+def map_part(part: str) -> str:
+    """The map of the tree (docs/development/architecture.md): its rooms (everything before
+    "## Layout") or its layout (the tree drawn from "## Layout" on)."""
+    text = MAP.read_text()
+    cut = text.index("\n## Layout")
+    return text[:cut] if part == "rooms" else text[cut:]
+
+
+@pytest.mark.parametrize("part", ["rooms", "layout"])
+def test_every_package_folder_and_mode_is_on_the_map(part: str) -> None:
+    text = map_part(part)
     missing = [f for f in folders_and_modes() if not re.search(rf"\b{re.escape(f)}/", text)]
-    assert not missing, f"{doc} does not show {missing}"
+    assert not missing, f"{MAP.relative_to(ROOT)} ({part}) does not show {missing}"
+
+
+def test_every_module_is_named_on_the_map() -> None:
+    """Per module: a new module without a word on the map fails here, by name."""
+    text = MAP.read_text()
+    missing = sorted(
+        name
+        for name, path in modules().items()
+        if path.stem not in ("__init__", "__main__")
+        and not re.search(rf"\b{re.escape(path.stem)}\b", text)
+    )
+    assert not missing, f"{MAP.relative_to(ROOT)} does not name {missing}"
+
+
+# ---- Every module has its tests --------------------------------------------------------------
+# tests/ mirrors harness/: harness/a/b.py ↔ tests/a/test_b.py; a package whose __init__.py holds
+# code, harness/a/b/__init__.py ↔ tests/a/b/test_b.py. A module tested elsewhere has a line here
+# naming the test files that exercise it: each must exist and import or name the module.
+COVERED_BY: dict[str, tuple[str, ...]] = {
+    "harness.backends.base": (
+        "tests/backends/test_transformers_backend.py", "tests/backends/test_vllm_backend.py",
+        "tests/backends/test_vllm_adapter.py",
+    ),
+    "harness.backends.transformers": (
+        "tests/backends/test_transformers_backend.py",
+        "tests/backends/test_transformers_adapter.py",
+        "tests/backends/test_transformers_quality_speed.py",
+    ),
+    "harness.backends.vllm.args": (
+        "tests/backends/test_vllm_layout_args.py", "tests/backends/test_vllm_backend.py",
+        "tests/backends/test_vllm_speculative.py", "tests/backends/test_vllm_tensor_parallel.py",
+    ),
+    "harness.backends.vllm.backend": (
+        "tests/backends/test_vllm_backend.py", "tests/backends/test_vllm_tensor_parallel.py",
+    ),
+    "harness.backends.vllm.dialect": ("tests/backends/test_vllm_backend.py",),
+    "harness.backends.vllm.memory": ("tests/backends/test_vllm_backend.py",),
+    "harness.backends.vllm.parse": ("tests/backends/test_vllm_backend.py",),
+    "harness.cli.main": (
+        "tests/cli/test_cli.py", "tests/cli/test_bench.py", "tests/cli/test_pull.py",
+        "tests/cli/test_progress_log.py", "tests/cli/test_tasks_cli.py",
+        "tests/cli/test_training_cli.py", "tests/cli/test_site_cli.py",
+        "tests/hostile/test_hostile_inputs.py", "tests/hostile/test_run_lock.py",
+    ),
+    "harness.cli.results": (
+        "tests/results/test_aggregate.py", "tests/results/test_compare.py",
+        "tests/results/test_publish.py", "tests/results/test_columns.py",
+    ),
+    "harness.files": ("tests/hostile/test_safe_reader.py",),
+    "harness.modes.offline.device.run": ("tests/run/test_worker.py",),
+    "harness.modes.serving.plan": ("tests/modes/serving/test_search.py",),
+    "harness.modes.training.device.trainer": (
+        "tests/modes/training/device/test_run.py", "tests/modes/training/device/test_checks.py",
+        "tests/modes/training/test_data.py",
+    ),
+    "harness.results.admission": (
+        "tests/hostile/test_row_admission.py", "tests/hostile/test_row_parts_whole.py",
+    ),
+    "harness.results.effects": ("tests/results/test_aggregate.py",),
+    "harness.results.energy": ("tests/results/test_energy_cost.py",),
+    "harness.results.frame": (
+        "tests/results/test_aggregate.py", "tests/results/test_frame_columns.py",
+        "tests/results/test_speculation.py", "tests/hostile/test_row_admission.py",
+        "tests/hostile/test_schema_version.py",
+    ),
+    "harness.results.pareto": ("tests/results/test_aggregate.py",),
+    "harness.results.pricing": (
+        "tests/results/test_pricing_layouts.py", "tests/modes/serving/test_price.py",
+    ),
+    "harness.results.publish.files": (
+        "tests/results/test_publish.py", "tests/hostile/test_hostile_inputs.py",
+        "tests/hostile/test_operational_faults.py",
+    ),
+    "harness.results.publish.format": (
+        "tests/results/test_markdown_escape.py", "tests/results/test_columns.py",
+    ),
+    "harness.results.publish.headline": (
+        "tests/results/test_publish.py", "tests/results/test_columns.py",
+    ),
+    "harness.results.publish.html": (
+        "tests/results/test_memory_chart.py", "tests/results/test_verdicts_report.py",
+    ),
+    "harness.results.publish.markdown": (
+        "tests/results/test_markdown_escape.py", "tests/results/test_verdicts_report.py",
+    ),
+    "harness.results.publish.svg": (
+        "tests/results/test_svg_ranking.py", "tests/results/test_markdown_escape.py",
+    ),
+    "harness.results.publish.verdicts": ("tests/results/test_verdicts_report.py",),
+    "harness.row": (
+        "tests/hostile/test_row_admission.py", "tests/hostile/test_row_parts_whole.py",
+        "tests/hostile/test_schema_version.py", "tests/run/test_worker.py",
+    ),
+    "harness.run.contracts": (
+        "tests/run/test_worker.py", "tests/run/test_host.py", "tests/run/test_launchers.py",
+        "tests/run/test_device.py",
+    ),
+    "harness.run.forking": (
+        "tests/run/test_host.py", "tests/run/test_launchers.py",
+        "tests/hostile/test_lock_and_node.py",
+    ),
+    "harness.run.launchers.actor": ("tests/run/test_launchers.py", "tests/run/test_lost_nodes.py"),
+    "harness.run.launchers.base": ("tests/run/test_launchers.py",),
+    "harness.run.launchers.forked": ("tests/run/test_launchers.py",),
+    "harness.run.launchers.inline": ("tests/run/test_launchers.py",),
+    "harness.run.store": (
+        "tests/run/test_worker.py", "tests/run/test_host.py", "tests/run/test_driver.py",
+        "tests/hostile/test_hostile_inputs.py", "tests/hostile/test_schema_version.py",
+        "tests/results/test_regressions.py",
+    ),
+    "harness.run.sweep": (
+        "tests/run/test_driver.py", "tests/run/test_history.py", "tests/run/test_session.py",
+        "tests/hostile/test_point_content.py",
+    ),
+    "harness.spec.capabilities": (
+        "tests/spec/test_compat.py", "tests/spec/test_layouts.py", "tests/test_plan_layouts.py",
+    ),
+    "harness.spec.catalog": (
+        "tests/spec/test_models.py", "tests/test_plan.py", "tests/hostile/test_config_json.py",
+    ),
+    "harness.spec.labels": (
+        "tests/spec/test_layouts.py", "tests/results/test_columns.py",
+        "tests/hostile/test_revisions.py",
+    ),
+}  # fmt: skip
+TESTS = ROOT / "tests"
+# Test files that read the package's source (not its behaviour): they cover nothing.
+NOT_COVERAGE = ("tests/test_architecture.py",)
+
+
+def has_code(path: Path) -> bool:
+    """Whether a module holds more than a docstring, imports and dunder names (`__all__`)."""
+
+    def bare(node: ast.stmt) -> bool:
+        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant):
+            return True
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            return True
+        return isinstance(node, ast.Assign) and all(
+            isinstance(t, ast.Name) and t.id.startswith("__") for t in node.targets
+        )
+
+    return not all(bare(node) for node in ast.parse(path.read_text(), str(path)).body)
+
+
+@cache
+def modules_to_test() -> dict[str, Path]:
+    return {name: path for name, path in modules().items() if has_code(path)}
+
+
+def mirror_of(path: Path) -> Path:
+    """The test module a package module would have by the mirror rule."""
+    rel = path.relative_to(PACKAGE)
+    if path.name == "__init__.py":
+        return TESTS / rel.parent / f"test_{rel.parent.name}.py"
+    return TESTS / rel.parent / f"test_{path.stem}.py"
+
+
+@cache
+def mentioned(test: Path) -> frozenset[str]:
+    """The package modules a test file imports or names: `harness.a.b`, `harness.a.b.attr`,
+    `"harness.a.b:attr"`, `from harness.a import b` and `harness/a/b.py` each name harness.a.b
+    (the longest dotted prefix that is a module)."""
+    text = test.read_text()
+    dotted = set(re.findall(r"\bharness(?:\.\w+)+", text))
+    dotted |= {
+        m.removesuffix(".py").replace("/", ".") for m in re.findall(r"\bharness(?:/\w+)+\.py", text)
+    }
+    for node in ast.walk(ast.parse(text, str(test))):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            dotted |= {f"{node.module}.{alias.name}" for alias in node.names}
+    found = set()
+    for name in dotted:
+        parts = name.split(".")
+        prefixes = (".".join(parts[:n]) for n in range(len(parts), 0, -1))
+        found.add(next((p for p in prefixes if p in modules()), name))
+        found |= {reexports(".".join(parts[:-1])).get(parts[-1], "")} - {""}
+    return frozenset(found)
+
+
+@cache
+def reexports(package: str) -> dict[str, str]:
+    """The names a package's __init__.py imports from its own modules: name → module (a test
+    that imports `harness.results.publish.headline_table` names `…publish.headline`)."""
+    path = modules().get(package)
+    if path is None or path.name != "__init__.py":
+        return {}
+    return {
+        alias.asname or alias.name: node.module
+        for node in ast.parse(path.read_text(), str(path)).body
+        if isinstance(node, ast.ImportFrom) and node.module and within(node.module, package)
+        for alias in node.names
+    }
+
+
+def test_every_module_has_its_test_module_or_a_covered_by_line() -> None:
+    missing = [
+        f"  {name} → {mirror_of(path).relative_to(ROOT)}"
+        for name, path in modules_to_test().items()
+        if not mirror_of(path).exists() and name not in COVERED_BY
+    ]
+    assert not missing, (
+        f"{len(missing)} modules have no tests: write the test module named, or add a line "
+        '"harness.x.y": ("tests/…/test_z.py", …) to COVERED_BY in tests/test_architecture.py '
+        "naming test files that import the module and exercise it:\n" + "\n".join(missing)
+    )
+
+
+@pytest.mark.parametrize("name", sorted(COVERED_BY))
+def test_each_covered_by_line_names_tests_that_exercise_its_module(name: str) -> None:
+    path = modules_to_test().get(name)
+    assert path is not None, f"COVERED_BY names {name}, which is no module with code: remove it"
+    assert not mirror_of(path).exists(), (
+        f"{name} has its mirror {mirror_of(path).relative_to(ROOT)}: remove its COVERED_BY line"
+    )
+    for test in COVERED_BY[name]:
+        assert test not in NOT_COVERAGE, f"COVERED_BY[{name!r}]: {test} reads source, not behaviour"
+        assert (ROOT / test).is_file(), f"COVERED_BY[{name!r}]: {test} does not exist"
+        assert Path(test).name.startswith("test_"), f"COVERED_BY[{name!r}]: {test} is no test"
+        assert name in mentioned(ROOT / test), (
+            f"COVERED_BY[{name!r}]: {test} neither imports nor names {name}"
+        )

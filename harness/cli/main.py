@@ -6,34 +6,20 @@ Engines are imported only by the commands that measure.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import json
 import sys
-import time
-from collections.abc import Callable, Iterator
-from contextlib import ExitStack
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
 import typer
 from rich.markup import escape as markup_escape
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TaskID,
-    TextColumn,
-    TimeElapsedColumn,
-)
 from rich.table import Table
 
-from harness.console import console, err_console
+from harness.console import console, err_console, shown
 from harness.errors import UserInputError, fault_line
 from harness.spec.labels import PLAN_LABEL, configuration_label
-
-if TYPE_CHECKING:
-    from harness.run.host import HostServer
 
 app = typer.Typer(
     add_completion=False, no_args_is_help=True, help=__doc__, pretty_exceptions_show_locals=False
@@ -53,7 +39,9 @@ def friendly(fn: F) -> F:
             return fn(*args, **kwargs)
         except UserInputError as exc:
             err_console.print(
-                f"[bold red]error[/]: {exc.render()}", highlight=False, soft_wrap=True
+                f"[bold red]error[/]: {markup_escape(exc.render())}",
+                highlight=False,
+                soft_wrap=True,
             )
             raise typer.Exit(2) from None
         except OSError as exc:  # a full disk, a read-only folder: one line, not a traceback
@@ -121,7 +109,7 @@ def print_skip_reasons(skipped: list[Any]) -> None:
             configuration_label(p.model_dump(), ("backend", "quantization", "kv_cache_dtype"))
             for p in points
         )
-        table.add_row(str(len(points)), ", ".join(labels), reason)
+        table.add_row(str(len(points)), shown(", ".join(labels)), shown(reason))
     console.print(table)
 
 
@@ -138,7 +126,7 @@ def print_plan(result: Any, *, show_skipped: bool = False) -> None:
             point += f" · {p.mode_note}"
 
         table.add_row(
-            point, p.gpu, f"{p.weights_gib:.2f}", f"{p.kv_cache_gib:.2f}",
+            shown(point), shown(p.gpu), f"{p.weights_gib:.2f}", f"{p.kv_cache_gib:.2f}",
             f"{p.activations_gib:.2f}", f"{p.reserve_gib:.2f}", f"{p.total_gib:.2f}",
             f"{p.est_seconds:.1f}",
         )  # fmt: skip
@@ -151,16 +139,9 @@ def print_plan(result: Any, *, show_skipped: bool = False) -> None:
             skips.add_column(col, overflow="fold")
         for skip, _ in result.skipped:
             pt = skip.point
-            skips.add_row(
-                pt.model,
-                pt.backend,
-                pt.quantization,
-                pt.kv_cache_dtype,
-                str(pt.batch),
-                str(pt.context),
-                pt.target,
-                skip.reason,
-            )
+            cells = (pt.model, pt.backend, pt.quantization, pt.kv_cache_dtype, pt.batch,
+                     pt.context, pt.target, skip.reason)  # fmt: skip
+            skips.add_row(*(shown(c) for c in cells))
         console.print(skips)
     print_budget(result.budget)
 
@@ -170,12 +151,8 @@ def calibrated_plan(grid: Any, scenario: Path, **options: Any) -> Any:
     from harness import budget
     from harness.run import history, sweep
 
-    path = history.history_path()
-    runs = history.read(path)
-    calibration = history.calibration(runs, sweep.scenario_hash(scenario))
-    result = budget.plan_grid(grid, calibration=calibration, **options)
-    result.budget.calibrated_from = history.calibration_note(path, runs)
-    return result
+    calibration = history.load_calibration(sweep.scenario_hash(scenario))
+    return budget.plan_grid(grid, calibration=calibration, **options)
 
 
 def print_budget(b: Any) -> None:
@@ -192,6 +169,7 @@ def print_budget(b: Any) -> None:
         f"≈ {duration(b.est_seconds)} in all ({', '.join(parts)}), "
         f"{b.est_gpu_hours:.3f} GPU-h{cost}; {b.calibrated_from or 'defaults'}",
         highlight=False,
+        markup=False,  # it names the history file: a path, never markup
     )
 
 
@@ -204,32 +182,12 @@ def measure(
     resume: Annotated[bool, typer.Option(help="skip points already measured ok")] = True,
 ) -> None:
     """Run every group in this process (no Ray): for debugging, and the driver's building block."""
-    from harness.run import store, sweep
-    from harness.run.worker import measure_group
+    from harness.run import session
 
-    with store.run_lock(out, "measure"):  # one writer per run folder
-        plan, todo = sweep.begin(scenario, out, gpu=gpu, resume=resume, mode="in-process")
-        started = time.perf_counter()
-        tracker, rows = sweep_tracker(plan, todo), []
-        with progress_bar(plan.total_points) as (progress, task):
-            progress.advance(task, plan.total_points - sum(len(pts) for _, pts in todo))
-            tracker.attach(progress, task)
-            for work, points in todo:
-                tracker.group_started(work.group.label)
-
-                def emit(row: Any) -> None:
-                    store.write_row(out, row)
-                    rows.append(row)
-                    if row.is_planned_point:
-                        progress.advance(task)
-                        tracker.row(row.group, row.status)
-
-                measure_group(work.group, points, plan.context, emit)
-        wall_s = time.perf_counter() - started
-        sweep.finish_manifest(out, wall_s=wall_s)
-    end_of_run(scenario, out, plan, rows, wall_s, runner="in-process")
+    outcome = session.measure_here(scenario, out, gpu, resume)
+    print_lines(outcome.lines)
     console.print(
-        f"results: {out}/points ({plan.total_points} points, {len(plan.skipped)} skipped)"
+        f"results: {shown(out)}/points ({outcome.points} points, {outcome.skipped} skipped)"
     )
     exit_on_failed_points(out)
 
@@ -277,162 +235,19 @@ def run(
 ) -> None:
     """Fan the sweep out over Ray: one task (or fresh actor) per group, on a node that matches
     its target."""
-    run_dir, _ = run_sweep(scenario, address, out, resume, gpu, simulate_on_cpu)
-    console.print(f"results: {run_dir}")
-    exit_on_failed_points(run_dir)
+    from harness.run import session
+
+    outcome = session.run_sweep(scenario, address, out, resume, gpu, simulate_on_cpu)
+    print_lines(outcome.lines)
+    console.print(f"results: {shown(outcome.run_dir)}")
+    exit_on_failed_points(outcome.run_dir)
 
 
-def run_sweep(
-    scenario: Path,
-    address: str | None,
-    out: Path | None,
-    resume: bool,
-    gpu: str | None,
-    simulate_on_cpu: bool = False,
-) -> tuple[Path, dict[str, Any]]:
-    from harness.run import forking, host
-
-    with ExitStack() as owned:
-        # A local run's host server starts first, so that the engines import (≈5 s) while the
-        # scenario is planned and Ray starts; it is stopped again if no group will fork.
-        local = address is None and forking.forkserver_off() is None
-        server = owned.enter_context(host.start_server()) if local else None
-        from harness.run import store
-        from harness.spec import scenario as scen
-
-        run_dir = out or Path("results") / scen.load(scenario).name
-        with store.run_lock(run_dir, "run"):  # one writer per run folder
-            return sweep_locked(scenario, address, run_dir, resume, gpu, simulate_on_cpu, server)
-
-
-def sweep_locked(
-    scenario: Path,
-    address: str | None,
-    run_dir: Path,
-    resume: bool,
-    gpu: str | None,
-    simulate_on_cpu: bool,
-    server: HostServer | None = None,
-) -> tuple[Path, dict[str, Any]]:
-    """`server`: the host server already started for this node (harness.run.host)."""
-    from harness.run import driver, forking, host, sweep
-    from harness.run.worker import GroupActor, measure_in_child
-
-    started = time.perf_counter()
-    cluster_s: list[float] = []
-    servers: list[forking.ServerInfo] = []  # this node's server, when a group will fork
-    clusters: list[dict[str, Any]] = []  # what connecting said
-
-    def start_cluster(plan: Any) -> dict[str, Any]:
-        if server is not None and forks_here(plan):
-            servers.append(server.info)
-        elif server is not None:
-            server.stop()
-        began = time.perf_counter()
-        cluster = {"cluster": driver.connect(address), "nodes": driver.node_inventory()}
-        cluster_s.append(time.perf_counter() - began)
-        clusters.append(cluster)
-        return cluster
-
-    plan, todo = sweep.begin(
-        scenario, run_dir, gpu=gpu, resume=resume, mode="ray", on_start=start_cluster
-    )
-    runner = functools.partial(
-        driver.Driver, run_dir, plan.context, GroupActor, simulate_on_cpu=simulate_on_cpu,
-        host=host.NodeHost, task=host.relay_group, child_run=measure_in_child,
-        own_server=servers[0] if servers else None,
-    )  # fmt: skip
-    rows, failures = drive(runner, plan, todo, started)
-    driver.disconnect(local=local_node(clusters))
-    wall_s = time.perf_counter() - started
-    sweep.finish_manifest(run_dir, wall_s=wall_s, failures=failures)
-    end_of_run(scenario, run_dir, plan, rows, wall_s, runner="ray", cluster_s=sum(cluster_s))
-    return run_dir, {"wall_s": wall_s}
-
-
-def local_node(clusters: list[dict[str, Any]]) -> bool:
-    """Did this run start its own local Ray node (rather than join a cluster)?"""
-    return any(c["cluster"].get("address") == "local" for c in clusters)
-
-
-def forks_here(plan: Any) -> bool:
-    """Will a group of this plan fork from a node host (see harness.run.host)?"""
-    from harness.run import forking
-
-    if forking.forkserver_off():
-        return False
-    return any(forking.unforkable(w.group, w.points) is None for w in plan.work if w.points)
-
-
-def drive(
-    make_driver: Callable[..., Any], plan: Any, todo: list[Any], started: float
-) -> tuple[list[Any], list[dict[str, Any]]]:
-    """The sweep's waves through a driver (references first: the others compare with them),
-    with the progress bar or the log's lines; the rows measured and the driver's failures."""
-    tracker, rows = sweep_tracker(plan, todo, started), []
-    with progress_bar(plan.total_points) as (progress, task):
-        progress.advance(task, plan.total_points - sum(len(pts) for _, pts in todo))
-        tracker.attach(progress, task)
-        groups: dict[str, TaskID] = {}
-
-        def on_row(row: Any, node_id: str | None) -> None:
-            rows.append(row)
-            if not row.is_planned_point:
-                return
-            tracker.row(row.group, row.status)
-            progress.advance(task)
-            if row.group in groups:
-                progress.advance(groups[row.group])
-
-        def on_group(label: str, node_id: str | None) -> None:
-            where = (node_id or "?")[:8]
-            if label in groups:  # a retry on another node: the same bar goes on from where it was
-                progress.update(groups[label], description=f"  {label} @ node {where} (retry)")
-                return
-            size = next(len(p) for w, p in todo if w.group.label == label)
-            groups[label] = progress.add_task(f"  {label} @ node {where}", total=size)
-            tracker.group_started(label, f"node {where}")
-
-        runner = make_driver(on_row=on_row, on_group=on_group)
-        references = [(w, p) for w, p in todo if w.reference]
-        others = [(w, p) for w, p in todo if not w.reference]
-        for wave in (references, others):
-            if wave:
-                runner.run_wave(wave)
-    return rows, runner.failures if todo else []
-
-
-def sweep_tracker(plan: Any, todo: list[Any], started: float | None = None) -> Any:
-    """The sweep's progress figures (harness.console.SweepProgress) from its calibrated plan;
-    `started`: the perf_counter reading the run's clock starts from (the Ray start is in it)."""
-    from harness.console import SweepProgress
-    from harness.run import history
-
-    todo_points = {w.group.label: len(pts) for w, pts in todo}
-    groups, sweep_s = history.progress_groups(plan.phases, todo_points)
-    tracker = SweepProgress(
-        groups, already_done=plan.total_points - sum(todo_points.values()), sweep_fixed_s=sweep_s
-    )
-    tracker.start(started)
-    return tracker
-
-
-def end_of_run(
-    scenario: Path, run_dir: Path, plan: Any, rows: list[Any], wall_s: float, *, runner: str,
-    cluster_s: float | None = None,
-) -> None:  # fmt: skip
-    """Print "planned 3 m 40 s, took 3 m 55 s (+7 %)", per phase where they differ; the
-    phases' times join the node's history (harness.run.history)."""
-    from harness.run import history, sweep
-
-    if not rows:
-        return
-    lines = history.finish(
-        plan.phases, rows, run=run_dir.name, scenario_hash=sweep.scenario_hash(scenario),
-        runner=runner, wall_s=wall_s, cluster_s=cluster_s,
-    )  # fmt: skip
+def print_lines(lines: list[str]) -> None:
+    """A session's lines (the history's "planned …, took …"): they name the run folder, so
+    markup in them is text."""
     for line in lines:
-        console.print(line, highlight=False, soft_wrap=True)
+        console.print(line, highlight=False, soft_wrap=True, markup=False)
 
 
 @app.command()
@@ -446,15 +261,17 @@ def bench(
     address: Annotated[str | None, typer.Option(help="Ray cluster address")] = None,
 ) -> None:
     """Plan, run (Ray), publish; print the headline cost table and where everything is."""
+    from harness.run import session
     from harness.spec import scenario as scen
 
     result = calibrated_plan(scen.expand(scen.load(scenario), str(scenario)), scenario)
     print_plan(result)
-    run_dir, stats = run_sweep(scenario, address, out, True, None)
-    console.print(f"sweep wall time: {stats['wall_s']:.1f} s")
-    counts = status_counts(run_dir)
-    publish_run(run_dir, tariffs)  # what can be published is, failures or not
-    exit_on_failed_points(run_dir, counts)
+    outcome = session.run_sweep(scenario, address, out, True, None)
+    print_lines(outcome.lines)
+    console.print(f"sweep wall time: {outcome.wall_s:.1f} s")
+    counts = status_counts(outcome.run_dir)
+    publish_run(outcome.run_dir, tariffs)  # what can be published is, failures or not
+    exit_on_failed_points(outcome.run_dir, counts)
 
 
 def publish_run(run_dir: Path, tariffs: Path) -> None:
@@ -472,8 +289,10 @@ def node_start(
     block: Annotated[bool, typer.Option(help="stay in the foreground (containers)")] = False,
     dry_run: Annotated[bool, typer.Option(help="print the ray start command only")] = False,
 ) -> None:
-    """`ray start` with this node's detected accelerators as Ray resources and labels."""
+    """`ray start` with this node's detected accelerators as Ray resources and labels. A worker
+    asks the head first (as `harness run --address` does; not with --dry-run, which only prints)."""
     import os
+    import shlex
     import subprocess
 
     from harness.run import auth, node
@@ -483,6 +302,10 @@ def node_start(
     problem = node.port_problem(port) if head else None
     if problem:  # before `ray start`, whose own refusal is a traceback
         raise UserInputError(f"{problem}; choose another (the default is 6379)", field="--port")
+    if address:
+        node.head_address(address)  # HOST:PORT, or one line: never printed as a command
+        if not dry_run:
+            node.reachable(address)  # a head that is not there: one line, not Ray's long wait
     auth.require_token_mode()
     if head and not dry_run:
         auth.ensure_token()
@@ -490,10 +313,10 @@ def node_start(
         auth.require_token_to_join(address)
     inventory = node.detect()
     argv = node.start_command(head, address, inventory, port=port, block=block)
-    console.print(" ".join(argv), highlight=False, soft_wrap=True)
+    console.print(shown(shlex.join(argv)), highlight=False, soft_wrap=True)
     if head:
         for line in auth.join_instructions(f"{node.this_host_address()}:{port}"):
-            console.print(line, highlight=False, soft_wrap=True)
+            console.print(line, highlight=False, soft_wrap=True, markup=False)
     if dry_run:
         return
     if block:
@@ -529,25 +352,6 @@ def doctor() -> None:
     console.print(table)
 
 
-@contextlib.contextmanager
-def progress_bar(total: int) -> Iterator[tuple[Progress, TaskID]]:
-    """A bar on a terminal, its description the sweep's figures (harness.console.SweepProgress:
-    the remaining time from the budget model); where stderr is a log, no bar: SweepProgress
-    prints a line per point and per finished group."""
-    if not err_console.is_terminal:
-        quiet = Progress(console=err_console, disable=True)
-        yield quiet, quiet.add_task("starting", total=total)
-        return
-    columns = (
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-    )
-    with Progress(*columns, console=err_console, transient=False) as progress:
-        yield progress, progress.add_task("starting", total=total)
-
-
 def _register_result_commands() -> None:
     from harness.cli import results
 
@@ -570,6 +374,16 @@ def _register_pull() -> None:
 
 
 _register_pull()
+
+
+def _register_projection() -> None:
+    from harness.cli import projection
+
+    app.command("ledger")(friendly(projection.ledger_cmd))
+    app.command("rent")(friendly(projection.rent_cmd))
+
+
+_register_projection()
 
 
 def main() -> None:

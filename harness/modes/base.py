@@ -3,16 +3,22 @@
 A mode is a package `harness/modes/<name>/` whose files each play one role, named by the file:
 
 - `spec.py`     its scenario block and point payload (pydantic; imports `harness.spec` only)
-- `points.py`   its points from a scenario, and why one cannot run (spec side)
+- `points.py`   its points from a scenario, why one cannot run, and the files a point reads
+                (spec side)
 - `plan.py`     its plan terms: a point's memory and seconds (imports `harness.plan`)
 - `device/`     its device-side runner (`device/run.py`) and what only the device runs
 - `price.py`    its rows' tables and prices (results side)
 - `report.py`   its report sections (results side)
 - `manifest.py` what it adds to a run's manifest before anything runs (pure)
+- `admission.py` its rows' own consistency check, read where rows are admitted (results side)
 - any other file: pure helpers of the mode (the spec, measure and base rooms only)
 
 The core never imports a mode module: it asks `harness.modes` for a part, and the part is
 imported then, by its `"module:attr"` reference, as `backends.base.REGISTRY` does for engines.
+Besides its parts a mode states its facts (`Facts`): the budget phase of its
+points and the row field that measures it, a phase its groups pay once (serving: the server's
+start), whether its groups may fork from a node's host, its point payload, the tables it fills:
+the core reads these from the registry and never names a mode.
 `tests/test_architecture.py` derives each file's room from this naming.
 """
 
@@ -24,27 +30,88 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeAlias, TypeVar
 
 # The parts a mode declares; each is a "module:attr" reference, or None where the mode has none.
-Part = Literal["points", "skip_reason", "plan", "run", "price", "report", "manifest"]
-PARTS: tuple[Part, ...] = ("points", "skip_reason", "plan", "run", "price", "report", "manifest")
+# `inputs`: the files a point reads beyond its model (what, path), hashed into its key
+# (harness.spec.inputs)
+# `check`: why one of its rows cannot be trusted (harness.results.admission), None: it can
+Part = Literal[
+    "points", "skip_reason", "inputs", "plan", "run", "price", "report", "manifest", "check"
+]
+PARTS: tuple[Part, ...] = (
+    "points", "skip_reason", "inputs", "plan", "run", "price", "report", "manifest", "check",
+)  # fmt: skip
 # The file (module) that holds each part, inside the mode's package: the role of that file.
 PART_MODULE: dict[Part, str] = {
     "points": "points",
     "skip_reason": "points",
+    "inputs": "points",
     "plan": "plan",
     "run": "device.run",
     "price": "price",
     "report": "report",
     "manifest": "manifest",
+    "check": "admission",
 }
 
 
 @dataclass(frozen=True)
+class GroupStart:
+    """A phase a group with points of the mode pays once, before them (serving: its server's
+    start): the budget's phase name and label, its default seconds before any history, and the
+    row field that measures it (harness.run.history)."""
+
+    phase: str
+    label: str
+    default_s: float
+    figure: str
+
+
+@dataclass(frozen=True)
+class Facts:
+    """What the core stages read of a mode besides its parts.
+
+    phase / phase_label: the budget phase its points' seconds are (harness.budget.PHASES);
+    figure: the row field that measures a point's seconds in it (harness.run.history);
+    start: a phase its groups pay once before its points (None: none);
+    scores_quality: its groups score the quality phase once, and each row's `figure` carries its
+      share of it (offline);
+    step_floor: a point takes at least the engine's decode-step floor per step (offline);
+    load_per_point: the model is loaded once per point, not once per group (training);
+    forks: a group with points of it may run in a child forked from its node's host (False: the
+      mode starts processes of its own, serving's server: a fresh process);
+    payload: its points carry a payload field named after it (``Point.<name>``), in its key, and
+      grouped by its ``label`` where ``GroupKey`` has a field of that name;
+    standalone: its scenario block alone makes points (the inference axes may be left out);
+    generates: its rows generate output tokens (False: `output_tokens` 0 is its rows' own);
+    levels: its rows are load levels (a row's `level` names one);
+    never_reference: why its rows are never the reference (None: they may be);
+    tables: the fields of the results' ``Aggregate`` its `price` part fills (each an empty
+      table where it has no rows).
+    """
+
+    phase: str
+    phase_label: str
+    figure: str = ""
+    start: GroupStart | None = None
+    scores_quality: bool = False
+    step_floor: bool = False
+    load_per_point: bool = False
+    forks: bool = True
+    payload: bool = False
+    standalone: bool = False
+    generates: bool = True
+    levels: bool = False
+    never_reference: str | None = None
+    tables: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class Mode:
-    """One mode: its name, what it is, and where each part lives ("module:attr", lazy)."""
+    """One mode: its name, what it is, where each part lives ("module:attr", lazy), its facts."""
 
     name: str
     summary: str
     parts: dict[Part, str | None]
+    facts: Facts
 
     def ref(self, part: Part) -> str | None:
         return self.parts.get(part)
@@ -58,9 +125,10 @@ class Mode:
         return getattr(importlib.import_module(module), attr)
 
 
-def mode(name: str, summary: str, **attrs: str | None) -> Mode:
+def mode(name: str, summary: str, facts: Facts | None = None, **attrs: str | None) -> Mode:
     """A mode whose parts sit in their role's module: `mode("serving", ..., plan="serving_plan")`
-    gives `harness.modes.serving.plan:serving_plan`; a part left out (or None) is absent."""
+    gives `harness.modes.serving.plan:serving_plan`; a part left out (or None) is absent. Its
+    facts default to a phase of its own name and nothing else."""
     unknown = set(attrs) - set(PARTS)
     if unknown:
         raise ValueError(f"unknown mode parts {sorted(unknown)}; known: {', '.join(PARTS)}")
@@ -68,7 +136,8 @@ def mode(name: str, summary: str, **attrs: str | None) -> Mode:
     for part in PARTS:
         attr = attrs.get(part)
         parts[part] = None if attr is None else f"harness.modes.{name}.{PART_MODULE[part]}:{attr}"
-    return Mode(name=name, summary=summary, parts=parts)
+    facts = facts or Facts(phase=name, phase_label=name)
+    return Mode(name=name, summary=summary, parts=parts, facts=facts)
 
 
 # --- the results side's contract: a mode's `price` and `report` parts ---------------------------
@@ -95,7 +164,8 @@ class Priced(Protocol):
 
     @property
     def tables(self) -> Mapping[str, pd.DataFrame]:
-        """Its tables by name; each name is the field of the core's `Aggregate` it fills."""
+        """Its tables by name; each name is one its registry entry declares (`Facts.tables`),
+        read on the core's `Aggregate` as an attribute of that name."""
         ...
 
     @property

@@ -4,7 +4,7 @@ A `ray.cluster_utils.Cluster` (real Ray, one raylet per node): a head with num_c
 accelerator resource (nothing can be placed there), plus 1 or 2 worker nodes advertising
 ``{"accel:cpu": 1}`` with labels ``{"vendor": "cpu"}`` and num_cpus=1 each, exactly what
 `harness node start` advertises on a CPU machine. The sweep is run in this process with
-``harness.cli.main.run_sweep(scenario, cluster.address, out_dir, True, None)``: the tiny model,
+``harness.run.session.run_sweep(scenario, cluster.address, out_dir, True, None)``: the tiny model,
 quantization {none, bnb-int8, bnb-nf4, bnb-fp4} × batch {1} × context {128}; 32 new tokens;
 repeats 3; quality max_windows 32, arc_items 20. Four groups of one point: the reference group
 (none) runs first, alone; the three others then share the worker nodes.
@@ -92,7 +92,7 @@ def sweep_on(
     import ray
     from ray.cluster_utils import Cluster
 
-    from harness.cli.main import run_sweep
+    from harness.run.session import run_sweep
 
     started = time.perf_counter()
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
@@ -104,9 +104,11 @@ def sweep_on(
         wait_for_quiet(max_load, max_wait)
         la0, busy0 = load1(), machine_busy_s()
         started = time.perf_counter()
-        run_sweep(scenario, cluster.address, out, True, None)
+        outcome = run_sweep(scenario, cluster.address, out, True, None)
         wall = time.perf_counter() - started
         la1, busy = load1(), machine_busy_s() - busy0
+        for line in outcome.lines:  # planned against took (harness.run.history)
+            log(line)
     finally:
         ray.shutdown()
         cluster.shutdown()  # type: ignore[no-untyped-call]  # Ray's test cluster is untyped

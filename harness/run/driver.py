@@ -6,64 +6,40 @@ lives on the driver's machine and needs no shared filesystem. A lost node ends i
 stream; the group's remaining points are retried on another matching node (bounded), and what
 still cannot run is written as `node_lost`. Resume is the default: `ok` points are never re-run.
 
-Each node that can run a group gets a host (harness.run.host, handed in by the CLI like the
-group's task and actor): a server that has imported the engines once, and forks a fresh child per
-group. A group that can fork runs as a Ray task: it holds the group's resources and relays what
-the child sends, so Ray reuses its worker process and a group starts in a fraction of a second.
-The driver owns the hosts, so they end with the run; on a local run it starts its own node's
-server before Ray, so the engines import while Ray starts. `HARNESS_FORKSERVER=0` creates none:
-every group then imports its engine in a fresh actor, as a group that cannot fork does (one line
-says why, once per reason).
+A group's process comes from a launcher (harness.run.launchers), handed in by the sweep's
+session in order of preference: a child forked from its node's host (`forked`: the engines
+already imported, a group starts in a fraction of a second), else a fresh actor that imports its
+engine (`actor`). The first launcher that takes a group runs it; one line says why a group was
+passed on, once per reason. A forked group whose host cannot fork it answers `forking.Fallback`
+and runs in the next launcher.
 """
 
 from __future__ import annotations
 
 import os
-import pickle
 import re
-import socket
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from harness import corpus
 from harness.backends.base import WindowScores
 from harness.errors import UserInputError
 from harness.row import ResultRow
-from harness.run import auth, forking, node, store, sweep
-from harness.run.contracts import GroupItem, WorkContext, point_row
+from harness.run import auth, forking, node, reservation, store, sweep
+from harness.run.contracts import WorkContext, point_row
+from harness.run.launchers.base import GroupCall, Launched, Launcher
 from harness.run.store import keep_scores, load_scores, reference_artifact
-from harness.spec.scenario import Point
+from harness.spec.scenario import GroupKey, Point
 
 MAX_ATTEMPTS = 3  # per group: the first try and two retries on another node
 PLACEMENT_TIMEOUT_S = 600.0  # an actor no node can host for this long is lost (image pulls)
 NODE_WATCH_S = 5.0  # how often the driver asks the GCS which nodes it has marked dead
-
-
-CONNECT_TIMEOUT_S = 10.0
 MONITOR_SCRIPT = "autoscaler/_private/monitor.py"  # Ray's autoscaler monitor, as it is started
-
-
-def reachable(address: str) -> None:
-    """A HOST:PORT address must accept a TCP connection within CONNECT_TIMEOUT_S (Ray itself
-    retries an unreachable head for minutes without a word)."""
-    match = re.fullmatch(r"\[?([A-Za-z0-9_.:-]+?)\]?:(\d{1,5})", address)
-    if not match:
-        return  # "auto", ray://…: Ray resolves these itself
-    host, port = match.group(1), int(match.group(2))
-    try:
-        socket.create_connection((host, port), timeout=CONNECT_TIMEOUT_S).close()
-    except OSError as exc:
-        cause = exc.strerror or type(exc).__name__
-        raise UserInputError(
-            f"no Ray cluster answers at {address} ({cause}); start one with "
-            "`harness node start --head` or give the head's HOST:PORT",
-            field="--address",
-        ) from None
 
 
 def connect(address: str | None) -> dict[str, Any]:
@@ -78,7 +54,7 @@ def connect(address: str | None) -> dict[str, Any]:
         ray.shutdown()  # connected elsewhere (an earlier run in this process): not that cluster
     address = address or os.environ.get("RAY_ADDRESS")
     if address:
-        reachable(address)
+        node.reachable(address)  # a head that is not there: one line, not minutes of retries
         auth.require_token_to_join(address)
         if re.fullmatch(r"[^/]+:\d{1,5}", address):  # HOST:PORT (not auto, not ray://)
             auth.check_token_accepted(address)  # a wrong token: one line within seconds
@@ -158,11 +134,12 @@ def node_inventory() -> list[dict[str, Any]]:
     ]
 
 
-def has_capacity(target: str, simulate_on_cpu: bool) -> bool:
-    """Is any live node able to host this target's actor at all?"""
+def has_capacity(group: GroupKey, simulate_on_cpu: bool) -> bool:
+    """Could the cluster host this group at all (its one card, or all the cards its layout
+    reserves: harness.run.reservation)?"""
     import ray
 
-    needed = placement(target, simulate_on_cpu)["resources"]
+    needed = reservation.total(group, placement(group.target, simulate_on_cpu))
     totals = ray.cluster_resources()
     return all(totals.get(name, 0.0) >= amount for name, amount in needed.items())
 
@@ -172,11 +149,14 @@ class Attempt:
     work: sweep.Work
     points: list[Point]
     tries: int = 1
-    actor: Any = None  # the group's fresh actor; None while it runs as a task (a forked child)
+    launcher: Launcher | None = None  # the launcher that started its process
+    process: Any = None  # what that launcher ends the process by (an actor's handle)
     stream: Any = None
     node_id: str | None = None
     received: set[str] = field(default_factory=set)
-    fresh: str | None = None  # why this group runs in a fresh actor (None: it may fork)
+    fresh: str | None = None  # why this group runs in the last launcher (None: any may take it)
+    # the placement group holding a layout's cards (harness.run.reservation); None: one card
+    reserved: Any = None
 
 
 class NodeLost(RuntimeError):
@@ -195,68 +175,19 @@ def failure_text(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {str(exc)[:300]}"
 
 
-class GroupActor(Protocol):
-    """What the driver asks of the fresh actor that measures one group on a node in its own
-    process (harness.run.worker implements it; the driver is handed the class and never
-    imports the device side)."""
-
-    def __init__(self, simulate_on_cpu: bool = False) -> None: ...
-
-    def measure(
-        self, work: sweep.Work, points: list[Point], ctx: WorkContext, ref: WindowScores | None
-    ) -> Iterator[tuple[GroupItem | forking.Started, str]]:
-        """Yields `forking.Started` once, then each item of the group (harness.run.contracts
-        .GroupItem), each with the Ray node id that produced it."""
-        ...
-
-
-class ChildRun(Protocol):
-    """A group as a forked child runs it (harness.run.worker.measure_in_child): the driver
-    pickles the call (`forking.group_payload`), the child adds its task's node id."""
-
-    def __call__(
-        self, work: sweep.Work, points: list[Point], ctx: WorkContext,
-        reference: WindowScores | None, simulate_on_cpu: bool, node_id: str,
-    ) -> Iterator[GroupItem]: ...  # fmt: skip
-
-
-class GroupTask(Protocol):
-    """The task that relays one group from a child of its node's host (harness.run.host
-    .relay_group); `hosts`: node id -> that node's host actor (the driver's own node: its
-    `forking.ServerInfo`). Yields `forking.Started` once the child runs, then each item as
-    the child pickled it, each with the node's id; or first a `forking.Fallback`: run this
-    group in a fresh actor instead."""
-
-    def __call__(
-        self, payload: bytes, hosts: dict[str, Any]
-    ) -> Iterator[tuple[bytes | forking.Fallback | forking.Started, str]]: ...
-
-
-class NodeHost(Protocol):
-    """The long-lived actor per node (but the driver's) that starts its node's host server and
-    tells groups how to reach it."""
-
-    def __init__(self) -> None: ...
-
-
 class Driver:
     def __init__(
         self,
         run_dir: Path,
         ctx: WorkContext,
-        actor: type[GroupActor],
+        launchers: list[Launcher],
         *,
         simulate_on_cpu: bool = False,
         on_row: Callable[[ResultRow, str | None], None] | None = None,
         on_group: Callable[[str, str | None], None] | None = None,
-        host: type[NodeHost] | None = None,
-        task: GroupTask | None = None,
-        child_run: ChildRun | None = None,
         on_note: Callable[[str], None] | None = None,
-        own_server: forking.ServerInfo | None = None,
     ) -> None:
-        """`own_server`: the host server the CLI started on this (the driver's) node before
-        Ray; this node's groups reach it with no host actor."""
+        """`launchers`: in order of preference; the last takes every group (a fresh actor)."""
         import ray
 
         self.ray = ray
@@ -265,16 +196,7 @@ class Driver:
         self.simulate_on_cpu = simulate_on_cpu
         self.on_row = on_row or (lambda row, node_id: None)
         self.on_group = on_group or (lambda label, node_id: None)
-        self.actor_cls = ray.remote(max_restarts=0, max_task_retries=0)(actor)
-        self.fork_off = forking.forkserver_off() or (
-            None if host and task and child_run else "no node host given"
-        )
-        self.host_cls = None if host is None or self.fork_off else ray.remote(max_restarts=0)(host)
-        self.task_fn = None if task is None else ray.remote(max_retries=0)(task)
-        self.child_run = child_run
-        self.own_server = own_server
-        # node id -> its host actor (held: the driver owns them), or this node's own server
-        self.hosts: dict[str, Any] = {}
+        self.launchers = launchers
         self.hosts_tag = uuid.uuid4().hex[:12]
         self.on_note = on_note or (lambda line: print(line, file=sys.stderr, flush=True))
         self.notes: set[str] = set()
@@ -285,28 +207,12 @@ class Driver:
     def reference_for(self, work: sweep.Work) -> WindowScores | None:
         return None if work.reference else load_scores(reference_artifact(self.ctx, work.group))
 
-    def start_hosts(self, works: list[tuple[sweep.Work, list[Point]]]) -> None:
-        """A host actor on every live node that can run one of these groups and has none yet,
-        pinned to it; it starts importing the engines while Ray places the groups' tasks. This
-        node's own server, when the CLI started one, needs none."""
-        if self.host_cls is None:
-            return
-        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
+    def prepare(self, works: list[tuple[sweep.Work, list[Point]]]) -> None:
+        """Each launcher readies what its processes need on the nodes that can run one of
+        these groups (the forked launcher: a host on each)."""
         needs = [placement(w.group.target, self.simulate_on_cpu)["resources"] for w, _ in works]
-        here = self.ray.get_runtime_context().get_node_id()
-        for n in node_inventory():
-            fits = any(all(n["resources"].get(k, 0) >= v for k, v in r.items()) for r in needs)
-            if not n["alive"] or not fits or n["node_id"] in self.hosts:
-                continue
-            if n["node_id"] == here and self.own_server is not None:
-                self.hosts[here] = self.own_server
-                continue
-            pin = NodeAffinitySchedulingStrategy(node_id=n["node_id"], soft=False)
-            name = node.host_name(n["node_id"], self.hosts_tag)
-            self.hosts[n["node_id"]] = self.host_cls.options(
-                name=name, num_cpus=0, scheduling_strategy=pin
-            ).remote()
+        for launcher in self.launchers:
+            launcher.prepare(needs)
 
     def note(self, line: str) -> None:
         if line not in self.notes:
@@ -314,48 +220,80 @@ class Driver:
             self.on_note(line)
 
     def launch(self, attempt: Attempt) -> None:
-        """A fresh process per group: a child forked from its node's host (through a task), or
-        a fresh actor where the group cannot fork. Either way the memory figures of one group
+        """A fresh process per group, from the first launcher that takes it (a child forked
+        from its node's host, or a fresh actor). Either way the memory figures of one group
         never carry another's leftovers, and engines that keep device memory release it when
         the process ends."""
         work = attempt.work
-        options = placement(work.group.target, self.simulate_on_cpu)
-        why = attempt.fresh or self.fork_off or forking.unforkable(work.group, attempt.points)
+        options = self.options_for(attempt)
+        launcher = self.launcher_for(attempt)
         reference = self.reference_for(work)
+        call = GroupCall(work, attempt.points, self.ctx, reference, self.simulate_on_cpu)
         attempt.node_id = None
-        if why is None and self.task_fn is not None and self.child_run is not None:
-            attempt.actor = None
-            payload = forking.group_payload(
-                self.child_run, dict(
-                    work=work, points=attempt.points, ctx=self.ctx, reference=reference,
-                    simulate_on_cpu=self.simulate_on_cpu,
-                ),
-            )  # fmt: skip
-            attempt.stream = self.task_fn.options(**options, num_returns="streaming").remote(
-                payload, self.hosts
-            )
-            return
-        self.note(f"a fresh process per group, importing its engine ({why})")
-        attempt.actor = self.actor_cls.options(**options).remote(self.simulate_on_cpu)
-        attempt.stream = attempt.actor.measure.options(num_returns="streaming").remote(
-            work, attempt.points, self.ctx, reference
-        )
+        launched = launcher.launch(call, options)
+        attempt.launcher = launcher
+        attempt.process, attempt.stream = launched.process, launched.stream
+
+    def launcher_for(self, attempt: Attempt) -> Launcher:
+        """The first launcher that takes the attempt's group; the last takes any, and says once
+        per reason why the group was passed on to it."""
+        why = attempt.fresh
+        for launcher in self.launchers[:-1]:
+            why = why or launcher.unable(attempt.work, attempt.points)
+            if why is None:
+                return launcher
+        self.note(self.launchers[-1].because(why or "no node host given"))
+        return self.launchers[-1]
+
+    def launched(self, attempt: Attempt) -> Launched:
+        return Launched(attempt.stream, attempt.process)
+
+    def options_for(self, attempt: Attempt) -> dict[str, Any]:
+        """The group's actor (or task) options: its one card, or a place in the placement group
+        that reserves its layout's cards (made on the attempt's first launch, kept across a
+        fallback to a fresh actor, released by `stop`)."""
+        group = attempt.work.group
+        options = placement(group.target, self.simulate_on_cpu)
+        if not reservation.needs_reservation(group):
+            return options
+        if attempt.reserved is None:
+            name = f"harness-{self.hosts_tag}-{uuid.uuid4().hex[:8]}"
+            attempt.reserved = reservation.reserve(group, options, name)
+        return reservation.scheduled_in(group, options, attempt.reserved)
 
     def stop(self, attempt: Attempt) -> None:
-        """End an attempt's process: its actor, or its task (the child ends with its caller)."""
-        if attempt.actor is not None:
-            self.ray.kill(attempt.actor)
-        elif attempt.stream is not None:
-            self.ray.cancel(attempt.stream, force=True)
+        """End an attempt's process: its actor, or its task (the child ends with its caller);
+        then give back the cards its placement group reserved."""
+        try:
+            if attempt.launcher is not None and attempt.stream is not None:
+                attempt.launcher.stop(self.launched(attempt))
+        finally:
+            self.release(attempt)
+
+    def release(self, attempt: Attempt) -> None:
+        if attempt.reserved is not None:
+            reservation.release(attempt.reserved)
+            attempt.reserved = None
 
     def run_wave(self, works: list[tuple[sweep.Work, list[Point]]]) -> None:
         """Launch every group of a wave at once; Ray queues what the cluster cannot host yet."""
         running: dict[Any, Attempt] = {}
-        self.start_hosts(works)
-        for work, points in works:
-            attempt = Attempt(work=work, points=points)
-            self.launch(attempt)
-            running[attempt.stream] = attempt
+        attempts: list[Attempt] = []
+        try:
+            self.prepare(works)
+            for work, points in works:
+                attempt = Attempt(work=work, points=points)
+                attempts.append(attempt)
+                self.launch(attempt)
+                running[attempt.stream] = attempt
+            self.drain(running)
+        finally:  # an error or an interrupt: no placement group outlives its group
+            for attempt in attempts:
+                if attempt.reserved is not None:
+                    self.stop(attempt)
+
+    def drain(self, running: dict[Any, Attempt]) -> None:
+        """Take each group's items as they come until every group of the wave has ended."""
         waiting_since = {id(a): time.monotonic() for a in running.values()}
         while running:
             ready, _ = self.ray.wait(list(running), num_returns=1, timeout=5.0)
@@ -377,14 +315,17 @@ class Driver:
         try:
             item, node_id = self.ray.get(next(attempt.stream))
         except StopIteration:
-            if attempt.actor is not None:
-                self.ray.kill(attempt.actor)
+            try:
+                if attempt.launcher is not None:
+                    attempt.launcher.finished(self.launched(attempt))
+            finally:
+                self.release(attempt)  # the cards its placement group held
             return False
         except RayError as exc:
             return self.retry_or_lose(attempt, exc)
-        if isinstance(item, bytes):  # as a forked child pickled it
-            item = pickle.loads(item)
-        if isinstance(item, forking.Fallback):  # the node cannot fork it: a fresh actor instead
+        if attempt.launcher is not None:
+            item = attempt.launcher.unwrap(item)
+        if isinstance(item, forking.Fallback):  # its launcher cannot run it: the last one instead
             attempt.fresh = item.reason
             self.launch(attempt)
             return True
@@ -416,8 +357,8 @@ class Driver:
             }
         )
         self.stop(attempt)
-        target = attempt.work.group.target
-        if left and attempt.tries < MAX_ATTEMPTS and has_capacity(target, self.simulate_on_cpu):
+        group = attempt.work.group
+        if left and attempt.tries < MAX_ATTEMPTS and has_capacity(group, self.simulate_on_cpu):
             retry = Attempt(
                 work=attempt.work, points=left, tries=attempt.tries + 1, fresh=attempt.fresh
             )
@@ -459,7 +400,7 @@ class Driver:
             started = attempt.node_id is not None
             if started or time.monotonic() - since[id(attempt)] < PLACEMENT_TIMEOUT_S:
                 continue
-            if not has_capacity(attempt.work.group.target, self.simulate_on_cpu):
+            if not has_capacity(attempt.work.group, self.simulate_on_cpu):
                 running.pop(stream)
                 self.stop(attempt)
                 self.write_lost(attempt.work, self.remaining(attempt), "no node can host it")

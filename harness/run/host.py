@@ -262,11 +262,11 @@ def serve_group(context: BaseContext | str, conn: Connection) -> None:
 def relay_group(
     payload: bytes, hosts: dict[str, Any]
 ) -> Iterator[tuple[bytes | Fallback | Started, str]]:
-    """A Ray task per group that can fork (harness.run.driver.GroupTask): it holds the group's
-    Ray resources and relays, while the group runs in a fresh child of its node's host server
-    (the engines already imported). It yields `Started` once the child said hello, then each
-    item as the child pickled it, each with the node's id; a `Fallback` first (no host, or it
-    cannot fork) asks the driver for a fresh actor instead. A failure once the child has
+    """A Ray task per group that can fork (harness.run.launchers.forked.GroupTask): it holds
+    the group's Ray resources and relays, while the group runs in a fresh child of its node's
+    host server (the engines already imported). It yields `Started` once the child said hello,
+    then each item as the child pickled it, each with the node's id; a `Fallback` first (no
+    host, or it cannot fork) asks the driver for a fresh actor instead. A failure once the child has
     started ends the stream as a lost actor's does.
     `hosts`: node id -> its NodeHost actor, or the driver's own node's ServerInfo."""
     import ray
@@ -349,7 +349,8 @@ def connect(server: ServerInfo) -> Connection:
 class NodeHost:
     """A Ray actor on each node but the driver's (that one's server the driver started itself,
     before Ray), owned by the driver: it starts its node's host server, which ends with it.
-    The CLI hands this class to the driver, which never imports the device side."""
+    The forked launcher (harness.run.launchers.forked) starts it by reference: the driver never
+    imports the device side."""
 
     def __init__(self) -> None:
         self.own: HostServer | None = None

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from harness import corpus, modes
 from harness.backends.base import WindowScores
@@ -23,6 +23,7 @@ from harness.run.device import Job, Runner, bound_adapter
 from harness.run.forking import Started
 from harness.run.store import keep_scores, load_scores, reference_artifact
 from harness.spec import models
+from harness.spec.capabilities import layout_executor
 from harness.spec.scenario import GroupKey, Point
 
 if TYPE_CHECKING:
@@ -35,7 +36,7 @@ class GroupActor:
     """A Ray actor on a worker node, one per group that cannot fork (a fresh process: one
     group's memory figures never carry another's leftovers): measures the group here, with its
     engine imported here, and streams each item back with the node's id. Implements
-    harness.run.driver.GroupActor; the CLI hands this class to the driver."""
+    harness.run.launchers.actor.GroupActor; the actor launcher starts it."""
 
     def __init__(self, simulate_on_cpu: bool = False) -> None:
         self.simulate_on_cpu = simulate_on_cpu
@@ -63,12 +64,35 @@ def measure_in_child(
 ) -> Iterator[GroupItem]:  # fmt: skip
     """A group in a fresh child of its node's host server (harness.run.host: the engines already
     imported; the driver pickles this call, the group's Ray task relays it, `node_id` is that
-    task's node). Implements harness.run.driver.ChildRun; the CLI hands it to the driver."""
+    task's node). Implements harness.run.launchers.forked.ChildRun; that launcher hands it over."""
     device_override = "cpu" if simulate_on_cpu else None
     return iter_group(
         work.group, points, ctx, reference=reference, device_override=device_override,
         process="forkserver", node_id=node_id,
     )  # fmt: skip
+
+
+VISIBLE_CARDS = ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES")  # as Ray sets them for a group
+
+
+def layout_facts(group: GroupKey, device: str) -> dict[str, Any]:
+    """A layout's ranks, executor and binding (Provenance's fields); none on one card. The
+    binding is what the engine was given: VLLM_CPU_OMP_THREADS_BIND on the CPU
+    (harness.backends.vllm.args.engine_environment), else the cards Ray made visible."""
+    if group.layout is None:
+        return {}
+    from harness.backends.vllm.args import engine_environment  # a layout is a vLLM group's
+
+    cores = sorted(os.sched_getaffinity(0))
+    bound = engine_environment(group, device, cores)
+    binding = bound.get("VLLM_CPU_OMP_THREADS_BIND") or next(
+        (f"{name}={os.environ[name]}" for name in VISIBLE_CARDS if os.environ.get(name)), None
+    )
+    return {
+        "ranks": group.layout.cards,
+        "executor": layout_executor(group.layout, group.target),
+        "binding": binding,
+    }
 
 
 def device_for(target: str) -> str:
@@ -121,7 +145,7 @@ def iter_group(
     adapter = bound_adapter(group, resolved)
     prov = provenance.collect(
         device, corpus_hash, model_commit=resolved.commit, adapter=adapter, process=process,
-        node_id=node_id,
+        node_id=node_id, layout=layout_facts(group, device),
     )  # fmt: skip
     by_mode = {name: [p for p in points if p.mode == name] for name in modes.REGISTRY}
     with energy.metering(device) as meter:  # one meter for the group, every mode's runner
