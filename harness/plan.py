@@ -28,6 +28,34 @@ Formulas (bytes; GiB = 2**30):
                   (a KV cache inside the pool adds nothing)
 A vLLM point instead pre-allocates gpu_memory_utilization × card memory: it fits when weights +
 activations + the KV cache it needs fit inside that share.
+
+Speculative decoding (harness.spec.speculative): a draft model, an EAGLE head or MTP layers add
+  draft weights = the draft's architecture in its own dtype (the formula above, unquantized)
+  draft KV      = the KV formula over the draft's layers, in the target's KV dtype: one entry per
+                  token beside the target's, in the same pool (KV × (1 + kv_draft / kv_target))
+and n-gram lookup adds nothing. Under vLLM's pre-allocation the pool is what the share leaves:
+  tokens = ⌊(capacity − target weights − activations − reserve − draft weights)
+            / (kv_target + kv_draft) per token⌋,  largest batch = ⌊tokens / (context + output)⌋
+and the plan states both against the plain pool (speculative.pool_shrink).
+
+Per rank, under a layout of t tensor × p pipeline ranks (harness.spec.capabilities.Layout; vLLM's
+sharding):
+  layers of stage s = ⌈L / p⌉ on the first L mod p stages, ⌊L / p⌋ on the rest
+  attention     = (q + o) / t + (k + v) × kv_heads_per_rank / kv_heads, where
+                  kv_heads_per_rank = max(1, kv_heads / t) (KV heads replicated when t exceeds them)
+  MLP           = dense: MLP / t; MoE: experts × MLP / t, or with expert parallelism
+                  ⌈experts / t⌉ whole experts (the same bytes when t divides the experts)
+  router, norms = whole on every rank; embeddings / t on stage 0, lm_head / t on the last stage
+  KV cache      = the KV formula over the stage's layers and kv_heads_per_rank
+  activations   = B × S × (2 × hidden + qkv / t + 2 × intermediate / t) + the logits (whole:
+                  gathered on the rank that samples)
+  communication = COMM_BUFFER_BYTES per rank on GPUs once a layout has 2 ranks or more
+  binding rank  = the rank whose peak is largest (the first of its stage); on the CPU every rank
+                  shares the node's memory: the node's peak is Σ ranks, each a process of its own
+Decode under a layout: a step reads each stage's rank bytes at the card's bandwidth, stage after
+stage, and all-reduces 2 × B × hidden activations per layer over the interconnect (ring:
+2 (t − 1) / t of them per rank): step = Σ_s bytes(s) / bandwidth + allreduce; prefill likewise at
+the compute peak over t ranks.
 """
 
 from __future__ import annotations
@@ -40,9 +68,15 @@ from pydantic import BaseModel, ConfigDict
 
 from harness import modes
 from harness.measure import roofline
-from harness.spec import adapters, catalog
-from harness.spec.capabilities import KV_CACHE_FORMATS, WEIGHT_FORMATS, compute_dtype_bytes
+from harness.spec import adapters, catalog, speculative
+from harness.spec.capabilities import (
+    KV_CACHE_FORMATS,
+    WEIGHT_FORMATS,
+    Layout,
+    compute_dtype_bytes,
+)
 from harness.spec.catalog import MLP_LINEARS, GpuSpec, ModelArch
+from harness.spec.engines import engine
 from harness.spec.labels import model_key
 from harness.spec.scenario import CONFIGURATION_FIELDS, Point
 from harness.units import GIB, MIB
@@ -51,31 +85,11 @@ CUDA_CONTEXT_BYTES = 700 * MIB  # CUDA context + cuBLAS: 680–750 MiB measured 
 HIP_CONTEXT_BYTES = 900 * MIB  # ROCm's runtime context is larger
 CPU_RUNTIME_BYTES = 540 * MIB  # a training worker's RSS with torch, transformers, bnb, Ray
 ALLOCATOR_MARGIN = 0.05  # caching-allocator fragmentation, share of the tensors' bytes
-# An inference group's process on the CPU (RSS), per engine, less the weights and the KV pool.
-# Measured here on 2026-12-01 with the tiny model (2 cores, other jobs running), three ways:
-# `make bench` at 7747e86 (results/bench-cpu: a fresh Ray actor per group), `make bench` on the
-# working tree of 2026-12-01 15:05 (transformers groups in a child forked by the node's host,
-# harness.run.host; vLLM groups in a fresh actor), both as peak_mib_load less the plan's weights
-# and the 64 MiB pool; and each group loaded alone in a fresh process, RSS read after every step
-# (the memory helper's probe, README "Memory"):
-# - transformers 5.19: Python and the harness 51 MiB, + torch and transformers 262, + the model's
-#   modules at load 405; a fresh Ray actor 478, a forked child 374 (shared library pages the
-#   child has not touched are not in its RSS): the forked child is planned; a group that falls
-#   back to a fresh process measures about 105 MiB more at load;
-# - vLLM 0.32 (always a fresh actor): its import + 109 (371), its engine start (inductor, OpenMP
-#   threads, buffers) and the actor 750-802 over the three benches, 796-810 in a fourth on a
-#   quiet machine (16:00, with the heap trimmed between points): 800 is planned.
-CPU_PROCESS_BYTES = {"transformers": 375 * MIB, "vllm": 800 * MIB}
+# An inference group's process on the CPU (RSS) and what its first forward leaves there: per
+# engine, its row of harness.spec.engines.ENGINES (with the measurements behind them).
 # A weight format's library on top: bitsandbytes +114 MiB at import, of which the model's load
 # then pays 79 less (+35 in the probe, +34 to +42 in the benches, fresh and forked).
 CPU_LIBRARY_BYTES = {"bitsandbytes": 36 * MIB}
-# What an engine's first forward leaves in the process on the CPU, with the heap trimmed after
-# the quality pass (harness.run.device.trim_heap; without the trim, 100-580 MiB of the quality
-# pass's freed pages stayed, different in every run): peak_mib_prefill - peak_mib_load at the
-# smallest point (batch 1, context 128) of `make bench`, 2026-12-01 16:00, quiet machine:
-# transformers 76 (fp32), 75 (bnb-int8), 66 (bnb-nf4) MiB; vLLM -13 to -4 (its load peak, the
-# engine's profiling run, is above its points'): 0.
-CPU_FIRST_FORWARD_BYTES = {"transformers": 75 * MIB, "vllm": 0.0}
 # An engine that sizes its KV pool up front (vLLM on the CPU, offline or behind a server) gets
 # the largest KV cache its sequences need with this headroom: blocks are allocated whole (128
 # tokens on the CPU), so each sequence may hold up to one block it does not fill.
@@ -86,6 +100,13 @@ EFFICIENCY = {"cpu": 0.25, "cuda": 0.6, "rocm": 0.5}  # share of roofline a budg
 # the budget's, harness.budget).
 GENERATOR_START_S = 20.0
 VLLM_MAX_BATCHED_TOKENS = 8192  # vLLM prefills in chunks of at most this many tokens
+# NCCL's communicators and buffers (and vLLM's custom all-reduce buffers) per GPU rank once a
+# layout has 2 ranks or more. Source: issue 37 quoting llm-d-planner's accuracy report, "NCCL
+# ≈ 2 GiB per GPU at TP ≥ 2", which that report found its own figure under-counted by 44 %. Not
+# yet measured by this harness: lent machines have had one card (docs/guide/parallelism.md).
+COMM_BUFFER_BYTES = 2 * GIB
+# On the CPU, vLLM's ranks all-reduce through shared memory; each rank is a process of its own
+# (Engine.cpu_process_bytes), counted per rank, and no buffer beside it is planned.
 
 
 class ParamCounts(BaseModel):
@@ -101,34 +122,62 @@ class ParamCounts(BaseModel):
         return self.linear + self.embeddings + self.lm_head + self.other
 
 
-def param_counts(arch: ModelArch) -> ParamCounts:
+def param_counts(arch: ModelArch, layout: Layout | None = None, stage: int = 0) -> ParamCounts:
+    """The parameters of the whole model, or under a layout those of one rank of `stage` (the
+    per-rank formulas above)."""
     h = arch.hidden_size
     shapes = arch.linear_shapes()
-    attention = sum(i * o for name, (i, o) in shapes.items() if name not in MLP_LINEARS)
+    t = 1 if layout is None else layout.tensor
+    stages = 1 if layout is None else layout.pipeline
+    layers = stage_layers(arch.num_layers, stages, stage)
+    kv_share = kv_heads_per_rank(arch, t) / arch.num_kv_heads
+    qo = sum(i * o for n, (i, o) in shapes.items() if n in ("q_proj", "o_proj"))
+    kv = sum(i * o for n, (i, o) in shapes.items() if n in ("k_proj", "v_proj"))
+    attention = qo / t + kv * kv_share
     mlp = sum(i * o for name, (i, o) in shapes.items() if name in MLP_LINEARS)
-    router = h * arch.num_experts if arch.num_experts > 1 else 0
-    per_layer = attention + mlp * arch.num_experts + router
-    active_per_layer = attention + mlp * arch.experts_per_token + router
+    experts = arch.num_experts
+    spread = layout is not None and layout.expert  # whole experts, ⌈E / t⌉ per rank
+    mlp_rank = mlp * -(-experts // t) if spread else mlp * experts / t
+    router = h * experts if experts > 1 else 0
+    per_layer = attention + mlp_rank + router
+    active_per_layer = attention + mlp * arch.experts_per_token / t + router
     q, k, v = (shapes[n][1] for n in ("q_proj", "k_proj", "v_proj"))
-    bias = q + k + v if arch.attention_bias else 0
+    bias = (q / t + (k + v) * kv_share) if arch.attention_bias else 0
     norms = 2 * h
+    first, last = stage == 0, stage == stages - 1
+    vocab_rows = arch.vocab_size * h / t
+    lm_head = vocab_rows if last and (not arch.tie_embeddings or stages > 1) else 0
     return ParamCounts(
-        linear=arch.num_layers * per_layer,
-        embeddings=arch.vocab_size * h,
-        lm_head=0 if arch.tie_embeddings else arch.vocab_size * h,
-        other=arch.num_layers * (norms + bias) + h,
-        active_linear=arch.num_layers * active_per_layer,
+        linear=round(layers * per_layer),
+        embeddings=round(vocab_rows) if first else 0,
+        lm_head=round(lm_head),
+        other=round(layers * (norms + bias) + (h if last else 0)),
+        active_linear=round(layers * active_per_layer),
     )
 
 
-def weights_bytes(arch: ModelArch, quantization: str) -> float:
-    """Bytes of the loaded weights in a format (see WeightFormat for the overhead terms)."""
+def stage_layers(layers: int, stages: int, stage: int) -> int:
+    """Decoder layers of pipeline stage `stage` of `stages`: the first `layers mod stages`
+    stages take one more."""
+    return layers // stages + (1 if stage < layers % stages else 0)
+
+
+def kv_heads_per_rank(arch: ModelArch, tensor: int) -> int:
+    """KV heads a tensor rank holds: kv_heads / t, and 1 (replicated) when t exceeds them."""
+    return max(1, arch.num_kv_heads // tensor)
+
+
+def weights_bytes(
+    arch: ModelArch, quantization: str, layout: Layout | None = None, stage: int = 0
+) -> float:
+    """Bytes of the loaded weights in a format (see WeightFormat for the overhead terms): the
+    whole model's, or under a layout one rank's of `stage`."""
     fmt = WEIGHT_FORMATS[quantization]
-    counts = param_counts(arch)
+    counts = param_counts(arch, layout, stage)
     if not fmt.quantizes_linears:
         return counts.total * unquantized_bytes_per_param(arch, quantization)
     linear = counts.linear * fmt.bits_per_weight / 8
-    rows = _linear_output_rows(arch)
+    rows = _linear_output_rows(arch) * counts.linear / max(1, param_counts(arch).linear)
     linear += rows * fmt.per_row_overhead_bits / 8
     kept = counts.embeddings + counts.lm_head + counts.other
     return linear + kept * unquantized_bytes_per_param(arch, quantization)
@@ -172,13 +221,21 @@ def kv_cache_bytes(
 
 
 def activation_bytes(
-    arch: ModelArch, quantization: str, batch: int, context: int, *, all_logits: bool
+    arch: ModelArch,
+    quantization: str,
+    batch: int,
+    context: int,
+    *,
+    all_logits: bool,
+    tensor: int = 1,
 ) -> float:
-    """Prefill transient of one layer (hidden, q/k/v, MLP gate+up) plus the logits tensor."""
+    """Prefill transient of one layer (hidden, q/k/v, MLP gate+up; q/k/v and the MLP split over
+    `tensor` ranks) plus the logits tensor (whole: gathered where it is sampled)."""
     act = compute_dtype_bytes(quantization, arch.dtype_bytes)
     tokens = batch * context
-    qkv = arch.num_heads * arch.head_dim + 2 * arch.num_kv_heads * arch.head_dim
-    per_token = (2 * arch.hidden_size + qkv + 2 * arch.intermediate_size) * act
+    kv_heads = kv_heads_per_rank(arch, tensor) if tensor > 1 else arch.num_kv_heads
+    qkv = arch.num_heads * arch.head_dim / tensor + 2 * kv_heads * arch.head_dim
+    per_token = (2 * arch.hidden_size + qkv + 2 * arch.intermediate_size / tensor) * act
     logits_positions = tokens if all_logits else batch
     return tokens * per_token + logits_positions * arch.vocab_size * 4
 
@@ -187,15 +244,15 @@ def runtime_context_bytes(
     target: str, backend: str | None = None, quantization: str | None = None
 ) -> float:
     """The runtime's own memory: the CUDA/HIP context; on the CPU the inference group's process
-    of `backend` (CPU_PROCESS_BYTES) plus its weight format's library (CPU_LIBRARY_BYTES), or a
-    training worker's (CPU_RUNTIME_BYTES) when no engine is named."""
+    of `backend` (Engine.cpu_process_bytes) plus its weight format's library
+    (CPU_LIBRARY_BYTES), or a training worker's (CPU_RUNTIME_BYTES) when no engine is named."""
     gpu = {"cuda": CUDA_CONTEXT_BYTES, "rocm": HIP_CONTEXT_BYTES}.get(target)
     if gpu is not None:
         return gpu
     if backend is None:
         return CPU_RUNTIME_BYTES
     library = WEIGHT_FORMATS[quantization].library if quantization is not None else ""
-    return CPU_PROCESS_BYTES[backend] + CPU_LIBRARY_BYTES.get(library, 0.0)
+    return engine(backend).cpu_process_bytes + CPU_LIBRARY_BYTES.get(library, 0.0)
 
 
 def runtime_reserve_bytes(
@@ -206,9 +263,9 @@ def runtime_reserve_bytes(
 
 
 def first_forward_bytes(point: Point) -> float:
-    """What the engine's first forward leaves in a CPU process (CPU_FIRST_FORWARD_BYTES); 0 on
-    GPUs, whose allocator figures count tensors only."""
-    return CPU_FIRST_FORWARD_BYTES[point.backend] if point.target == "cpu" else 0.0
+    """What the engine's first forward leaves in a CPU process
+    (Engine.cpu_first_forward_bytes); 0 on GPUs, whose allocator figures count tensors only."""
+    return engine(point.backend).cpu_first_forward_bytes if point.target == "cpu" else 0.0
 
 
 def kv_pool_bytes(largest_kv_bytes: float) -> int:
@@ -256,13 +313,52 @@ class PointPlan(BaseModel):
     mode_contract: dict[str, object] = {}
     # what the mode adds to the point's line in `harness plan` ("" for offline points)
     mode_note: str = ""
+    # under a layout: the cards it holds, the binding rank, its communication buffers (GiB)
+    cards: int = 1
+    binding_rank: str = ""
+    communication_gib: float = 0.0
+    # speculative decoding: the draft's weights and KV cache (GiB, inside weights and KV above)
+    # and, under vLLM's pre-allocation, the target's KV pool and largest batch with and without
+    draft_weights_gib: float = 0.0
+    draft_kv_cache_gib: float = 0.0
+    pool: speculative.PoolShrink | None = None
 
     def contract(self) -> dict[str, object]:
         point = {f: getattr(self.point, f) for f in CONFIGURATION_FIELDS if f != "revision"}
         point["model"] = model_key(self.point.model, self.point.revision)  # id@rev off main
         if self.point.adapter is None:  # the contract names an adapter only where there is one
             del point["adapter"]
-        return {**point, **self.mode_contract, **{f: getattr(self, f) for f in CONTRACT_FIGURES}}
+        layout = {}
+        if self.point.layout is None:  # and a layout only where there is one
+            del point["layout"]
+        else:
+            point["layout"] = self.point.layout.label
+            layout = {
+                "cards": self.cards,
+                "binding_rank": self.binding_rank,
+                "communication_gib": self.communication_gib,
+            }
+        if self.point.speculative is None:  # and speculative decoding only where it is used
+            del point["speculative"]
+        figures = {f: getattr(self, f) for f in CONTRACT_FIGURES}
+        return {**point, **self.mode_contract, **figures, **layout, **self.speculation_contract()}
+
+    def speculation_contract(self) -> dict[str, object]:
+        """What speculative decoding adds to `harness plan --json`: nothing without it."""
+        if self.point.speculative is None:
+            return {}
+        out: dict[str, object] = {
+            "speculative": self.point.speculative.label,
+            "draft_weights_gib": self.draft_weights_gib,
+            "draft_kv_cache_gib": self.draft_kv_cache_gib,
+        }
+        if self.pool is not None:
+            out.update(
+                kv_pool_tokens_plain=self.pool.tokens_plain, kv_pool_tokens=self.pool.tokens,
+                largest_batch_plain=self.pool.batch_plain, largest_batch=self.pool.batch,
+                kv_pool_shrink_pct=self.pool.shrink_pct,
+            )  # fmt: skip
+        return out
 
 
 # The card a GPU target is planned on when no --gpu / scenario `gpu` names one.
@@ -317,15 +413,35 @@ def inference_plan(
     """An inference point's memory per phase and fit verdict (the formulas above), and its
     seconds from ``seconds(weight bytes, decode ceiling tok/s)``: offline and serving differ
     only in how their time is spent."""
-    phases, terms = inference_memory(point, arch)
+    rank, phases, terms = binding_rank(point, arch)
     total = max(phases.values())
     capacity = card.memory_gib * GIB
     if point.backend == "vllm" and point.target != "cpu":
         capacity *= gpu_memory_utilization
-    fits, reason = fit_verdict(total, capacity, terms, card.name)
+    fits, reason = fit_verdict(total, capacity, terms, card.name, rank=rank)
     weights = terms["weights"]
-    ceiling = decode_ceiling_tok_s(card, weights, arch, point)
+    if point.layout is None:
+        ceiling = decode_ceiling_tok_s(card, weights, arch, point)
+    else:
+        ceiling = layout_decode_ceiling_tok_s(card, arch, point)
+    draft_weights, draft_kv = draft_terms(point, arch)
+    pool = None
+    if draft_weights and point.backend == "vllm" and point.target != "cpu" and not point.layout:
+        pool = speculative.pool_shrink(
+            capacity_bytes=capacity,
+            held_bytes=weights - draft_weights + terms["activations"] + terms["reserve"],
+            draft_weights_bytes=draft_weights,
+            kv_per_token=kv_bytes_per_token(arch, point.kv_cache_dtype, point.quantization),
+            draft_kv_per_token=draft_kv,
+            sequence_tokens=point.context + point.output_tokens,
+        )
     return PointPlan(
+        draft_weights_gib=draft_weights / GIB,
+        draft_kv_cache_gib=terms["kv_cache"] * (1 - 1 / speculative_kv_scale(point, arch)) / GIB,
+        pool=pool,
+        cards=1 if point.layout is None else point.layout.cards,
+        binding_rank=rank,
+        communication_gib=terms.get("communication", 0.0) / GIB,
         point=point,
         gpu=card.name,
         weights_gib=weights / GIB,
@@ -338,7 +454,7 @@ def inference_plan(
         total_gib=total / GIB,
         capacity_gib=capacity / GIB,
         fits=fits,
-        reason=reason,
+        reason=reason if pool is None else f"{reason}; {pool.sentence()}",
         est_seconds=seconds(weights, ceiling),
         roofline_decode_tok_s=ceiling,
     )
@@ -361,24 +477,53 @@ def adapter_bytes(point: Point, arch: ModelArch) -> float:
     return own + adapters.lora_bytes(slot, every, per_value)
 
 
-def inference_memory(point: Point, arch: ModelArch) -> tuple[dict[str, float], dict[str, float]]:
+Rank = tuple[str, dict[str, float], dict[str, float]]
+
+
+def binding_rank(point: Point, arch: ModelArch) -> Rank:
+    """(the binding rank's name, its bytes per phase, its terms): the point's own on one card;
+    under a layout the rank with the largest peak (the first of each stage is checked: a
+    stage's tensor ranks hold the same bytes), or on the CPU the node's sum over its ranks."""
+    layout = point.layout
+    if layout is None:
+        return ("", *inference_memory(point, arch))
+    ranks = [
+        (f"rank {s * layout.tensor} of {layout.label} (stage {s + 1} of {layout.pipeline})",
+         *inference_memory(point, arch, stage=s))
+        for s in range(layout.pipeline)
+    ]  # fmt: skip
+    if point.target == "cpu":  # one host's memory: every rank's process counts
+        phases = {ph: layout.tensor * sum(r[1][ph] for r in ranks) for ph in ranks[0][1]}
+        terms = {t: layout.tensor * sum(r[2][t] for r in ranks) for t in ranks[0][2]}
+        return f"the node's {layout.cards} ranks together", phases, terms
+    return max(ranks, key=lambda r: max(r[1].values()))
+
+
+def inference_memory(
+    point: Point, arch: ModelArch, stage: int = 0
+) -> tuple[dict[str, float], dict[str, float]]:
     """An inference point's bytes per phase (load, prefill, decode) and its terms (weights, the
     decode-time KV cache or the pool that holds it, the prefill activations or on the CPU what
-    the allocator retains if that is more, the reserve): the formulas above."""
-    weights = weights_bytes(arch, point.quantization) + adapter_bytes(point, arch)
-    kv_prefill = kv_cache_bytes(
+    the allocator retains if that is more, the reserve; under a layout, one rank's of `stage`
+    and its communication buffers): the formulas above."""
+    layout = point.layout
+    weights = weights_bytes(arch, point.quantization, layout, stage) + adapter_bytes(point, arch)
+    weights += draft_terms(point, arch)[0]  # speculative decoding's draft, whole on each rank
+    kv_share = rank_kv_share(arch, layout, stage) * speculative_kv_scale(point, arch)
+    kv_prefill = kv_share * kv_cache_bytes(
         arch, point.kv_cache_dtype, point.quantization, point.context, point.batch
     )
-    kv_decode = kv_cache_bytes(
+    kv_decode = kv_share * kv_cache_bytes(
         arch,
         point.kv_cache_dtype,
         point.quantization,
         point.context + point.output_tokens,
         point.batch,
     )
+    tensor = 1 if layout is None else layout.tensor
     if point.backend == "vllm":
         chunk = min(point.batch * point.context, VLLM_MAX_BATCHED_TOKENS)
-        acts = activation_bytes(arch, point.quantization, 1, chunk, all_logits=False)
+        acts = activation_bytes(arch, point.quantization, 1, chunk, all_logits=False, tensor=tensor)
     else:
         acts = activation_bytes(
             arch, point.quantization, point.batch, point.context, all_logits=False
@@ -386,7 +531,8 @@ def inference_memory(point: Point, arch: ModelArch) -> tuple[dict[str, float], d
     decode_acts = point.batch * arch.vocab_size * 4
     pool = held_kv_pool_bytes(point, kv_decode)
     kv = max(pool, kv_decode)
-    reserve = runtime_reserve_bytes(
+    comm = communication_bytes(point)
+    reserve = comm + runtime_reserve_bytes(
         point.target, weights + kv + acts, point.backend, point.quantization
     )
     first = first_forward_bytes(point)
@@ -402,21 +548,62 @@ def inference_memory(point: Point, arch: ModelArch) -> tuple[dict[str, float], d
         "weights": weights,
         "kv_cache": kv,
         "activations": first + acts,
-        "reserve": reserve,
+        "reserve": reserve - comm,
     }
+    if layout is not None:
+        terms["communication"] = comm
     return phases, terms
 
 
+def draft_terms(point: Point, arch: ModelArch) -> tuple[float, float]:
+    """(weights bytes, KV bytes per token) of the point's speculative draft (the formulas
+    above; the draft's own dtype, the target's KV dtype); (0, 0) without one or for n-gram."""
+    draft = speculative.draft_arch(point.speculative, arch)
+    if draft is None:
+        return 0.0, 0.0
+    kv_dtype = point.kv_cache_dtype
+    return weights_bytes(draft, "none"), kv_bytes_per_token(draft, kv_dtype, "none")
+
+
+def speculative_kv_scale(point: Point, arch: ModelArch) -> float:
+    """1 + kv_draft / kv_target per token: the draft keeps its own KV entry for every token
+    the target holds, in the same pool (1 without a draft)."""
+    draft_kv = draft_terms(point, arch)[1]
+    if not draft_kv:
+        return 1.0
+    return 1.0 + draft_kv / kv_bytes_per_token(arch, point.kv_cache_dtype, point.quantization)
+
+
+def rank_kv_share(arch: ModelArch, layout: Layout | None, stage: int) -> float:
+    """The share of the KV cache one rank of `stage` holds: its stage's layers, and its KV heads
+    (replicated ones count whole)."""
+    if layout is None:
+        return 1.0
+    layers = stage_layers(arch.num_layers, layout.pipeline, stage) / arch.num_layers
+    return layers * kv_heads_per_rank(arch, layout.tensor) / arch.num_kv_heads
+
+
+def communication_bytes(point: Point) -> float:
+    """COMM_BUFFER_BYTES on a GPU rank of a layout with 2 ranks or more, else 0."""
+    if point.layout is None or point.layout.cards < 2 or point.target == "cpu":
+        return 0.0
+    return float(COMM_BUFFER_BYTES)
+
+
 def fit_verdict(
-    total: float, capacity: float, terms: dict[str, float], card: str
+    total: float, capacity: float, terms: dict[str, float], card: str, *, rank: str = ""
 ) -> tuple[bool, str]:
     """Whether a peak of `total` bytes fits in `capacity` bytes of `card`, and the reason a
-    person reads: both figures, and when it does not fit, the binding (largest) term."""
+    person reads: both figures, the binding rank under a layout, and when it does not fit, the
+    binding (largest) term; weights that alone exceed the card say so first."""
+    at = f" at {rank}" if rank else ""
     if total <= capacity:
-        return True, f"fits: {total / GIB:.2f} of {capacity / GIB:.2f} GiB"
+        return True, f"fits: {total / GIB:.2f} of {capacity / GIB:.2f} GiB{at}"
     binding = max(terms, key=lambda t: terms[t])
+    weights = terms.get("weights", 0.0)
+    alone = f"weights {weights / GIB:.0f} GiB exceed the card; " if weights > capacity else ""
     return False, (
-        f"needs {total / GIB:.2f} GiB > {capacity / GIB:.2f} GiB on {card}; "
+        f"{alone}needs {total / GIB:.2f} GiB > {capacity / GIB:.2f} GiB on {card}{at}; "
         f"binding term: {binding} ({terms[binding] / GIB:.2f} GiB)"
     )
 
@@ -435,13 +622,49 @@ def decode_ceiling_tok_s(card: GpuSpec, weights: float, arch: ModelArch, point: 
     )
 
 
+def allreduce_seconds(card: GpuSpec, arch: ModelArch, point: Point, tokens: int) -> float:
+    """Two all-reduces per layer (after attention, after the MLP) of `tokens` × hidden
+    activations over the tensor ranks; a ring moves 2 (t − 1) / t of them through each card's
+    link (catalog `interconnect_gb_s`). 0 on one rank or where the catalog has no link figure."""
+    if point.layout is None or point.layout.tensor < 2 or not card.interconnect_gb_s:
+        return 0.0
+    t = point.layout.tensor
+    act = compute_dtype_bytes(point.quantization, arch.dtype_bytes)
+    per_layer = 2 * tokens * arch.hidden_size * act * 2 * (t - 1) / t
+    return arch.num_layers * per_layer / (card.interconnect_gb_s * 1e9)
+
+
+def layout_decode_ceiling_tok_s(card: GpuSpec, arch: ModelArch, point: Point) -> float:
+    """Tokens/s of a batch under a layout: B / (Σ over stages of the stage's rank bytes read per
+    step at the card's bandwidth (its weights less the embedding lookup, its KV at the mean
+    decode context) + the step's all-reduces)."""
+    layout = point.layout
+    assert layout is not None
+    new = point.output_tokens
+    mean_tokens = roofline.mean_decode_context(point.context, new) if new >= 2 else point.context
+    kv_all = kv_cache_bytes(
+        arch, point.kv_cache_dtype, point.quantization, mean_tokens, point.batch
+    )
+    per_param = unquantized_bytes_per_param(arch, point.quantization)
+    step = allreduce_seconds(card, arch, point, point.batch)
+    for s in range(layout.pipeline):
+        counts = param_counts(arch, layout, s)
+        lookup = 0 if arch.tie_embeddings else counts.embeddings * per_param
+        read = weights_bytes(arch, point.quantization, layout, s) - lookup
+        read += kv_all * rank_kv_share(arch, layout, s)
+        step += read / (card.bandwidth_gb_s * 1e9)
+    return point.batch / step
+
+
 def estimate_seconds(
     point: Point, card: GpuSpec, arch: ModelArch, weights: float, ceiling: float, warmups: int
 ) -> float:
     """(warmups + repeats) × (prefill at peak FLOP/s + decode at the roofline) / efficiency."""
     counts = param_counts(arch)
     active = counts.active_linear + counts.embeddings
-    prefill_s = 2 * active * point.batch * point.context / (card.bf16_tflops * 1e12)
+    tensor = 1 if point.layout is None else point.layout.tensor
+    prefill_s = 2 * active * point.batch * point.context / (tensor * card.bf16_tflops * 1e12)
+    prefill_s += allreduce_seconds(card, arch, point, point.batch * point.context)
     decode_s = point.batch * point.output_tokens / ceiling
     per_run = (prefill_s + decode_s) / EFFICIENCY[point.target]
     return (warmups + point.repeats) * per_run

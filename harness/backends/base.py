@@ -20,6 +20,7 @@ from harness.spec.scenario import VllmOptions
 if TYPE_CHECKING:
     from numpy.typing import NDArray
 
+    from harness.measure.speculation import Counters
     from harness.spec.scenario import GroupKey
 
 
@@ -49,6 +50,9 @@ class Generation:
     e2e_ms: float
     timer: str  # "cuda_events" | "perf_counter" | "engine_timestamps"
     tpot_ms: float | None = None  # the engine's own mean time per output token, where it gives one
+    # each row's generated token ids as a short digest (harness.measure.speculation.item_digest),
+    # where the engine gives them: greedy identity with and without speculation
+    token_digests: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -115,6 +119,16 @@ class Backend(ABC):
 
     @abstractmethod
     def memory_facts(self) -> MemoryFacts: ...
+
+    def speculation_counters(self) -> Counters | None:
+        """The engine's cumulative speculative-decoding counters now (None: it speculates not,
+        or cannot say); a pass's figures are the difference of two readings."""
+        return None
+
+    def text_digests(self) -> list[str]:
+        """One digest per item that ``generate_text`` generated so far, in order (greedy
+        identity of the extract tasks' items; empty where the engine does not record them)."""
+        return []
 
     def close(self) -> None:  # noqa: B027 — optional hook, a no-op by default
         """Release the model and the device memory it holds."""

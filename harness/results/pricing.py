@@ -1,22 +1,26 @@
 """Prices, stated once for every mode: the package hour, $ per million tokens, the quality classes
 and their ``pass_<class>`` columns, and the cheapest passing configuration per group.
 
-Cost of one row on one tariff package (a node of ``gpus_in_package`` cards for ``days`` days at
-utilisation ``u``; the row needs ``gpus_used`` cards and runs ``gpus_in_package ÷ gpus_used``
-replicas)::
+Cost of one row on one tariff package (a node of n = ``gpus_in_package`` cards for ``days`` days
+at utilisation ``u``; the row occupies k = ``gpus_used`` cards, its layout's tensor × pipeline
+ranks (``harness.spec.capabilities.Layout``; 1 without a layout), so the node holds
+``replicas_per_node`` = ⌊n ÷ k⌋ copies of it)::
 
-    usd_per_hour          = package_price ÷ (days × 24) ÷ u × gpus_used ÷ gpus_in_package
+    usd_per_hour          = package_price ÷ (days × 24) ÷ u × k ÷ n      (priced on k cards)
     usd_per_mtok          = usd_per_hour ÷ (tok_s × 3600) × 10⁶
                             (decode tok/s → output; total tok/s → total; a mode's own tok/s:
                             serving's output tok/s at the SLO, training's train tok/s)
-    tokens_per_package    = tok_s × 3600 × days × 24 × u × (gpus_in_package ÷ gpus_used)
+    tokens_per_package    = tok_s × 3600 × days × 24 × u × ⌊n ÷ k⌋
     breakeven_utilisation = package_price ÷ (hourly_usd × days × 24)
+
+Layouts side by side: an 8-card node runs TP 1 × 8 replicas, TP 2 × 4 or TP 8 × 1; each layout is
+priced on its own k cards and the cheapest tables keep one row per layout (``layout`` column,
+empty on one card), so the layouts of one card and one package stand next to each other.
 
 Hourly billing charges only the hours used (``hourly × days × 24 × u``), so the package is the
 cheaper choice exactly when ``u > breakeven_utilisation``.
 
-A ResultRow runs on one device, so ``gpus_used`` is 1 unless the frame carries a ``gpus_used``
-column (tensor parallelism, later); a row needing more cards than a node has is not priced there.
+A row needing more cards than a node has is not priced on that node.
 
 Rows priced (offline): ``cost_eligible`` (``harness.results.frame.flag_rows``) and only against
 tariffs of the row's own ``gpu``. ``cheapest``: the lowest output $/Mtok per model, class, GPU
@@ -35,6 +39,7 @@ from harness.errors import UserInputError
 from harness.measure.verdict import QUALITY_CLASSES
 from harness.results.columns import PRICED_ON
 from harness.results.frame import Array, Codes, best_per_group, column_codes, joint_key
+from harness.spec.capabilities import Layout
 from harness.spec.scenario import CONFIGURATION_FIELDS
 from harness.spec.tariffs import HOURS_PER_DAY, TariffTable
 
@@ -92,6 +97,15 @@ def usd_per_mtok(usd_per_hour: Array, tok_s: Array) -> Array:
         return np.asarray(usd_per_hour / (tok_s * 3600) * 1e6, dtype=np.float64)
 
 
+def breakeven_utilisation(
+    price: Array | float, hourly_usd: Array | float, days: Array | float
+) -> Array:
+    """The utilisation above which a package beats hourly billing: package price ÷ (hourly ×
+    days × 24)."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.asarray(price / (hourly_usd * days * HOURS_PER_DAY), dtype=np.float64)
+
+
 def package_hour(table: pd.DataFrame, utilisation: float, gpus_used: Array | float) -> Array:
     """``package_usd_per_hour`` of every row of a (row × package) table (columns
     ``package_price_usd``, ``package_days``, ``gpus_in_package``)."""
@@ -137,6 +151,7 @@ COST_COLUMNS = [
     "quality_class",
     *PRICED_ON,
     "gpus_used",
+    "replicas_per_node",
     "utilisation",
     *(f for f in CONFIGURATION_FIELDS if f not in ("model", "revision")),
     "decode_tok_s",
@@ -179,11 +194,26 @@ def priceable(points: pd.DataFrame, packages: pd.DataFrame) -> Array:
     return np.logical_and(eligible, on_gpu)
 
 
+def layout_cards(label: object) -> int:
+    """The cards a row's layout occupies (tensor × pipeline ranks); 1 without a layout."""
+    if not isinstance(label, str) or not label:
+        return 1
+    return Layout.model_validate(label).cards
+
+
 def gpus_used(points: pd.DataFrame) -> Array:
-    if "gpus_used" in points:
-        used: Array = points["gpus_used"].fillna(1).to_numpy(dtype=np.float64)
-        return used
-    return np.ones(len(points))
+    """k per row: the cards its layout occupies (``layout_cards``)."""
+    if "layout" not in points:
+        return np.ones(len(points))
+    labels = points["layout"].astype("object")
+    cards = {label: layout_cards(label) for label in labels.dropna().unique()}
+    used: Array = labels.map(cards).fillna(1).to_numpy(dtype=np.float64)
+    return used
+
+
+def replicas_per_node(gpus_in_package: Array, used: Array) -> Array:
+    """⌊n ÷ k⌋: the copies of a configuration of k cards a node of n cards runs side by side."""
+    return np.floor(np.asarray(gpus_in_package, dtype=np.float64) / used)
 
 
 def cost_table(
@@ -215,7 +245,9 @@ def cost_table(
     price = table["package_price_usd"].to_numpy(dtype=np.float64)
     hourly = table["hourly_usd"].to_numpy(dtype=np.float64)
     used = table["gpus_used"].to_numpy(dtype=np.float64)
-    share = used / table["gpus_in_package"].to_numpy(dtype=np.float64)
+    size = table["gpus_in_package"].to_numpy(dtype=np.float64)
+    share = used / size
+    replicas = replicas_per_node(size, used)
     decode = table["decode_tok_s"].to_numpy(dtype=np.float64)
     total = table["total_tok_s"].to_numpy(dtype=np.float64)
     usd_per_hour = package_usd_per_hour(
@@ -225,10 +257,13 @@ def cost_table(
     table["usd_per_mtok_total"] = np.where(total > 0, usd_per_mtok(usd_per_hour, total), np.nan)
     table["usd_per_mtok_output_hourly"] = usd_per_mtok(hourly * share, decode)
     with np.errstate(invalid="ignore", divide="ignore"):
-        table["tokens_per_package"] = decode * 3600 * hours * utilisation / share
-        table["total_tokens_per_package"] = total * 3600 * hours * utilisation / share
-        table["breakeven_utilisation"] = price / (hourly * hours)
+        table["tokens_per_package"] = decode * 3600 * hours * utilisation * replicas
+        table["total_tokens_per_package"] = total * 3600 * hours * utilisation * replicas
+    table["breakeven_utilisation"] = breakeven_utilisation(
+        price, hourly, table["package_days"].to_numpy(dtype=np.float64)
+    )
     table["package_beats_hourly"] = utilisation > table["breakeven_utilisation"]
+    table["replicas_per_node"] = replicas
     table["utilisation"] = utilisation
     return table[[*COST_COLUMNS, "point_index", "package_index"]]
 
@@ -274,7 +309,7 @@ def cheapest_by_class(
         passing = candidates(name)
         if passing.empty:
             continue
-        pick = passing.groupby(list(by), sort=False)[cost].idxmin()
+        pick = passing.groupby(list(by), sort=False, dropna=False)[cost].idxmin()
         chosen = passing.loc[pick.to_numpy()]
         parts.append(chosen.assign(achieved_class=chosen["quality_class"], quality_class=name))
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
@@ -287,6 +322,8 @@ CHEAPEST_COLUMNS = [
     "achieved_class",
     "ratio_to_cheapest_gpu",
 ]
+# one cheapest row per layout of a (model, class, GPU, package length): layouts side by side
+CHEAPEST_BY = ("model", "gpu", "package_days", "layout")
 
 
 def cheapest_passing(
@@ -295,11 +332,12 @@ def cheapest_passing(
     utilisation: float,
     codes: Codes | None = None,
 ) -> pd.DataFrame:
-    """The cheapest (decode $/Mtok) configuration per (model, class, GPU, package length), with
-    its ratio to the cheapest GPU of the same (model, class, package length).
+    """The cheapest (decode $/Mtok) configuration per (model, class, GPU, package length,
+    layout), with its ratio to the cheapest of the same (model, class, package length) over
+    every GPU and layout.
 
     For one package the cost is a constant × gpus_used ÷ decode tok/s, so the cheapest row of a
-    (model, GPU, gpus_used) is the one with the highest decode tok/s; only those are priced.
+    (model, GPU, layout) is the one with the highest decode tok/s; only those are priced.
     """
     can_price = priceable(points, packages)
     if not can_price.any():
@@ -307,7 +345,8 @@ def cheapest_passing(
     used = gpus_used(points)
     efficiency = points["decode_tok_s"].to_numpy(dtype=np.float64) / used
     codes = codes or Codes(points)
-    key = joint_key(codes("model"), codes("gpu"), column_codes(used))
+    layouts = codes("layout") if "layout" in points else column_codes(used)
+    key = joint_key(codes("model"), codes("gpu"), layouts)
 
     def candidates(name: str) -> pd.DataFrame:
         rows = np.flatnonzero(can_price & points[pass_column(name)].to_numpy(dtype=bool))
@@ -316,9 +355,12 @@ def cheapest_passing(
         best = rows[best_per_group(key[rows], efficiency[rows])]
         return cost_table(points, packages, utilisation, best)
 
-    out = cheapest_by_class(candidates, ("model", "gpu", "package_days"), "usd_per_mtok_output")
+    by = CHEAPEST_BY if "layout" in points else CHEAPEST_BY[:-1]
+    out = cheapest_by_class(candidates, by, "usd_per_mtok_output")
     if out.empty:
         return pd.DataFrame(columns=CHEAPEST_COLUMNS)
+    if "layout" in out:  # one card: no layout (None, as in the rows; not pandas' NaN)
+        out["layout"] = out["layout"].astype("object").where(out["layout"].notna(), None)
     floor = out.groupby(["model", "quality_class", "package_days"])["usd_per_mtok_output"]
     out["ratio_to_cheapest_gpu"] = out["usd_per_mtok_output"] / floor.transform("min")
     out = out.sort_values(["model", "quality_class", "package_days", "usd_per_mtok_output"])
@@ -326,7 +368,8 @@ def cheapest_passing(
 
 
 def gpu_ratios(cheapest: pd.DataFrame) -> pd.DataFrame:
-    """Every ordered GPU pair at equal quality: cost_a ÷ cost_b (> 1: GPU a is dearer)."""
+    """Every ordered GPU pair at equal quality: cost_a ÷ cost_b (> 1: GPU a is dearer); each
+    GPU at its cheapest layout."""
     columns = [
         "model",
         "quality_class",
@@ -340,6 +383,9 @@ def gpu_ratios(cheapest: pd.DataFrame) -> pd.DataFrame:
     if cheapest.empty:
         return pd.DataFrame(columns=columns)
     small = cheapest[["model", "quality_class", "package_days", "gpu", "usd_per_mtok_output"]]
+    small = small.sort_values("usd_per_mtok_output", kind="stable").drop_duplicates(
+        ["model", "quality_class", "package_days", "gpu"]
+    )
     pairs = small.merge(small, on=["model", "quality_class", "package_days"], suffixes=("_a", "_b"))
     pairs = pairs[pairs["gpu_a"] != pairs["gpu_b"]].rename(
         columns={

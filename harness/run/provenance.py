@@ -10,6 +10,7 @@ import subprocess
 import sys
 from importlib import metadata
 from pathlib import Path
+from typing import Any
 
 from harness import __version__
 from harness.row import ProcessPath, Provenance
@@ -124,9 +125,11 @@ def collect(
     *,
     process: ProcessPath = "in-process",
     node_id: str | None = None,
+    layout: dict[str, Any] | None = None,
 ) -> Provenance:
     """`node_id`: the Ray node, for a process that measures for a Ray worker without being one
-    (a child forked by harness.run.host); else the node this process runs under, if any."""
+    (a child forked by harness.run.host); else the node this process runs under, if any.
+    `layout`: a layout's ranks, executor and binding (harness.run.worker.layout_facts)."""
     torch_version = package_version("torch")
     cuda = rocm = None
     if device.startswith("cuda"):
@@ -154,4 +157,5 @@ def collect(
         load_average=os.getloadavg()[0],
         process=process,
         **(adapter.provenance() if adapter is not None else {}),
+        **(layout or {}),
     )

@@ -4,7 +4,8 @@ A row of a table says what the format costs in bytes, with which engines (backen
 targets the harness measures it, and the names each engine gives it. Everything that needs one
 of these facts reads it here: the planner (bytes, group sizes), the compatibility rules (engines,
 targets), the transformers backend (torch dtype, GPTQ group size, quantized-cache settings) and
-the vLLM backend (its `quantization`, `dtype` and `kv_cache_dtype` arguments).
+the vLLM backend (its `quantization`, `dtype` and `kv_cache_dtype` arguments). What an engine
+itself costs and how its groups start: harness.spec.engines.
 
 API: ``WEIGHT_FORMATS[name] -> WeightFormat``, ``KV_CACHE_FORMATS[name] -> KvCacheFormat``,
 ``weight_formats_for(backend)`` / ``kv_cache_formats_for(backend)``, ``compute_dtype_bytes``.
@@ -12,9 +13,10 @@ API: ``WEIGHT_FORMATS[name] -> WeightFormat``, ``KV_CACHE_FORMATS[name] -> KvCac
 
 from __future__ import annotations
 
-from typing import Literal, get_args
+import re
+from typing import Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field, model_serializer, model_validator
 
 Quantization = Literal[
     "none",
@@ -43,17 +45,6 @@ BOTH_ENGINES: frozenset[Backend] = frozenset(get_args(Backend))
 ALL_TARGETS: frozenset[Target] = frozenset(get_args(Target))
 GPU_TARGETS: frozenset[Target] = frozenset({"cuda", "rocm"})
 TRANSFORMERS: frozenset[Backend] = frozenset({"transformers"})
-# Engines that start processes of their own (vLLM: its engine core; serving: its server): a
-# group of them never runs in a child forked from a node's host (harness.run.host), where
-# forking a process that imported them is not proven safe, but in a fresh process.
-OWN_PROCESSES: frozenset[Backend] = frozenset({"vllm"})
-
-
-def forks_from_host(backend: str, modes: set[str]) -> bool:
-    """Does a group of this engine, with points of these modes, run in a forked child?"""
-    return backend not in OWN_PROCESSES and "serving" not in modes
-
-
 VLLM: frozenset[Backend] = frozenset({"vllm"})
 
 # vLLM's name for FP8 quantized on the fly from a 16-bit checkpoint differs between builds
@@ -271,3 +262,94 @@ def compute_dtype_bytes(quantization: str, model_dtype_bytes: int) -> int:
     """Bytes of the activations/KV dtype a format computes in (its own, else the model's)."""
     own = WEIGHT_FORMATS[quantization].compute_dtype_bytes
     return own if own is not None else model_dtype_bytes
+
+
+# --- parallelism: how a configuration is laid out over cards -----------------------------------
+
+MAX_CARDS = 1024  # cards a layout may span: beyond any node or cluster this harness rents
+LAYOUT_PATTERN = r"^tp=(\d+)(?:,pp=(\d+))?(,ep)?$"
+
+
+class Layout(Strict):
+    """Tensor × pipeline ranks, and experts spread over the tensor ranks (vLLM's
+    `--enable-expert-parallel`). Written as its label everywhere (a row, a key, a table):
+    ``tp=2``, ``tp=4,pp=2``, ``tp=8,ep``; a point on one card has no layout (None), so the keys of
+    earlier runs stay as they are. Data parallelism (replicas on a node) follows from the node's
+    cards and is priced, not measured twice (harness.results.pricing)."""
+
+    tensor: int = Field(1, ge=1, le=MAX_CARDS)
+    pipeline: int = Field(1, ge=1, le=MAX_CARDS)
+    expert: bool = False
+
+    @model_validator(mode="before")
+    @classmethod
+    def from_label(cls, data: Any) -> Any:
+        if not isinstance(data, str):
+            return data
+        match = re.fullmatch(LAYOUT_PATTERN, data)
+        if match is None:
+            raise ValueError(f"a layout is written like tp=2, tp=4,pp=2 or tp=8,ep; got {data!r}")
+        return {
+            "tensor": int(match.group(1)),
+            "pipeline": int(match.group(2) or 1),
+            "expert": bool(match.group(3)),
+        }
+
+    @model_serializer
+    def as_label(self) -> str:
+        return self.label
+
+    @property
+    def label(self) -> str:
+        pp = f",pp={self.pipeline}" if self.pipeline > 1 else ""
+        return f"tp={self.tensor}{pp}{',ep' if self.expert else ''}"
+
+    @property
+    def cards(self) -> int:
+        """Ranks, one card each: tensor × pipeline (experts live on the tensor ranks)."""
+        return self.tensor * self.pipeline
+
+    @property
+    def is_single_card(self) -> bool:
+        return self.cards == 1 and not self.expert
+
+
+Executor = Literal["uni", "mp", "ray"]
+
+
+def layout_executor(layout: Layout | None, target: str) -> Executor:
+    """What starts a layout's ranks (vLLM's `distributed_executor_backend`): "uni" (the group's
+    own process) on one card; "ray" (vLLM's Ray executor, a rank per placement-group bundle,
+    across nodes) for pipeline stages on GPUs; "mp" (a process per rank, on the group's node)
+    otherwise. vLLM CPU has no Ray executor (its platform names no Ray device: "current platform
+    cpu does not support ray"), so a CPU layout stays on one node with "mp"."""
+    if layout is None or layout.is_single_card:
+        return "uni"
+    if layout.pipeline > 1 and target != "cpu":
+        return "ray"
+    return "mp"
+
+
+class EngineParallelism(Strict):
+    """What an engine's real API lays out over cards, and why not where it does not."""
+
+    tensor: bool
+    pipeline: bool
+    expert: bool
+    why_not: str = ""
+
+
+ENGINE_PARALLELISM: dict[str, EngineParallelism] = {
+    # vLLM: ParallelConfig.tensor_parallel_size / pipeline_parallel_size / enable_expert_parallel
+    # (https://docs.vllm.ai/en/latest/api/vllm/config/parallel/), ranks started by its executor
+    # ("mp" on one node, "ray" across nodes).
+    "vllm": EngineParallelism(tensor=True, pipeline=True, expert=True),
+    # transformers has `tp_plan="auto"`, but only under torch.distributed with one process per
+    # rank (torchrun); this harness measures a group in one process and does not launch ranks.
+    "transformers": EngineParallelism(
+        tensor=False, pipeline=False, expert=False,
+        why_not="the transformers backend measures a group in one process; its tp_plan='auto' "
+        "needs one torch.distributed process per rank (torchrun), which the harness does not "
+        "launch: use the vllm backend for layouts over several cards",
+    ),
+}  # fmt: skip

@@ -5,6 +5,11 @@ weight format or KV dtype runs on is the capability tables' fact (`capabilities`
 below read their value sets from there and add the reason a person is shown, one per kind of
 format. `rule_for` returns the first rule that a combination breaks; model-dependent limits (max
 positions) are checked in `scenario.expand` from the model's architecture.
+
+A layout over several cards (`capabilities.Layout`) has rules of its own, `LAYOUT_RULES`: each
+reads the layout, the model's architecture and the engine's parallelism row, and says why.
+`layout_rule_for` returns the first one broken. How many cards a node or the cluster has is the
+scenario's `parallel` block's own check (an error, not a skip).
 """
 
 from __future__ import annotations
@@ -14,11 +19,14 @@ from collections.abc import Callable
 from pydantic import BaseModel, ConfigDict
 
 from harness.spec.capabilities import (
+    ENGINE_PARALLELISM,
     KV_CACHE_FORMATS,
     WEIGHT_FORMATS,
     KvCacheFormat,
+    Layout,
     WeightFormat,
 )
+from harness.spec.catalog import ModelArch
 
 
 class Rule(BaseModel):
@@ -114,3 +122,84 @@ RULES: tuple[Rule, ...] = (
 def rule_for(fields: dict[str, object]) -> Rule | None:
     """The first compatibility rule that these point fields break, if any."""
     return next((rule for rule in RULES if rule.matches(fields)), None)
+
+
+class LayoutRule(BaseModel):
+    """A layout a model or an engine cannot run, and why (``breaks`` reads the facts)."""
+
+    model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
+    id: str
+    breaks: Callable[[Layout, ModelArch, str], bool]
+    reason: Callable[[Layout, ModelArch, str], str]
+
+
+def _kv_heads_do_not_split(layout: Layout, arch: ModelArch, backend: str) -> bool:
+    """vLLM shards KV heads over the tensor ranks, and replicates them when TP exceeds them:
+    either TP divides the KV heads, or the KV heads divide TP."""
+    tp, kv = layout.tensor, arch.num_kv_heads
+    return (kv % tp != 0) if tp <= kv else (tp % kv != 0)
+
+
+LAYOUT_RULES: tuple[LayoutRule, ...] = (
+    LayoutRule(
+        id="engine-tensor-parallel",
+        breaks=lambda lay, arch, be: lay.tensor > 1 and not ENGINE_PARALLELISM[be].tensor,
+        reason=lambda lay, arch, be: ENGINE_PARALLELISM[be].why_not,
+    ),
+    LayoutRule(
+        id="engine-pipeline-parallel",
+        breaks=lambda lay, arch, be: lay.pipeline > 1 and not ENGINE_PARALLELISM[be].pipeline,
+        reason=lambda lay, arch, be: ENGINE_PARALLELISM[be].why_not,
+    ),
+    LayoutRule(
+        id="engine-expert-parallel",
+        breaks=lambda lay, arch, be: lay.expert and not ENGINE_PARALLELISM[be].expert,
+        reason=lambda lay, arch, be: ENGINE_PARALLELISM[be].why_not,
+    ),
+    LayoutRule(
+        id="tp-divides-heads",
+        breaks=lambda lay, arch, be: arch.num_heads % lay.tensor != 0,
+        reason=lambda lay, arch, be: (
+            f"tensor parallelism splits the attention heads: tp={lay.tensor} does not divide "
+            f"{arch.num_heads} heads"
+        ),
+    ),
+    LayoutRule(
+        id="tp-kv-heads",
+        breaks=_kv_heads_do_not_split,
+        reason=lambda lay, arch, be: (
+            f"tp={lay.tensor} and {arch.num_kv_heads} KV heads: TP must divide the KV heads, or "
+            "be a multiple of them (then each KV head is replicated on tp / kv_heads ranks)"
+        ),
+    ),
+    LayoutRule(
+        id="pp-within-layers",
+        breaks=lambda lay, arch, be: lay.pipeline > arch.num_layers,
+        reason=lambda lay, arch, be: (
+            f"pipeline parallelism splits the layers: pp={lay.pipeline} exceeds the model's "
+            f"{arch.num_layers} layers"
+        ),
+    ),
+    LayoutRule(
+        id="ep-moe-only",
+        breaks=lambda lay, arch, be: lay.expert and arch.num_experts == 1,
+        reason=lambda lay, arch, be: (
+            f"expert parallelism spreads a mixture of experts' experts; {arch.id} is dense"
+        ),
+    ),
+    LayoutRule(
+        id="ep-needs-ranks",
+        breaks=lambda lay, arch, be: lay.expert and lay.tensor == 1,
+        reason=lambda lay, arch, be: (
+            "expert parallelism spreads the experts over the tensor ranks; tp=1 has one rank"
+        ),
+    ),
+)
+
+
+def layout_rule_for(layout: Layout, arch: ModelArch, backend: str) -> tuple[str, str] | None:
+    """(rule id, reason) of the first layout rule broken, if any."""
+    for rule in LAYOUT_RULES:
+        if rule.breaks(layout, arch, backend):
+            return rule.id, rule.reason(layout, arch, backend)
+    return None

@@ -18,8 +18,8 @@ from numpy.typing import NDArray
 from harness.backends.base import BackendOptions
 from harness.backends.vllm.memory import HarnessWorkerExtension
 from harness.errors import UserInputError
-from harness.spec import adapters
-from harness.spec.capabilities import KV_CACHE_FORMATS, WEIGHT_FORMATS
+from harness.spec import adapters, models, speculative
+from harness.spec.capabilities import KV_CACHE_FORMATS, WEIGHT_FORMATS, layout_executor
 from harness.spec.scenario import GroupKey, VllmOptions
 
 # Our names -> vLLM's arguments, from the capability table (one home per fact). vLLM's dtype
@@ -82,8 +82,7 @@ def engine_kwargs(group: GroupKey, options: BackendOptions) -> dict[str, Any]:
         "max_model_len": vllm_options.max_model_len or options.max_context,
         "enforce_eager": vllm_options.enforce_eager,
         "seed": options.seed,
-        "tensor_parallel_size": 1,
-        "distributed_executor_backend": "uni",
+        **layout_kwargs(group),
         "enable_prefix_caching": False,
         "disable_log_stats": False,  # per-request timestamps in RequestOutput.metrics
         "max_logprobs": MAX_LOGPROBS,
@@ -102,7 +101,60 @@ def engine_kwargs(group: GroupKey, options: BackendOptions) -> dict[str, Any]:
         kwargs["revision"] = group.revision
     if options.adapter_path is not None:
         kwargs.update(lora_kwargs(options.adapter_rank or 1))
+    if group.speculative is not None:
+        kwargs["speculative_config"] = speculative_kwargs(group)
     return kwargs
+
+
+def speculative_kwargs(group: GroupKey) -> dict[str, Any]:
+    """vLLM's ``speculative_config`` for the group (harness.spec.speculative.vllm_config), a
+    draft model or head named by its files on this machine (harness.spec.models)."""
+    spec = group.speculative
+    assert spec is not None
+    config = speculative.vllm_config(spec)
+    if "model" in config:
+        config["model"] = str(models.resolve(config["model"], config.get("revision", "main")).path)
+        config.pop("revision", None)  # the resolved folder is that revision's
+    return config
+
+
+def layout_kwargs(group: GroupKey) -> dict[str, Any]:
+    """vLLM's ParallelConfig for the group's layout: tensor and pipeline ranks, experts spread
+    over the tensor ranks, and the executor that starts the ranks
+    (harness.spec.capabilities.layout_executor: "uni" in this process on one card, "mp" a
+    process per rank on this node, "ray" a rank per bundle of the group's placement group)."""
+    layout = group.layout
+    executor = layout_executor(layout, group.target)
+    if layout is None:
+        return {"tensor_parallel_size": 1, "distributed_executor_backend": executor}
+    kwargs: dict[str, Any] = {
+        "tensor_parallel_size": layout.tensor,
+        "pipeline_parallel_size": layout.pipeline,
+        "distributed_executor_backend": executor,
+    }
+    if layout.expert:
+        kwargs["enable_expert_parallel"] = True
+    return kwargs
+
+
+def cpu_thread_binding(ranks: int, cores: Sequence[int]) -> str:
+    """VLLM_CPU_OMP_THREADS_BIND for `ranks` CPU workers over `cores`: an equal run of cores per
+    rank, ranks separated by "|" ("0|1" for 2 ranks on cores 0 and 1; "0-1|2-3" on 4). Without
+    it vLLM CPU refuses more ranks than NUMA nodes (docs/guide/parallelism.md)."""
+    ordered = sorted(cores)
+    if ranks < 1 or len(ordered) < ranks:
+        raise ValueError(f"{ranks} CPU ranks need at least {ranks} cores, got {len(ordered)}")
+    per = len(ordered) // ranks
+    runs = [ordered[i * per : (i + 1) * per] for i in range(ranks)]
+    return "|".join(str(r[0]) if len(r) == 1 else f"{r[0]}-{r[-1]}" for r in runs)
+
+
+def engine_environment(group: GroupKey, device: str, cores: Sequence[int]) -> dict[str, str]:
+    """What the engine must see in its environment for the group's layout: on the CPU, each
+    rank's cores (cpu_thread_binding); nothing on one card or on a GPU."""
+    if group.layout is None or group.layout.cards < 2 or device != "cpu":
+        return {}
+    return {"VLLM_CPU_OMP_THREADS_BIND": cpu_thread_binding(group.layout.cards, cores)}
 
 
 def max_lora_rank(rank: int) -> int:

@@ -28,6 +28,7 @@ from harness.backends.base import Backend, BackendOptions, Generation, MemoryFac
 from harness.backends.vllm.args import (
     LORA_NAME,
     MAX_LOGPROBS,
+    engine_environment,
     engine_kwargs,
     sampling_params_kwargs,
     text_params_kwargs,
@@ -46,6 +47,7 @@ from harness.backends.vllm.parse import (
     split_pair,
 )
 from harness.errors import UserInputError
+from harness.measure.speculation import Counters, from_engine_metrics, item_digest
 from harness.spec import adapters
 from harness.spec.scenario import GroupKey
 
@@ -66,10 +68,13 @@ class VllmBackend(Backend):
         self.dialect: EngineDialect | None = None
         self.dropped_args: list[str] = []
         self._lora_request: Any = None  # the adapter's LoRARequest, passed on every request
+        self._text_digests: list[str] = []  # one per item generate_text generated
 
     def load(self) -> None:
         for key, value in IN_PROCESS_ENV.items():
             os.environ[key] = value  # read by vLLM when the engine starts, not at import
+        cores = sorted(os.sched_getaffinity(0))
+        os.environ.update(engine_environment(self.group, self.options.device, cores))
         self.dialect = EngineDialect.detect()
         kwargs, self.dropped_args = self.dialect.adapt(self._kwargs)
         from vllm import LLM
@@ -124,7 +129,9 @@ class VllmBackend(Backend):
         params = SamplingParams(**sampling_params_kwargs(new_tokens))
         started = time.monotonic()
         outputs = self._generate(prompts, params)
-        return parse_generation(outputs, started)
+        generation = parse_generation(outputs, started)
+        generation.token_digests = [item_digest(out.outputs[0].token_ids) for out in outputs]
+        return generation
 
     def generate_text(self, prompts: list[str], max_new_tokens: int) -> list[str]:
         """Greedy (temperature 0) up to EOS or ``max_new_tokens``, the prompts encoded as
@@ -133,7 +140,18 @@ class VllmBackend(Backend):
 
         params = SamplingParams(**text_params_kwargs(max_new_tokens))
         outputs = self._generate([self.encode(p) for p in prompts], params)
+        self._text_digests += [item_digest(out.outputs[0].token_ids) for out in outputs]
         return [str(out.outputs[0].text) for out in outputs]
+
+    def text_digests(self) -> list[str]:
+        return list(self._text_digests)
+
+    def speculation_counters(self) -> Counters | None:
+        """The engine's speculative-decoding counters (``LLM.get_metrics()``; stats are on:
+        ``disable_log_stats=False``), None without speculation."""
+        if self.group.speculative is None:
+            return None
+        return from_engine_metrics(self._engine().get_metrics())
 
     def score_windows(
         self, windows: list[list[int]], ref_topk_ids: NDArray[Any] | None, k: int

@@ -8,8 +8,9 @@ from harness.spec.scenario import Point, Scenario
 
 
 def offline_points(scenario: Scenario, accepted: list[Point]) -> list[Point]:
-    """One point per (model, backend, quantization, KV dtype, batch, context, target), in that
-    order; none in a training-only scenario (its inference axes are None)."""
+    """One point per (model, backend, quantization, KV dtype, layout, speculative decoding,
+    batch, context, target), in that order; none in a training-only scenario (its inference axes
+    are None)."""
     return [
         Point(
             **m.point_fields(),
@@ -26,12 +27,16 @@ def offline_points(scenario: Scenario, accepted: list[Point]) -> list[Point]:
             seed=scenario.seed,
             window_tokens=scenario.quality.window_tokens,
             max_windows=scenario.quality.max_windows,
+            layout=layout,
+            speculative=spec,
         )
-        for m, backend, quant, kv, batch, context, target in itertools.product(
+        for m, backend, quant, kv, layout, spec, batch, context, target in itertools.product(
             scenario.models,
             scenario.backend,
             scenario.quantization or [],
             scenario.kv_cache_dtype,
+            scenario.layouts,
+            scenario.speculations,
             scenario.batch or [],
             scenario.context or [],
             scenario.targets,

@@ -32,6 +32,8 @@ class GpuSpec(BaseModel):
     bandwidth_gb_s: float
     bf16_tflops: float
     fp8_tflops: float | None
+    # Per-GPU card-to-card bandwidth (NVLink / xGMI / PCIe), one direction, GB/s; None = unknown.
+    interconnect_gb_s: float | None = None
     aliases: tuple[str, ...] = ()
     source: str
 
@@ -147,6 +149,13 @@ class ConfigJson(BaseModel):
     ] = None
     use_sliding_window: Flag = None
     num_local_experts: Annotated[int, _whole(1, MAX_EXPERTS)] = 1
+    # Qwen-MoE names: its experts, and each expert's MLP width (intermediate_size is then the
+    # dense MLP's, unused where every layer is sparse)
+    num_experts: Annotated[
+        Annotated[int, _whole(1, MAX_EXPERTS)] | None,
+        Field(description=f"a whole number in 1..{MAX_EXPERTS:,} or null"),
+    ] = None
+    moe_intermediate_size: Annotated[Count | None, Field(description=COUNT_WORDS)] = None
     num_experts_per_tok: Annotated[int, _whole(1, MAX_EXPERTS)] = 1
     torch_dtype: Annotated[DtypeName | None, Field(description=f"one of {DTYPE_WORDS}")] = None
     dtype: Annotated[DtypeName | None, Field(description=f"one of {DTYPE_WORDS}")] = None
@@ -156,6 +165,11 @@ class ConfigJson(BaseModel):
         str, Field(strict=True, min_length=1, max_length=200, description="a name")
     ] = "llama"
 
+    @property
+    def experts(self) -> int:
+        """The experts per MoE layer, under either name (1: dense)."""
+        return self.num_local_experts if self.num_local_experts > 1 else self.num_experts or 1
+
     def contradiction(self) -> tuple[str, str] | None:
         """(key, why) when the keys disagree with each other."""
         heads, kv = self.num_attention_heads, self.num_key_value_heads or self.num_attention_heads
@@ -163,9 +177,9 @@ class ConfigJson(BaseModel):
             return "num_key_value_heads", f"must divide num_attention_heads ({heads}), got {kv}"
         if self.head_dim is None and self.hidden_size < heads:
             return "num_attention_heads", f"{heads} heads exceed hidden_size {self.hidden_size}"
-        if self.num_experts_per_tok > self.num_local_experts:
+        if self.num_experts_per_tok > self.experts:
             return "num_experts_per_tok", (
-                f"{self.num_experts_per_tok} exceeds num_local_experts {self.num_local_experts}"
+                f"{self.num_experts_per_tok} exceeds num_local_experts {self.experts}"
             )
         return None
 
@@ -209,15 +223,20 @@ def arch_from_config(
     window = facts.sliding_window if facts.use_sliding_window is not False else None
     sliding_layers = 0
     if window:
-        # Gemma-2 alternates sliding and global layers; Mistral/Phi-3 slide on every layer.
-        sliding_layers = layers // 2 if facts.model_type == "gemma2" else layers
+        # Gemma-2 and GPT-OSS alternate sliding and global layers; Mistral/Phi-3 slide on every
+        # layer.
+        sliding_layers = layers // 2 if facts.model_type in ("gemma2", "gpt_oss") else layers
     attention_bias = facts.attention_bias
     return ModelArch(
         id=model_id,
         model_type=facts.model_type,
         vocab_size=facts.vocab_size,
         hidden_size=facts.hidden_size,
-        intermediate_size=facts.intermediate_size,
+        intermediate_size=(
+            facts.moe_intermediate_size
+            if facts.experts > 1 and facts.moe_intermediate_size
+            else facts.intermediate_size
+        ),
         num_layers=layers,
         num_heads=heads,
         num_kv_heads=facts.num_key_value_heads or heads,
@@ -227,7 +246,7 @@ def arch_from_config(
         dtype=facts.torch_dtype or facts.dtype or "bfloat16",
         sliding_window=window or None,
         sliding_layers=sliding_layers,
-        num_experts=facts.num_local_experts,
+        num_experts=facts.experts,
         experts_per_token=facts.num_experts_per_tok,
         attention_bias=facts.model_type == "qwen2" if attention_bias is None else attention_bias,
         path=path,
@@ -292,6 +311,7 @@ def model(model_id: str, revision: str = "main") -> ModelArch:
     hub = resolver.is_hub_id(model_id)
     if model_id in table and (revision == "main" or not hub):
         return table[model_id]
+    resolver.refuse_symlink_loop(model_id)  # which `exists` below would call missing
     local = Path(model_id).expanduser()
     if (local / "config.json").exists():  # a FIFO or a device too: read_config refuses it
         return arch_from_config(

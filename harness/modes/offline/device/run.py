@@ -27,6 +27,8 @@ from harness.backends.base import (
 )
 from harness.measure import energy, quality, roofline, timing, verdict
 from harness.measure.memory import PhaseMemory, measure_phase
+from harness.measure.speculation import Acceptance
+from harness.modes.offline.device import speculation as spec
 from harness.row import (
     Energy,
     HarnessTime,
@@ -58,7 +60,8 @@ from harness.spec import catalog
 from harness.spec.scenario import GroupKey, Point
 from harness.tasks import metrics as task_metrics
 from harness.tasks.builtin import tasks_of
-from harness.tasks.spec import TaskEntry, TaskSpec, label_continuation, render_prompt
+from harness.tasks.kinds import kind_of
+from harness.tasks.spec import TaskEntry, TaskSpec, render_prompt
 from harness.units import GIB, to_mib
 
 TOPK = 16  # reference top-k kept per position for KL (a lower bound of the full KL)
@@ -146,26 +149,13 @@ def measure_tasks(
 
 
 def score_task(backend: Backend, task: TaskSpec) -> task_metrics.Outcome:
-    """One task's items through the engine: each label's (choice's) log-likelihood after the
-    prompt (classify, choice), or a greedy generation of at most ``max_new_tokens`` (extract)."""
+    """One task's items through the engine, as its kind scores them (harness.tasks.kinds: each
+    option's log-likelihood after the prompt, or a greedy generation of at most
+    ``max_new_tokens``)."""
     shots = task.shot_items()
     prompts = [render_prompt(task, item, shots) for item in task.scored]
-    if task.kind == "extract":
-        outputs = backend.generate_text(prompts, task.max_new_tokens)
-        return task_metrics.extract_outcome(task, outputs)
-    options = [
-        [label_continuation(label) for label in task.labels or ()]
-        if task.kind == "classify"
-        else [" " + choice for choice in item.choices or ()]
-        for item in task.scored
-    ]
-    pairs = [(p, o) for p, opts in zip(prompts, options, strict=True) for o in opts]
-    flat = backend.score_continuations(pairs)
-    loglik, at = [], 0
-    for opts in options:
-        loglik.append(flat[at : at + len(opts)])
-        at += len(opts)
-    return task_metrics.choice_outcome(task, loglik)
+    outcome: task_metrics.Outcome = kind_of(task.kind).score(backend, task, prompts)
+    return outcome
 
 
 def paired_arc(out: Quality, ref: WindowScores | None, scores: WindowScores) -> None:
@@ -204,9 +194,10 @@ def measure_arc(backend: Backend, n: int | None) -> tuple[float, float, int, Any
 
 def time_point(
     backend: Backend, point: Point, prompts: list[list[int]], device: str
-) -> tuple[Speed, PhaseMemory, PhaseMemory]:
+) -> tuple[Speed, PhaseMemory, PhaseMemory, list[str]]:
     """Memory in its own passes (a prefill-only call, then the first full call, which is also
-    the first warm-up); timing afterwards, with no sampler thread competing for the cores."""
+    the first warm-up); timing afterwards, with no sampler thread competing for the cores. Last:
+    the first timed run's per-sequence greedy digests (where the engine gives them)."""
     with measure_phase(device) as prefill_phase:
         backend.generate(prompts, 1)
     with measure_phase(device) as decode_phase:
@@ -217,7 +208,8 @@ def time_point(
         min_repeats=point.repeats,
         min_duration_s=point.min_duration_s,
     )
-    return summarize_runs(runs, point), prefill_phase.result, decode_phase.result
+    digests = runs[0].token_digests
+    return summarize_runs(runs, point), prefill_phase.result, decode_phase.result, digests
 
 
 def summarize_runs(runs: list[Generation], point: Point) -> Speed:
@@ -318,7 +310,8 @@ def largest_kv_bytes(group: GroupKey, points: list[Point], max_context: int) -> 
     `max_context` tokens if that is larger (the pool is `harness.run.device.kv_pool_bytes`)."""
     arch = catalog.model(group.model, group.revision)
     first = points[0]
-    return max(
+    draft = planner.speculative_kv_scale(first, arch)  # a draft's KV shares the pool
+    return draft * max(
         planner.kv_cache_bytes(arch, first.kv_cache_dtype, first.quantization, max_context, 1),
         *(
             planner.kv_cache_bytes(
@@ -352,6 +345,10 @@ class LoadedGroup:
     facts: MemoryFacts
     quality_energy: energy.Span | None = None  # None: no quality scored (random weights)
     tasks: Tasks = field(default_factory=Tasks)  # the scenario's tasks (none: an empty part)
+    # speculative decoding: the acceptance of the tasks' generations (None: no speculation), and
+    # every vLLM group's per-item greedy digests of them (harness.measure.speculation)
+    spec_tasks: Acceptance | None = None
+    task_digests: list[str] = field(default_factory=list)
 
     @property
     def weights_mib(self) -> float | None:
@@ -397,11 +394,13 @@ def load_and_score(
         tokens = [min(t, top) for t in tokens]
         return LoadedGroup(tokens, None, Quality(), load_phase.result, load_s, facts)
     mark = meter.start()
+    counted = backend.speculation_counters()
     quality_part, scores, tasks_part = measure_quality(backend, tokens, group, ctx, reference)
+    spec_tasks = spec.pass_acceptance(backend, counted, spec.tasks_workload(ctx.quality.tasks))
     spent = meter.stop(mark)
     free_memory(device)  # scoring's cached blocks must not count in the points' memory
     return LoadedGroup(tokens, scores, quality_part, load_phase.result, load_s, facts, spent,
-                       tasks_part)  # fmt: skip
+                       tasks_part, spec_tasks, backend.text_digests())  # fmt: skip
 
 
 def measure_point(
@@ -423,7 +422,9 @@ def measure_point(
     started = time.perf_counter()
     try:
         prompts = corpus.prompt_windows(group.tokens, point.batch, point.context)
-        speed, prefill_mem, decode_mem = time_point(backend, point, prompts, device)
+        counted = backend.speculation_counters()
+        speed, prefill_mem, decode_mem, digests = time_point(backend, point, prompts, device)
+        accepted = spec.pass_acceptance(backend, counted, spec.point_workload(point.group))
         phases = energy.point_energy(
             meter,
             lambda: backend.generate(prompts, 1),
@@ -446,8 +447,11 @@ def measure_point(
     if ceiling and speed.decode_tok_s:
         roof.roofline_fraction = roofline.fraction(speed.decode_tok_s, ceiling)
     timing_part = HarnessTime(load_s=group.load_s, measured_s=measured_s)
+    speculation = spec.speculation_part(
+        point.group, accepted, group.spec_tasks, digests, group.task_digests
+    )
     return "ok", None, [speed, memory, predicted_part, roof, group.preallocation(), group.quality,
-                        group.tasks, timing_part,
+                        group.tasks, timing_part, speculation,
                         energy_part(meter, phases, group.quality_energy)]  # fmt: skip
 
 

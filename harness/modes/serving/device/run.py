@@ -30,12 +30,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from harness import plan as planner
 from harness.measure import energy
+from harness.measure.speculation import RANDOM_WEIGHTS, Counters, acceptance
 from harness.modes.serving import search, slo, workload
 from harness.modes.serving.device.loadgen import (
     LevelResult,
@@ -53,7 +55,7 @@ from harness.modes.serving.device.server import (
 )
 from harness.modes.serving.prompts import workload_prompts, write_dataset
 from harness.modes.serving.spec import ServingLevel
-from harness.row import Energy, Part, ResultRow, Serving, Speed, Status
+from harness.row import Energy, Part, ResultRow, Serving, Speculation, Speed, Status
 from harness.run.contracts import WorkContext
 from harness.run.device import Job, Runner, failure_text, kv_pool_bytes
 from harness.spec import catalog
@@ -94,18 +96,24 @@ def largest_kv_bytes(group: GroupKey, levels: Sequence[ServingLevel], max_len: i
     )
 
 
-def server_config(group: GroupKey, levels: Sequence[ServingLevel], job: Job) -> ServerConfig:
-    """The group's engine configuration as `vllm serve` arguments (the offline backend's)."""
-    from harness.backends.vllm.args import engine_kwargs
+def server_config(
+    group: GroupKey, levels: Sequence[ServingLevel], job: Job, kv_scale: float = 1.0
+) -> ServerConfig:
+    """The group's engine configuration as `vllm serve` arguments (the offline backend's);
+    ``kv_scale``: a speculative draft's KV entry beside the target's in the one pool
+    (harness.plan.speculative_kv_scale)."""
+    from harness.backends.vllm.args import engine_environment, engine_kwargs
     from harness.backends.vllm.dialect import EngineDialect
 
     max_len = max_model_len(group, levels)
-    pool = kv_pool_bytes(largest_kv_bytes(group, levels, max_len))
+    pool = kv_pool_bytes(largest_kv_bytes(group, levels, max_len) * kv_scale)
     options = job.backend_options(levels[0].seed, max_len, pool if job.device == "cpu" else None)
     adapted, _ = EngineDialect.detect().adapt(engine_kwargs(group, options))
+    cores = sorted(os.sched_getaffinity(0))
     return ServerConfig.from_engine_kwargs(
-        adapted, served_model_name="harness", lora_path=options.adapter_path
-    )
+        adapted, served_model_name="harness", lora_path=options.adapter_path,
+        environment=engine_environment(group, job.device, cores),
+    )  # fmt: skip
 
 
 def fit_gpu_utilization(config: ServerConfig, device: str) -> tuple[ServerConfig, str | None]:
@@ -231,7 +239,8 @@ def serve_points(group: GroupKey, points: list[Point], job: Job) -> Iterator[Res
 
     sized = sizing_levels(levels)
     try:
-        config = server_config(group, sized, job)
+        arch = catalog.model(group.model, group.revision)
+        config = server_config(group, sized, job, planner.speculative_kv_scale(points[0], arch))
         dataset = prompts_file(sized, job.tokenizer_dir, config, folder)
     except Exception as exc:  # a configuration the server cannot take: every level says why
         reason = failure_text(exc, "serving setup")
@@ -436,7 +445,11 @@ def start_server(config: ServerConfig, log: Path, folder: Path, device: str) -> 
     """A started server for the group (its GPU share fitted to what is free), recorded in
     server.json; a ServerError when it does not get ready (it is stopped by then)."""
     fitted, note = fit_gpu_utilization(config, device)
-    env = {**ENGINE_CORE_ENV, **(DEV_MODE_ENV if config.enable_prefix_caching else {})}
+    env = {
+        **ENGINE_CORE_ENV,
+        **(DEV_MODE_ENV if config.enable_prefix_caching else {}),
+        **config.environment,
+    }
     server = VllmServer(fitted, log_path=log, startup_timeout_s=SERVER_STARTUP_TIMEOUT_S, env=env)
     server.start()
     try:
@@ -473,13 +486,54 @@ def measure_level(
     timeout_s = max(LEVEL_TIMEOUT_FLOOR_S, 10.0 * point_budget_s(point, level))
     run = LevelRun(dataset, folder / "levels", level.slo, level.requests, level.seed,
                    timeout_s=timeout_s)  # fmt: skip
+    before = server.speculation_counters()
     with energy.CounterTrace(meter) as trace:
         result = run_level(server, level, run)
+    after = server.speculation_counters() if before is not None else None
     done.append(result)
     result = mark_saturation(done)[-1]
     status: Status = "ok" if result.status == "ok" else "error"
     parts = [*level_parts(result, level, server, server.log_path), level_energy(trace, result)]
+    parts.append(level_speculation(point, level, before, after))
     return row(point, status, error_text(result), parts)
+
+
+def acceptance_workload(level: ServingLevel) -> str:
+    """The text a level's acceptance is read on (acceptance depends on it): the replayed
+    trace, the multi-turn conversations, or the serving prompts cut from the corpus."""
+    load = level.workload
+    if load is not None and load.trace is not None:
+        return f"replayed trace: {Path(load.trace).name}"
+    if load is not None and load.multi_turn is not None:
+        turns = load.multi_turn
+        return f"multi-turn: {turns.conversations} conversations x {turns.turns} turns"
+    return "serving prompts: corpus slices"
+
+
+def level_speculation(
+    point: Point, level: ServingLevel, before: Counters | None, after: Counters | None
+) -> Speculation:
+    """A level's acceptance, the server's /metrics counters read before and after it (their
+    difference, ``Counters.since``), labelled with the level's workload; on random weights no
+    acceptance is claimed; a replay states its synthetic length."""
+    spec = point.speculative
+    part = Speculation()
+    if spec is None:
+        return part
+    part.spec_synthetic_length_tokens = spec.synthetic
+    if point.weights == "random":
+        part.spec_workload = RANDOM_WEIGHTS
+        return part
+    if before is None or after is None:
+        return part
+    got = acceptance(after.since(before), acceptance_workload(level))
+    part.spec_workload = got.workload
+    part.spec_drafts, part.spec_draft_tokens = got.drafts, got.draft_tokens
+    part.spec_accepted_tokens = got.accepted
+    part.spec_acceptance_rate_pct = got.rate_pct
+    part.spec_acceptance_length_tokens = got.mean_length_tokens
+    part.spec_acceptance_per_pos_pct = got.per_pos_text()
+    return part
 
 
 def earlier_levels(ctx: WorkContext, group: GroupKey, generator: str) -> list[LevelResult]:

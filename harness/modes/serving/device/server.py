@@ -39,6 +39,7 @@ from typing import Any, ClassVar
 import psutil
 from pydantic import BaseModel, ConfigDict
 
+from harness.measure.speculation import Counters, from_prometheus
 from harness.modes.serving.device.env import subprocess_env
 
 # The `vllm` command as this package runs it.
@@ -97,6 +98,19 @@ class ServerConfig(BaseModel):
     lora_path: str | None = None
     max_lora_rank: int | None = None
     extra_args: tuple[str, ...] = ()  # further `vllm serve` flags, verbatim
+    # the group's layout (backends.vllm.args.layout_kwargs): `vllm serve -tp k` and its kin
+    tensor_parallel_size: int = 1
+    pipeline_parallel_size: int = 1
+    enable_expert_parallel: bool = False
+    # what starts the ranks (harness.spec.capabilities.layout_executor); passed for "mp" and
+    # "ray" only, so a one-card server's arguments stay the server's defaults
+    distributed_executor_backend: str | None = None
+    # what the server's processes must see for the layout (the engine's environment,
+    # harness.backends.vllm.args.engine_environment: each CPU rank's cores)
+    environment: dict[str, str] = {}
+    # the group's speculative decoding (backends.vllm.args.speculative_kwargs): vLLM's
+    # `speculative_config`, passed as `--speculative-config '{json}'`; None without
+    speculative_config: dict[str, Any] | None = None
 
     # Offline engine arguments with no meaning for a server (or set by the server itself).
     IGNORED_ENGINE_KWARGS: ClassVar[frozenset[str]] = frozenset(
@@ -104,8 +118,6 @@ class ServerConfig(BaseModel):
             "worker_extension_cls",
             "disable_log_stats",
             "max_logprobs",
-            "tensor_parallel_size",
-            "distributed_executor_backend",
             "enable_lora",  # implied by lora_path (serve_args)
             "max_loras",  # one adapter per server
         }
@@ -153,8 +165,18 @@ class ServerConfig(BaseModel):
             args += ["--kv-cache-memory-bytes", str(self.kv_cache_memory_bytes)]
         if self.gpu_memory_utilization is not None:
             args += ["--gpu-memory-utilization", str(self.gpu_memory_utilization)]
+        if self.tensor_parallel_size > 1:
+            args += ["--tensor-parallel-size", str(self.tensor_parallel_size)]
+        if self.pipeline_parallel_size > 1:
+            args += ["--pipeline-parallel-size", str(self.pipeline_parallel_size)]
+        if self.enable_expert_parallel:
+            args.append("--enable-expert-parallel")
+        if self.distributed_executor_backend in ("mp", "ray"):
+            args += ["--distributed-executor-backend", self.distributed_executor_backend]
         if self.max_num_seqs is not None:
             args += ["--max-num-seqs", str(self.max_num_seqs)]
+        if self.speculative_config is not None:
+            args += ["--speculative-config", json.dumps(self.speculative_config, sort_keys=True)]
         args.append(
             "--enable-prefix-caching"
             if self.enable_prefix_caching
@@ -228,6 +250,27 @@ def stop_group(proc: subprocess.Popen[bytes], pgid: int, grace_s: float) -> None
     deadline = time.monotonic() + 10
     while group_members(pgid) and time.monotonic() < deadline:
         time.sleep(0.2)
+
+
+def metric_samples(metrics_text: str) -> list[tuple[str, dict[str, str], float]]:
+    """A Prometheus text page as (name, labels, value) samples (comments and lines that do not
+    parse are skipped; label values are vLLM's: no escaped quotes or commas)."""
+    samples = []
+    for line in metrics_text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        head, _, value = line.rpartition(" ")
+        name, _, rest = head.partition("{")
+        labels: dict[str, str] = {}
+        for pair in rest.rstrip("}").split(","):
+            key, sep, text = pair.partition("=")
+            if sep:
+                labels[key.strip()] = text.strip().strip('"')
+        try:
+            samples.append((name.strip(), labels, float(value)))
+        except ValueError:
+            continue
+    return samples
 
 
 def counter_total(metrics_text: str, name: str) -> float | None:
@@ -316,6 +359,21 @@ class VllmServer:
             counter_total(text, PREFIX_CACHE_HITS),
         )
         return None if queries is None and hits is None else (queries or 0.0, hits or 0.0)
+
+    def metrics_text(self) -> str | None:
+        """The server's /metrics page now; None when unreadable."""
+        try:
+            status, body = _get(self.base_url + "/metrics", 10.0)
+        except (OSError, ValueError):
+            return None
+        return body.decode("utf-8", "replace") if status == 200 else None
+
+    def speculation_counters(self) -> Counters | None:
+        """The engine's speculative-decoding counters from /metrics now (``from_prometheus``);
+        None without speculation or when the page is unreadable."""
+        if self.config.speculative_config is None or (text := self.metrics_text()) is None:
+            return None
+        return from_prometheus(metric_samples(text))
 
     def reset_prefix_cache(self) -> bool:
         """Empty the server's prefix cache (POST /reset_prefix_cache, a development endpoint:
