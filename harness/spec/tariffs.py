@@ -42,6 +42,9 @@ MAX_TEXT = 500  # characters of provider, source, rule
 MAX_USD_PER_KWH = 10.0  # electricity: retail prices are 0.05-0.6 USD per kWh
 MAX_PURCHASE_USD = 100_000_000.0  # buying one node outright
 MAX_NOTE = 4000
+MAX_STORAGE_USD_PER_DAY = 10_000.0  # a stopped node's disk, per day
+# Billing granularity: hourly billing charges each start's time rounded up to this many seconds.
+BILLING_SECONDS = {"second": 1, "minute": 60, "hour": 3600}
 
 
 class _Strict(BaseModel):
@@ -76,6 +79,11 @@ class Tariff(_Strict):
     # What buying the same node would cost (optional): with the table's electricity price it
     # gives the report's "rent vs own" break-even (harness.results.energy).
     purchase_usd: float | None = Field(None, gt=0, le=MAX_PURCHASE_USD)
+    # Optional, for the package that fits a traffic (harness.projection.rent): how hourly billing
+    # rounds each start ("hour" where not given: the dearest reading), and what a stopped node's
+    # storage costs per day (none where not given).
+    billing: Literal["second", "minute", "hour"] = "hour"
+    storage_usd_per_day: float | None = Field(None, ge=0, le=MAX_STORAGE_USD_PER_DAY)
 
     @field_validator("gpu")
     @classmethod

@@ -1,13 +1,16 @@
-"""Inline SVG charts (no library, no network): grouped bars, scatter plots, intervals.
+"""Inline SVG charts (no library, no network): grouped bars, scatter plots, intervals, and a
+ranking with bands (one bar per item, filled where measured, hatched where projected).
 
 Every string from the data is HTML-escaped. A chart is WIDTH × HEIGHT user units with margins
-around its plot area; the legend sits in the right margin.
+around its plot area; the legend sits in the right margin (the ranking's: above its bars).
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
 from collections.abc import Callable, Iterable, Sequence
+from typing import NamedTuple
 
 from harness.results.publish.format import escape, fmt_usd
 
@@ -133,16 +136,25 @@ def svg_document(body: list[str], label: str, height: int = HEIGHT) -> str:
     )
 
 
+def usd_per_mtok_tip(series: str, group: str, value: float) -> str:
+    """svg_bars' default tooltip: a GPU's $/Mtok on a package of ``group`` days."""
+    return f"{series}, {group} days: {fmt_usd(value)} per Mtok"
+
+
 def svg_bars(
     title: str,
     y_label: str,
     groups: Sequence[str],
     series: Sequence[str],
     value: dict[tuple[str, str], float],
+    x_label: str = "package (days)",
+    tip: Callable[[str, str, float], str] = usd_per_mtok_tip,
+    value_labels: Callable[[float], str] | None = None,
 ) -> str:
-    """Grouped bars: one group per package, one bar per series (GPU)."""
+    """Grouped bars: one group per package, one bar per series (GPU); ``tip(series, group,
+    value)`` is each bar's tooltip, ``value_labels`` (where given) writes the value above it."""
     top = max([v for v in value.values() if math.isfinite(v)] or [1.0])
-    body, _, sy = axes(title, "package (days)", y_label, (0.0, 1.0), (0.0, top * 1.08), False)
+    body, _, sy = axes(title, x_label, y_label, (0.0, 1.0), (0.0, top * 1.08), False)
     pw = WIDTH - MARGIN_LEFT - MARGIN_RIGHT
     slot = pw / max(len(groups), 1)
     bar = slot * 0.8 / max(len(series), 1)
@@ -160,8 +172,13 @@ def svg_bars(
             body.append(
                 f'<rect class="bar" x="{x0 + si * bar:.1f}" y="{y:.1f}" width="{bar * 0.92:.1f}" '
                 f'height="{sy(0) - y:.1f}" fill="{PALETTE[si % len(PALETTE)]}">'
-                f"<title>{escape(f'{name}, {group} days: {fmt_usd(v)} per Mtok')}</title></rect>"
+                f"<title>{escape(tip(name, group, v))}</title></rect>"
             )
+            if value_labels is not None:
+                body.append(
+                    f'<text class="tick" x="{x0 + (si + 0.46) * bar:.1f}" y="{y - 3:.1f}" '
+                    f'text-anchor="middle">{escape(value_labels(v))}</text>'
+                )
     return svg_document(body + legend(series), title)
 
 
@@ -258,4 +275,135 @@ def svg_intervals(
             f'<circle class="pt" cx="{sx(est):.1f}" cy="{y:.1f}" r="4" fill="{PALETTE[0]}">'
             f"<title>{escape(f'{label}: {est:.5g} [{lo:.5g}, {hi:.5g}]')}</title></circle>"
         )
+    return svg_document(body, title, height)
+
+
+class RankBar(NamedTuple):
+    """One bar of a ranking: its central value and range, measured (filled) or projected
+    (hatched), and its tooltip."""
+
+    label: str
+    central: float
+    low: float
+    high: float
+    measured: bool
+    tip: str
+
+
+RANK_LEFT = 230  # the bars' labels
+RANK_RIGHT = 30
+RANK_TOP = 52  # the title and the legend
+RANK_ROW = 22  # one bar's row
+RANK_BAR = 14  # a bar's thickness
+RANK_CAP = 5  # half a whisker cap's height
+RANK_FILL = PALETTE[0]
+RANK_HEADROOM = 1.1  # the axis ends at the largest value × this
+
+
+def rank_top(bars: Sequence[RankBar]) -> float:
+    """The value at the axis's right end: RANK_HEADROOM × the largest central or high value."""
+    return RANK_HEADROOM * max([v for b in bars for v in (b.central, b.high)] or [1.0])
+
+
+def rank_scale(bars: Sequence[RankBar]) -> Callable[[float], float]:
+    """Value → x: 0 at RANK_LEFT, ``rank_top`` at the plot's right end (WIDTH − RANK_RIGHT)."""
+    top, width = rank_top(bars), WIDTH - RANK_LEFT - RANK_RIGHT
+    return lambda v: RANK_LEFT + v / top * width
+
+
+def hatch_id(title: str) -> str:
+    """The hatch pattern's id, unique per chart title (several charts share one page)."""
+    return "hatch-" + hashlib.sha256(title.encode()).hexdigest()[:10]
+
+
+def hatch_pattern(pattern: str) -> str:
+    return (
+        f'<defs><pattern id="{pattern}" patternUnits="userSpaceOnUse" width="6" height="6" '
+        'patternTransform="rotate(45)"><rect width="6" height="6" fill="#fff"/>'
+        f'<line x1="0" y1="0" x2="0" y2="6" stroke="{RANK_FILL}" stroke-width="3"/>'
+        "</pattern></defs>"
+    )
+
+
+def rank_legend(pattern: str, projected: str, band: str) -> list[str]:
+    """Filled: measured; hatched: ``projected``; a whisker: ``band``, in one row under the
+    title."""
+    y = 36
+    return [
+        f'<rect x="10" y="{y - 9}" width="14" height="10" fill="{RANK_FILL}"/>'
+        f'<text class="tick" x="28" y="{y}">measured</text>',
+        f'<rect x="100" y="{y - 9}" width="14" height="10" fill="url(#{pattern})" '
+        f'stroke="{RANK_FILL}"/><text class="tick" x="118" y="{y}">{escape(projected)}</text>',
+        f'<line x1="330" y1="{y - 4}" x2="352" y2="{y - 4}" stroke="#222"/>'
+        f'<text class="tick" x="358" y="{y}">{escape(band)}</text>',
+    ]
+
+
+def whisker(low: float, high: float, y: float) -> str:
+    """A range as a horizontal line with a cap at each end (x already scaled)."""
+    return (
+        f'<g class="whisker" stroke="#222" stroke-width="1.5">'
+        f'<line x1="{low:.1f}" y1="{y:.1f}" x2="{high:.1f}" y2="{y:.1f}"/>'
+        f'<line x1="{low:.1f}" y1="{y - RANK_CAP:.1f}" x2="{low:.1f}" y2="{y + RANK_CAP:.1f}"/>'
+        f'<line x1="{high:.1f}" y1="{y - RANK_CAP:.1f}" x2="{high:.1f}" y2="{y + RANK_CAP:.1f}"/>'
+        "</g>"
+    )
+
+
+def svg_ranking(
+    title: str,
+    x_label: str,
+    bars: Sequence[RankBar],
+    missing: Sequence[tuple[str, str]] = (),
+    projected: str = "projected",
+    band: str = "range [low, high]",
+) -> str:
+    """One horizontal bar per item at its central value (from 0, scale ``rank_scale``), in the
+    order given: filled where measured, hatched (an SVG pattern) where projected; a whisker from
+    low to high where they differ. ``missing``: (label, reason) of the items without a bar,
+    listed under the axis."""
+    sx = rank_scale(bars)
+    pattern = hatch_id(title)
+    bottom = RANK_TOP + RANK_ROW * max(len(bars), 1)
+    height = bottom + 44 + (16 * len(missing) + 24 if missing else 0)
+    right = WIDTH - RANK_RIGHT
+    body = [
+        hatch_pattern(pattern),
+        f'<text class="title" x="10" y="20">{escape(title)}</text>',
+        *rank_legend(pattern, projected, band),
+    ]
+    for t, label in ticks_in((0.0, rank_top(bars))):
+        body.append(
+            f'<line class="grid" x1="{sx(t):.1f}" y1="{RANK_TOP}" x2="{sx(t):.1f}" '
+            f'y2="{bottom}"/><text class="tick" x="{sx(t):.1f}" y="{bottom + 16}" '
+            f'text-anchor="middle">{escape(label)}</text>'
+        )
+    body += [
+        f'<line class="axis" x1="{RANK_LEFT}" y1="{bottom}" x2="{right}" y2="{bottom}"/>',
+        f'<line class="axis" x1="{RANK_LEFT}" y1="{RANK_TOP}" x2="{RANK_LEFT}" y2="{bottom}"/>',
+        f'<text class="label" x="{(RANK_LEFT + right) / 2:.1f}" y="{bottom + 34}" '
+        f'text-anchor="middle">{escape(x_label)}</text>',
+    ]
+    for i, b in enumerate(bars):
+        y = RANK_TOP + RANK_ROW * (i + 0.5)
+        kind = "measured" if b.measured else "projected"
+        fill = f'fill="{RANK_FILL}"' if b.measured else f'fill="url(#{pattern})"'
+        body.append(
+            f'<text class="tick" x="{RANK_LEFT - 8}" y="{y + 4:.1f}" text-anchor="end">'
+            f"{escape(shorten(b.label, 38))}</text>"
+            f'<rect class="bar {kind}" x="{RANK_LEFT}" y="{y - RANK_BAR / 2:.1f}" '
+            f'width="{sx(b.central) - RANK_LEFT:.1f}" height="{RANK_BAR}" {fill} '
+            f'stroke="{RANK_FILL}"><title>{escape(b.tip)}</title></rect>'
+        )
+        if b.high > b.low:
+            body.append(whisker(sx(b.low), sx(b.high), y))
+    if missing:
+        y0 = bottom + 58
+        body.append(f'<text class="label" x="10" y="{y0}">Not priced:</text>')
+        for i, (label, reason) in enumerate(missing):
+            body.append(
+                f'<text class="tick" x="10" y="{y0 + 16 * (i + 1)}">'
+                f"{escape(shorten(f'{label}: {reason}', 95))}<title>{escape(reason)}</title>"
+                "</text>"
+            )
     return svg_document(body, title, height)

@@ -1,0 +1,183 @@
+"""`harness ledger` (the leave-one-card-out check of projections on an external CSV) and
+`harness rent` (before you rent: every tariff's card, measured or projected, and the package that
+fits a traffic); ``print_before_you_rent`` is also `harness report`'s."""
+
+from __future__ import annotations
+
+import csv
+import io
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+from rich.table import Table
+
+from harness.console import console
+
+if TYPE_CHECKING:
+    from harness.projection.external import ExternalRow
+    from harness.projection.ledger import LedgerLine, PairLine
+    from harness.projection.rent import BeforeYouRent
+
+DEFAULT_FILE = Path(__file__).resolve().parents[1] / "data/external/argonne/results.csv"
+
+
+def _pct(value: float | None) -> str:
+    return "—" if value is None else f"{value:.1f}"
+
+
+def _num(value: float | None) -> str:
+    return "—" if value is None else f"{value:.3f}"
+
+
+def ledger_cmd(
+    file: Annotated[
+        Path, typer.Argument(help="external CSV (harness/projection/external.py documents it)")
+    ] = DEFAULT_FILE,
+    exclude: Annotated[
+        list[str] | None, typer.Option(help="leave a card out of the ledger (repeatable)")
+    ] = None,
+    out: Annotated[
+        Path | None, typer.Option(help="write the ledger and pair tables as CSV")
+    ] = None,
+) -> None:
+    """Leave-one-card-out projection error per phase and card class: MAPE, the conformal band
+    with its stated and held-out (one model left out) coverage, Kendall τ, and the pure
+    roofline's beside them."""
+    from harness.atomic import atomic_write_text
+    from harness.projection import ledger
+    from harness.projection.external import read_external
+    from harness.spec import catalog
+
+    excluded = {catalog.gpu(name).name for name in exclude or []}
+    rows = read_external(file)
+    measured = [m for m in ledger.observations(rows) if m.card not in excluded]
+    lines = ledger.ledger(measured)
+    title = f"Projection ledger (leave one card out): {file.name}"
+    if excluded:
+        title += f", without {', '.join(sorted(excluded))}"
+    table = Table(title=title, title_justify="left")
+    heads = ("phase", "class", "pairs", "keys", "models", "MAPE %", "roofline MAPE %",
+             "band (meas ÷ proj)", "coverage stated %", "held-out %", "τ", "roofline τ",
+             "τ keys")  # fmt: skip
+    for head in heads:
+        table.add_column(head, justify="left" if head in ("phase", "class") else "right")
+    for line in lines:
+        table.add_row(
+            line.phase, line.klass, str(line.pairs), str(line.keys), str(line.models),
+            _pct(line.mape_pct),
+            _pct(line.roofline_mape_pct), ledger.band_text(line),
+            _pct(line.stated_coverage_pct), _pct(line.held_out_coverage_pct), _num(line.tau),
+            _num(line.roofline_tau), str(line.tau_keys),
+        )  # fmt: skip
+    console.print(table)
+    console.print(
+        "roofline MAPE: the pure roofline's ceiling as the prediction, on the keys whose model is "
+        "in the catalog (MAPE on those same keys by this method: "
+        + ", ".join(f"{x.phase} {x.klass} {_pct(x.mape_same_keys_pct)}" for x in lines)
+        + ")",
+        highlight=False,
+    )
+    if out is not None:
+        atomic_write_text(out, ledger_csv(lines, ledger.pair_table(measured), sources(rows)))
+        console.print(f"written: {out}")
+
+
+def sources(rows: list[ExternalRow]) -> str:
+    """The distinct sources of the rows (their first word: repository@commit or URL)."""
+    return "; ".join(sorted({row.source.split(" ")[0] for row in rows}))
+
+
+def ledger_csv(lines: list[LedgerLine], pairs: list[PairLine], source: str) -> str:
+    """The ledger's lines then its pairs, one CSV (a `table` column says which)."""
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    fields = list(type(lines[0]).model_fields) if lines else []
+    pair_fields = list(type(pairs[0]).model_fields) if pairs else []
+    writer.writerow(["table", *fields, *(f"pair_{f}" for f in pair_fields), "data_source"])
+    for line in lines:
+        writer.writerow(["ledger", *line.model_dump().values(), *[""] * len(pair_fields), source])
+    for pair in pairs:
+        writer.writerow(["pair", *[""] * len(fields), *pair.model_dump().values(), source])
+    return buffer.getvalue()
+
+
+def _rows_table(title: str, rows: list[dict[str, str]]) -> Table:
+    from harness.console import shown
+
+    table = Table(title=title, title_justify="left")
+    for column in rows[0] if rows else []:
+        table.add_column(shown(column))
+    for row in rows:
+        table.add_row(*(shown(v) for v in row.values()))
+    return table
+
+
+def print_before_you_rent(rent: BeforeYouRent, quality_class: str) -> None:
+    """The ranking per model and package with its verdict (projected figures labelled)."""
+    from harness.projection import rent as r
+
+    for (model, days), lines in rent.ranking.items():
+        title = (
+            f"Before you rent: {model}, {days}-day package, class {quality_class} "
+            "($/Mtok of output; measured or projected with the ledger's band)"
+        )
+        console.print(_rows_table(title, r.ranking_rows(lines)))
+        found = rent.verdicts.get((model, days))
+        if found is not None:
+            console.print(found.text, highlight=False)
+    console.print(r.SERVING_NOTE, highlight=False)
+
+
+def rent_cmd(
+    run: Annotated[Path, typer.Argument(help="run folder (results/<run>)")],
+    tariffs: Annotated[Path, typer.Option(help="tariff YAML: every card in it is priced")],
+    traffic: Annotated[
+        float | None,
+        typer.Option(help="output tokens a day to serve: the package that fits it (e.g. 2.5e9)"),
+    ] = None,
+    quality_class: Annotated[str, typer.Option(help="quality class: 99 or 99.9")] = "99",
+    utilisation: Annotated[
+        float, typer.Option(help="share of the package's hours the node works, in (0, 1]")
+    ] = 1.0,
+    allow_mixed: Annotated[
+        bool, typer.Option("--allow-mixed", help="aggregate rows of several scenarios")
+    ] = False,
+) -> None:
+    """Before you rent: the configurations that passed the gate carried to every tariff's card
+    (measured or projected, with the ledger's band), the ranking and the experiment that
+    decides, and with --traffic the package that fits it."""
+    import math
+
+    from harness.errors import UserInputError
+    from harness.projection import rent as r
+    from harness.results.aggregate import aggregate_run
+    from harness.results.pricing import check_quality_class, check_utilisation
+    from harness.spec.tariffs import load_tariffs
+
+    check_quality_class(quality_class, field="--quality-class")
+    check_utilisation(utilisation)
+    if traffic is not None and not (math.isfinite(traffic) and 0 < traffic <= MAX_TRAFFIC):
+        raise UserInputError(
+            f"expected output tokens a day in (0, {MAX_TRAFFIC:.0e}], got {traffic!r}",
+            field="--traffic",
+        )
+    if not run.is_dir():
+        raise UserInputError("run folder not found (expected results/<run>/)", file=str(run))
+    table = load_tariffs(tariffs)
+    result = aggregate_run(run, table, utilisation, allow_mixed)
+    rent = r.before_you_rent(result.points, table, quality_class, utilisation)
+    print_before_you_rent(rent, quality_class)
+    projected = r.projection_rows(rent.projections)
+    if projected:
+        console.print(_rows_table("Projected configurations (never in measured tables)", projected))
+    if traffic is None:
+        return
+    for model in dict.fromkeys(p.model for p in rent.projections):
+        options = r.fit_traffic(rent.projections, table, model, traffic)
+        title = f"The package that fits {traffic:.3g} output tokens a day: {model}, cheapest first"
+        console.print(_rows_table(title, r.option_rows(options)))
+        console.print(r.choice_line(options, traffic), highlight=False)
+
+
+MAX_TRAFFIC = 1e15  # output tokens a day: far beyond any fleet
