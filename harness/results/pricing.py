@@ -20,7 +20,8 @@ empty on one card), so the layouts of one card and one package stand next to eac
 Hourly billing charges only the hours used (``hourly × days × 24 × u``), so the package is the
 cheaper choice exactly when ``u > breakeven_utilisation``.
 
-A row needing more cards than a node has is not priced on that node.
+A row needing more cards than a node has (k > n) is not priced on that node (``fits_node``; the
+serving tables too, through ``on_node``).
 
 Rows priced (offline): ``cost_eligible`` (``harness.results.frame.flag_rows``) and only against
 tariffs of the row's own ``gpu``. ``cheapest``: the lowest output $/Mtok per model, class, GPU
@@ -211,9 +212,30 @@ def gpus_used(points: pd.DataFrame) -> Array:
     return used
 
 
+def layout_shown(label: object) -> str:
+    """A row's layout as words name it: its label, ``tp=1`` on one card (no layout)."""
+    return label if isinstance(label, str) and label else Layout().label
+
+
 def replicas_per_node(gpus_in_package: Array, used: Array) -> Array:
     """⌊n ÷ k⌋: the copies of a configuration of k cards a node of n cards runs side by side."""
     return np.floor(np.asarray(gpus_in_package, dtype=np.float64) / used)
+
+
+def fits_node(used: Array, gpus_in_package: Array) -> Array:
+    """k ≤ n: a row needing more cards than a node has is not priced on that node."""
+    return np.asarray(used, dtype=np.float64) <= np.asarray(gpus_in_package, dtype=np.float64)
+
+
+def on_node(table: pd.DataFrame) -> pd.DataFrame:
+    """A (row × package) table's rows whose layout fits the package's node (``fits_node``),
+    with ``gpus_used`` (k) and ``replicas_per_node`` (⌊n ÷ k⌋)."""
+    used = gpus_used(table)
+    size = table["gpus_in_package"].to_numpy(dtype=np.float64)
+    fits = fits_node(used, size)
+    return table.loc[fits].assign(
+        gpus_used=used[fits], replicas_per_node=replicas_per_node(size[fits], used[fits])
+    )
 
 
 def cost_table(
@@ -240,7 +262,8 @@ def cost_table(
         point_index=np.flatnonzero(mask),
     )
     table = chosen.merge(packages, on="gpu", how="inner", sort=False)
-    table = table[table["gpus_used"] <= table["gpus_in_package"]].reset_index(drop=True)
+    fits = fits_node(table["gpus_used"].to_numpy(), table["gpus_in_package"].to_numpy())
+    table = table[fits].reset_index(drop=True)
     hours = table["package_days"].to_numpy(dtype=np.float64) * HOURS_PER_DAY
     price = table["package_price_usd"].to_numpy(dtype=np.float64)
     hourly = table["hourly_usd"].to_numpy(dtype=np.float64)

@@ -9,15 +9,16 @@ Formulas, stated once:
 - At the SLO, per configuration (run, group): the level ``harness.modes.serving.slo.choose_at_slo``
   chooses against the configuration's ``slo_attainment_target`` (the scenario's ``attainment``):
   the rule is stated there, once; none when no level qualifies.
-- ``usd_per_mtok_output_at_slo`` = the package's cost per hour of one card of a node
-  (harness.results.pricing.package_usd_per_hour) ÷ (output_tok_s at the SLO × 3600) × 10⁶
+- ``usd_per_mtok_output_at_slo`` = the package's cost per hour of the k cards of a node the
+  configuration's layout occupies (harness.results.pricing.package_usd_per_hour: package $/h ×
+  k ÷ n) ÷ (output_tok_s at the SLO × 3600) × 10⁶
   (harness.results.pricing.usd_per_mtok), beside the offline ``usd_per_mtok_output`` in cost.csv
   (one figure per configuration and package).
 - ``j_per_mtok_output_at_slo`` = the chosen level's ``j_per_token_serving`` × 10⁶: the device's
   joules per million output tokens over that level's load window (NaN where not measured).
-- ``cheapest_at_slo``: per (model, quality class, GPU, package) the configuration with the lowest
-  ``usd_per_mtok_output_at_slo`` among those that pass the class
-  (harness.results.pricing.cheapest_by_class).
+- ``cheapest_at_slo``: per (model, quality class, GPU, package, layout) the configuration with
+  the lowest ``usd_per_mtok_output_at_slo`` among those that pass the class
+  (harness.results.pricing.cheapest_by_class): the layouts of one card and package side by side.
 
 - Search (``serving: {search: ...}``, the rule: harness.modes.serving.search): a search's own row
   holds its bracket; ``slo_search`` is one row per search × package of its GPU (one unpriced
@@ -33,8 +34,14 @@ Formulas, stated once:
   output tok/s (the at-SLO formula). ``interactivity_bands``: per band B of the scenario
   (``interactivity: {bands: [...]}``, tok/s/user), model, quality class and package length, the
   level with the lowest $/Mtok among those with tok_s_per_user ≥ B that pass the class
-  (harness.results.pricing.cheapest_by_class); ``gpu_flips``: its GPU differs from the band
-  below's choice.
+  (harness.results.pricing.cheapest_by_class), one per layout (the layouts of a band side by
+  side, cheapest first; one card is ``tp=1``); ``band_cheapest``: the band's cheapest over
+  every layout and GPU; on that row, ``gpu_flips`` / ``layout_flips``: its GPU / layout
+  differs from the band below's cheapest (where the cheaper layout flips with the latency
+  band: tok/s/user ≥ B is TPOT ≤ 1000 ÷ B ms).
+- Layouts: every priced serving table holds only the packages whose node has the k cards a
+  layout occupies, with ``replicas_per_node`` = ⌊n ÷ k⌋ (harness.results.pricing.on_node);
+  each level is priced on its k cards.
 
 This module is the mode's `price` part (``price``; the contract: harness.modes.base.PricePart).
 """
@@ -55,7 +62,10 @@ from harness.results.pricing import (
     PASS_COLUMNS,
     VERDICT_COLUMNS,
     cheapest_by_class,
+    fits_node,
     gpus_used,
+    layout_shown,
+    on_node,
     package_hour,
     pass_column,
     usd_per_mtok,
@@ -89,6 +99,7 @@ CHEAPEST_AT_SLO_COLUMNS = [
     *PRICED_ON,
     *ENGINE_WEIGHTS_KV,
     "layout",
+    "replicas_per_node",
     "speculative",
     "prefix_caching",
     *AT_SLO,
@@ -130,6 +141,7 @@ INTERACTIVITY_COLUMNS = list(
             *PRICED_ON,
             "package_index",
             "level",
+            "replicas_per_node",
             "interactivity_tpot",
             "tok_s_per_user",
             "output_tok_s",
@@ -148,10 +160,12 @@ BAND_COLUMNS = [
     *PRICED_ON,
     *ENGINE_WEIGHTS_KV,
     "layout",
+    "replicas_per_node",
     "speculative",
     "level",
     "tok_s_per_user",
     "usd_per_mtok_output",
+    "band_cheapest",
     "gpu_flips",
     "layout_flips",
     "achieved_class",
@@ -305,8 +319,9 @@ def at_slo_packages(at: pd.DataFrame, packages: pd.DataFrame) -> pd.DataFrame:
     finite: NDArray[np.bool_] = np.isfinite(at["output_tok_s_at_slo"].to_numpy(dtype=np.float64))
     rows = at.loc[finite & at["gpu"].notna().to_numpy(dtype=bool)]
     if rows.empty or packages.empty:
-        return pd.DataFrame(columns=[*at.columns, *packages.columns])
-    return rows.merge(packages, on="gpu", how="inner", sort=False).reset_index(drop=True)
+        return pd.DataFrame(columns=[*at.columns, *packages.columns, "replicas_per_node"])
+    merged = rows.merge(packages, on="gpu", how="inner", sort=False)
+    return on_node(merged).reset_index(drop=True)
 
 
 def price_at_slo(table: pd.DataFrame, utilisation: float) -> pd.DataFrame:
@@ -479,7 +494,8 @@ def slo_search(
     if packages.empty:
         return table.reindex(columns=columns)
     merged = table.merge(packages, on="gpu", how="left", sort=False)
-    priced = merged["package_price_usd"].notna().to_numpy(dtype=bool)
+    fits = fits_node(gpus_used(merged), merged["gpus_in_package"].to_numpy(dtype=np.float64))
+    priced = merged["package_price_usd"].notna().to_numpy(dtype=bool) & fits
     usd = np.full(len(merged), np.nan)
     if priced.any():
         rows = merged.loc[priced]
@@ -531,7 +547,8 @@ def interactivity(served: pd.DataFrame, packages: pd.DataFrame, utilisation: flo
     rows = rows.loc[keep]
     if rows.empty:
         return pd.DataFrame(columns=INTERACTIVITY_COLUMNS)
-    merged = rows.merge(packages, on="gpu", how="inner", sort=False).reset_index(drop=True)
+    merged = on_node(rows.merge(packages, on="gpu", how="inner", sort=False))
+    merged = merged.reset_index(drop=True)
     usd_per_hour = package_hour(merged, utilisation, gpus_used=gpus_used(merged))
     merged["usd_per_mtok_output"] = usd_per_mtok(
         usd_per_hour, merged["output_tok_s"].to_numpy(dtype=np.float64)
@@ -552,9 +569,15 @@ def bands_of(served: pd.DataFrame) -> list[float]:
     return sorted(found)
 
 
+# one interactivity band of one model, class and package length (its layouts side by side)
+BAND_OF = ["model", "quality_class", "package_days", "band_tok_s_user"]
+
+
 def interactivity_bands(curve: pd.DataFrame, bands: list[float]) -> pd.DataFrame:
-    """Per band, model, class and package length: the cheapest level with tok/s/user ≥ the band
-    that passes the class, and whether its GPU differs from the band below's choice."""
+    """Per band, model, class, package length and layout: the cheapest level with tok/s/user ≥
+    the band that passes the class (the layouts of a band side by side, cheapest first);
+    ``band_cheapest``: the band's cheapest over every layout and card; on that row,
+    ``gpu_flips`` / ``layout_flips``: its card / layout differs from the band below's cheapest."""
     per_band = [
         curve[curve["tok_s_per_user"].to_numpy(dtype=np.float64) >= band].assign(
             band_tok_s_user=band
@@ -563,22 +586,22 @@ def interactivity_bands(curve: pd.DataFrame, bands: list[float]) -> pd.DataFrame
     ]
     candidates = pd.concat(per_band, ignore_index=True) if per_band else curve.iloc[0:0]
     out = cheapest_passing(
-        candidates, ("model", "band_tok_s_user", "package_days"), "usd_per_mtok_output"
+        candidates, ("model", "band_tok_s_user", "package_days", "layout"), "usd_per_mtok_output"
     )
     if out.empty:
         return pd.DataFrame(columns=BAND_COLUMNS)
-    out = out.sort_values(["model", "quality_class", "package_days", "band_tok_s_user"])
-    # the layout as the band below names it (one card: tp=1), to say where the cheaper flips
-    shown = out.get("layout", pd.Series(None, index=out.index)).astype("object").fillna("tp=1")
-    per = out.assign(shown_layout=shown).groupby(
-        ["model", "quality_class", "package_days"], sort=False
+    out = out.sort_values([*BAND_OF, "usd_per_mtok_output"], kind="stable")
+    out = out.reset_index(drop=True)
+    out["band_cheapest"] = out.groupby(BAND_OF, sort=False).cumcount().eq(0)
+    out["gpu_flips"] = out["layout_flips"] = False
+    best = out.loc[out["band_cheapest"]]
+    per = best.assign(shown=best["layout"].map(layout_shown)).groupby(BAND_OF[:-1], sort=False)
+    below, layout_below = per["gpu"].shift(), per["shown"].shift()
+    out.loc[best.index, "gpu_flips"] = below.notna() & (below != best["gpu"])
+    out.loc[best.index, "layout_flips"] = layout_below.notna() & (
+        layout_below != best["layout"].map(layout_shown)
     )
-    below, layout_below = per["gpu"].shift(), per["shown_layout"].shift()
-    out = out.assign(
-        gpu_flips=below.notna() & (below != out["gpu"]),
-        layout_flips=layout_below.notna() & (layout_below != shown),
-    )
-    table: pd.DataFrame = out.reset_index(drop=True)[BAND_COLUMNS]
+    table: pd.DataFrame = out[BAND_COLUMNS]
     return table
 
 

@@ -5,7 +5,9 @@ configuration (every load level, the TPOT target as a line, the level chosen at 
 the highest load meeting the SLO per search (its bracket, goodput and $/Mtok there); and cost
 against interactivity: $/Mtok out against tok/s/user per model and package length (every level
 per GPU, the Pareto front of the levels that pass the report's quality class), with the cheapest
-configuration and card per interactivity band. Empty when the run has no serving rows."""
+configuration and card per interactivity band and layout. Where several layouts were served, in
+words: the cheapest layout at the SLO per card and package, and where the cheaper layout flips
+with the band. Empty when the run has no serving rows."""
 
 from __future__ import annotations
 
@@ -20,7 +22,7 @@ from harness.modes.serving.price import AT_SLO, SEARCH_OUTCOME
 from harness.results.aggregate import Aggregate
 from harness.results.columns import CHEAPEST_OF, ENGINE_WEIGHTS_KV, headers, table_columns
 from harness.results.pareto import pareto_mask
-from harness.results.pricing import pass_column
+from harness.results.pricing import layout_shown, pass_column
 from harness.results.publish.format import escape, fmt_value, md_escape
 from harness.results.publish.svg import svg_scatter
 
@@ -170,6 +172,8 @@ README_LEAVES_OUT = frozenset({"dppl_pct", "slo_attainment_at_slo"})
 CHEAPEST_AT_SLO = (
     *CHEAPEST_OF,
     *ENGINE_WEIGHTS_KV,
+    "layout",
+    "replicas_per_node",
     "speculative",
     "prefix_caching",
     *AT_SLO,
@@ -181,6 +185,7 @@ CHEAPEST_AT_SLO = (
 LEVEL_AT_SLO = (
     "model",
     *ENGINE_WEIGHTS_KV,
+    "layout",
     "speculative",
     "device",
     "quality_class",
@@ -210,6 +215,8 @@ INTERACTIVITY_BANDS = (
     "band_tok_s_user",
     *CHEAPEST_OF,
     *ENGINE_WEIGHTS_KV,
+    "layout",
+    "replicas_per_node",
     "speculative",
     "level",
     "tok_s_per_user",
@@ -229,6 +236,104 @@ def bands_for(result: Aggregate, quality_class: str) -> pd.DataFrame:
     if table.empty:
         return table
     return table[table["quality_class"] == quality_class]
+
+
+# --- layouts side by side, in words ---------------------------------------------------------
+
+LAYOUT_LEAD = "Cheapest layout at the latency SLO per card and package"
+LAYOUT_BANDS_LEAD = (
+    "Cheaper layout per interactivity band (the band's cheapest passing level over every "
+    "layout; tok/s/user ≥ B is TPOT ≤ 1000 / B ms)"
+)
+
+
+def _replicas(rec: Any) -> str:
+    """A row's layout and the replicas a node holds: ``tp=1 × 8 replicas per node``."""
+    layout, count = layout_shown(rec["layout"]), _finite(rec.get("replicas_per_node"))
+    if not math.isfinite(count):
+        return layout
+    return f"{layout} × {count:g} replica{'' if count == 1 else 's'} per node"
+
+
+def _band_text(bands: list[float]) -> str:
+    """Bands as tok/s/user and the TPOT each means: ``≥ 25, 50 tok/s/user (TPOT ≤ 40, 20 ms)``."""
+    per_user = ", ".join(f"{b:g}" for b in bands)
+    tpot = ", ".join(f"{1000 / b:.3g}" for b in bands)
+    return f"≥ {per_user} tok/s/user (TPOT ≤ {tpot} ms)"
+
+
+def several_layouts(table: pd.DataFrame) -> bool:
+    """Whether a table holds more than one layout (one card counts as tp=1)."""
+    return not table.empty and table["layout"].map(layout_shown).nunique() > 1
+
+
+def at_slo_layout_lines(result: Aggregate, quality_class: str) -> list[str]:
+    """Per model, card and package where several layouts were served: the cheapest at the SLO
+    with its layout and replicas per node, and the other layouts' $/Mtok out (none: [])."""
+    table = cheapest_at_slo(result, quality_class)
+    out = []
+    by = ["model", "gpu", "provider", "package_days"]
+    for (model, gpu, provider, days), one in table.groupby(by, sort=False, dropna=False):
+        if not several_layouts(one):
+            continue
+        ranked = one.sort_values("usd_per_mtok_output_at_slo", kind="stable").to_dict("records")
+        others = ", ".join(
+            f"{_replicas(r)} at ${_finite(r['usd_per_mtok_output_at_slo']):.4g}" for r in ranked[1:]
+        )
+        best = ranked[0]
+        out.append(
+            f"{model} on {gpu} ({provider}, {days:g}-day): {_replicas(best)} at "
+            f"${_finite(best['usd_per_mtok_output_at_slo']):.4g}/Mtok out, then {others}"
+        )
+    return out
+
+
+def layout_lines(bands: pd.DataFrame, quality_class: str) -> list[str]:
+    """Per model and package length where several layouts reach a band: which layout is cheaper
+    at which interactivity bands, and where the cheaper layout flips (the bands' cheapest:
+    harness.modes.serving.price.interactivity_bands; none: [])."""
+    if bands.empty:
+        return []
+    rows = bands[bands["quality_class"] == quality_class]
+    out = []
+    for (model, days), one in rows.groupby(["model", "package_days"], sort=False):
+        if not several_layouts(one):
+            continue
+        best = one[one["band_cheapest"].astype(bool)].sort_values("band_tok_s_user")
+        on_cards = best["gpu"].nunique() > 1
+        parts = [
+            _replicas(first)
+            + (f" on {first['gpu']}" if on_cards else "")
+            + (" is cheaper" if i == 0 else "")
+            + f" at {_band_text(at)}"
+            for i, (first, at) in enumerate(_runs(best))
+        ]
+        line = f"{model}, {days:g}-day packages: {', '.join(parts)}"
+        flips = [float(b) for b in best.loc[best["layout_flips"].astype(bool), "band_tok_s_user"]]
+        if flips:
+            at = ", ".join(f"{b:g}" for b in flips)
+            tpot = ", ".join(f"{1000 / b:.3g}" for b in flips)
+            line += f": the cheaper layout flips at {at} tok/s/user (TPOT {tpot} ms)"
+        out.append(line)
+    return out
+
+
+def _runs(best: pd.DataFrame) -> list[tuple[dict[str, Any], list[float]]]:
+    """The bands' cheapest rows (ascending bands) as runs of one layout on one card: each run's
+    first row and its bands."""
+    runs: list[tuple[dict[str, Any], list[float]]] = []
+    for record in best.to_dict("records"):
+        rec = {str(k): v for k, v in record.items()}
+        same = runs and _choice(runs[-1][0]) == _choice(rec)
+        if same:
+            runs[-1][1].append(float(rec["band_tok_s_user"]))
+        else:
+            runs.append((rec, [float(rec["band_tok_s_user"])]))
+    return runs
+
+
+def _choice(rec: dict[str, Any]) -> tuple[str, object]:
+    return layout_shown(rec["layout"]), rec["gpu"]
 
 
 SPECULATION_TITLE = "Speculation against plain decoding per interactivity band"
@@ -283,11 +388,17 @@ def markdown_section(result: Aggregate, quality_class: str, md_table: MdTable) -
     cheapest = cheapest_at_slo(result, quality_class)
     return [
         f"\n## Serving: cheapest at the latency SLO (class {md_escape(quality_class)})\n",
+        *_md_listing(LAYOUT_LEAD, at_slo_layout_lines(result, quality_class)),
         md_table(_cells(cheapest, SERVING_HEADERS)),
         "\n### Level at the SLO per configuration\n",
         md_table(_cells(result.at_slo, AT_SLO_HEADERS)),
         *markdown_search(result, quality_class, md_table),
     ]
+
+
+def _md_listing(lead: str, lines: list[str]) -> list[str]:
+    """A list under its lead sentence (nothing without lines)."""
+    return [f"{lead}:\n", *(f"- {md_escape(line)}" for line in lines), ""] if lines else []
 
 
 def markdown_search(result: Aggregate, quality_class: str, md_table: MdTable) -> list[str]:
@@ -303,6 +414,7 @@ def markdown_search(result: Aggregate, quality_class: str, md_table: MdTable) ->
         out += [
             f"\n### Cheapest per interactivity band (class {md_escape(quality_class)}; "
             "tok/s/user = 1000 / TPOT ms)\n",
+            *_md_listing(LAYOUT_BANDS_LEAD, layout_lines(bands, quality_class)),
             md_table(_cells(bands, BAND_HEADERS)),
         ]
     speculating = speculation_for(result, quality_class)
@@ -358,6 +470,7 @@ def html_section(result: Aggregate, quality_class: str, html_table: HtmlTable) -
         "the scenario's attainment; the configuration's figure is its highest output tok/s among "
         "qualifying levels. Quality is the configuration's offline verdict.</p>",
         f"<h3>Cheapest at the SLO per GPU and package (class {escape(quality_class)})</h3>",
+        *_html_listing(LAYOUT_LEAD, at_slo_layout_lines(result, quality_class)),
         html_table(cheapest, CHEAPEST_AT_SLO_COLUMNS, "cheapest-at-slo"),
         "<h3>Level at the SLO per configuration</h3>",
         html_table(result.at_slo, AT_SLO_COLUMNS, "at-slo"),
@@ -366,6 +479,14 @@ def html_section(result: Aggregate, quality_class: str, html_table: HtmlTable) -
         "<h3>Every load level</h3>",
         html_table(result.serving, SERVING_COLUMNS, "serving"),
     ]
+
+
+def _html_listing(lead: str, lines: list[str]) -> list[str]:
+    """A list under its lead sentence (nothing without lines)."""
+    if not lines:
+        return []
+    items = "".join(f"<li>{escape(line)}</li>" for line in lines)
+    return [f'<p class="note">{escape(lead)}.</p><ul>{items}</ul>']
 
 
 def html_search(result: Aggregate, quality_class: str, html_table: HtmlTable) -> list[str]:
@@ -391,6 +512,7 @@ def html_search(result: Aggregate, quality_class: str, html_table: HtmlTable) ->
             f"{escape(quality_class)}, that no other beats on both.</p>",
             *charts,
             f"<h3>Cheapest per interactivity band (class {escape(quality_class)})</h3>",
+            *_html_listing(LAYOUT_BANDS_LEAD, layout_lines(bands, quality_class)),
             html_table(bands, BAND_COLUMNS, "interactivity-bands"),
         ]
     speculating = speculation_for(result, quality_class)

@@ -15,7 +15,7 @@ from harness.results.columns import (
     spec,
 )
 from harness.results.pricing import check_quality_class
-from harness.results.publish.format import fmt_float
+from harness.results.publish.format import fmt_float, fmt_value
 from harness.spec.labels import configuration_label
 
 # the columns, by name (labels and formats: harness.results.columns)
@@ -56,7 +56,7 @@ def cell(rec: dict[str, Any], name: str) -> str:
     if name in DIGITS:
         return fmt_float(value, DIGITS[name])
     fmt = spec(name).formatter()
-    return str(value) if fmt is None else fmt(value)
+    return fmt_value(value) if fmt is None else fmt(value)  # text: "" where a row has none
 
 
 def headline_table(

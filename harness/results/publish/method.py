@@ -27,7 +27,8 @@ LICENCES = [
 FORMULAS = [
     "$/Mtok (package) = (package price ÷ (days × 24) ÷ utilisation) × GPUs used ÷ GPUs in the "
     "package ÷ (tok/s × 3600) × 10⁶ — decode tok/s for output tokens, total tok/s for all tokens",
-    "tokens per package = tok/s × 3600 × days × 24 × utilisation × (GPUs in package ÷ GPUs used)",
+    "tokens per package = tok/s × 3600 × days × 24 × utilisation × ⌊GPUs in package ÷ GPUs "
+    "used⌋ (the replicas a node holds; GPUs used = the layout's tensor × pipeline ranks)",
     "breakeven utilisation = package price ÷ (hourly price × days × 24): above it the package "
     "costs less than hourly billing for the same hours of work",
     "package price = hourly × 24 × days × (1 − discount ÷ 100) when a tariff gives a discount",
