@@ -6,7 +6,8 @@ Files (under ``harness/data/corpus/``, byte-identical to upstream, licences in `
 - ``wiki.valid.raw`` WikiText-2 raw validation split: calibration text for quantizers and the
   training text of the shipped tiny model (``CALIBRATION_FILE``); it shares no paragraph with the
   test split (only generic section headings such as `` = = Reception = = ``).
-- ``arc_easy.jsonl`` ARC-Easy test, 2,376 four-way multiple-choice items (``ARC_FILE``).
+- ``arc_easy.jsonl`` ARC-Easy test, 2,376 four-way multiple-choice items (``ARC_FILE``), read
+  as the shipped ``arc-easy`` task by ``harness.tasks.arc``.
 
 Text is read as UTF-8 with ``newline=""`` so that no line ending is ever translated: the bytes
 that are hashed are the bytes that are tokenized. ``corpus_hash()`` goes into every result.
@@ -20,13 +21,10 @@ from __future__ import annotations
 import functools
 import hashlib
 import io
-import json
 import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
-
-from pydantic import BaseModel, ConfigDict, model_validator
 
 from harness.atomic import atomic_write_bytes
 
@@ -133,60 +131,6 @@ def windows(
         list(token_ids[k * window_tokens : (k + 1) * window_tokens])
         for k in evenly_spaced(total, max_windows)
     ]
-
-
-class ArcItem(BaseModel):
-    """One ARC-Easy item: ``query`` (``"Question: ..."``), its choices, the index of the answer."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    query: str
-    choices: list[str]
-    gold: int
-
-    @model_validator(mode="after")
-    def _gold_is_a_choice(self) -> ArcItem:
-        if len(self.choices) < 2:
-            raise ValueError(f"an ARC item needs at least 2 choices, got {len(self.choices)}")
-        if not 0 <= self.gold < len(self.choices):
-            raise ValueError(f"gold={self.gold} is not an index into {len(self.choices)} choices")
-        return self
-
-
-@functools.cache
-def _all_arc_items() -> tuple[ArcItem, ...]:
-    items: list[ArcItem] = []
-    for number, line in enumerate(_read_text(ARC_FILE).splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            items.append(ArcItem.model_validate(json.loads(line)))
-        except ValueError as exc:
-            raise ValueError(f"{ARC_FILE}:{number}: not a valid ARC item: {exc}") from exc
-    return tuple(items)
-
-
-def arc_items(n: int | None) -> list[ArcItem]:
-    """A fixed subset of ``n`` ARC-Easy items spread evenly over the file (all of them if fewer,
-    or when ``n`` is None).
-
-    Item ``round(i * total / n)`` for ``i = 0 .. n - 1``, in file order.
-    """
-    if n is not None and n < 1:
-        raise ValueError(f"arc_items: n must be at least 1, got {n}")
-    items = _all_arc_items()
-    return [items[k] for k in arc_indices(n)]
-
-
-def arc_indices(n: int | None) -> list[int]:
-    """The indices in ``ARC_FILE`` (0-based, blank lines skipped) of ``arc_items(n)``: the items'
-    identities (question ids ``arc-easy:<index>``)."""
-    return evenly_spaced(len(_all_arc_items()), n)
-
-
-def arc_item(index: int) -> ArcItem:
-    """The ARC-Easy item at ``index`` of ``ARC_FILE`` (see ``arc_indices``)."""
-    return _all_arc_items()[index]
 
 
 def prompt_windows(token_ids: Sequence[int], batch: int, context: int) -> list[list[int]]:

@@ -137,6 +137,9 @@ class Prediction(Part):
     predicted_peak_mib: float | None = None
     weights_gap_pct: float | None = None
     peak_gap_pct: float | None = None
+    # the card orchestration planned the point on, where the device that measured it planned it
+    # again on its own card (the row's gpu); None: the figures are the plan the work carried
+    replanned_from: str | None = None
 
 
 class Preallocation(Part):
@@ -262,6 +265,7 @@ class TaskScore(BaseModel):
     score: Share | None = None
     unit_rate: Share | None = None
     macro_f1: Share | None = None
+    acc_norm: Share | None = None  # choice: accuracy of the length-normalised pick
     json_valid: Share | None = None
     required_present: Share | None = None
     field_precision: Share | None = None

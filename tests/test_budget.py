@@ -9,9 +9,9 @@ from harness import budget
 
 
 def test_the_plan_counts_the_arc_items_the_corpus_ships() -> None:
-    from harness import corpus
+    from harness.tasks.arc import arc_rows
 
-    assert len(corpus.arc_items(None)) == budget.ARC_ITEMS_IN_CORPUS
+    assert len(arc_rows()) == budget.ARC_ITEMS_IN_CORPUS
 
 
 def test_the_budget_carries_each_groups_quality_phase_and_all_items_cost_more() -> None:

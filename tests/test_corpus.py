@@ -94,25 +94,6 @@ def test_calibration_asking_for_too_many_paragraphs_says_how_many_there_are() ->
         corpus.calibration_texts(10**6)
 
 
-# --- ARC -----------------------------------------------------------------------------------
-
-
-def test_arc_subset_is_fixed_well_formed_and_spread_over_the_file() -> None:
-    items = corpus.arc_items(50)
-    assert len(items) == 50 and corpus.arc_items(50) == items
-    for item in items:
-        assert item.query.startswith("Question:")
-        assert len(item.choices) >= 2 and 0 <= item.gold < len(item.choices)
-    first_line = corpus.ARC_FILE.read_text(encoding="utf-8").splitlines()[0]
-    assert items[0] == corpus.ArcItem.model_validate(json.loads(first_line))
-    assert len(corpus.arc_items(10**6)) == 2376
-
-
-def test_arc_item_with_gold_outside_its_choices_is_rejected() -> None:
-    with pytest.raises(ValueError, match="gold"):
-        corpus.ArcItem(query="Question: ?", choices=["a", "b"], gold=2)
-
-
 # --- prompt windows ------------------------------------------------------------------------
 
 

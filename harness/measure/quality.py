@@ -1,4 +1,4 @@
-"""Quality statistics (numpy only): perplexity with bootstrap CIs, paired ΔNLL, KL, agreement, ARC.
+"""Quality statistics (numpy only): perplexity with bootstrap CIs, paired ΔNLL, KL, agreement.
 
 A "window" is one scored span of the corpus; per window the caller gives the summed negative
 log-likelihood (nats) and the number of scored tokens. Bootstraps resample windows with
@@ -162,63 +162,3 @@ def top1_agreement(ref_argmax: ArrayLike, cand_argmax: ArrayLike) -> float:
     if ref.shape != cand.shape or ref.size == 0:
         raise ValueError(f"need the same non-empty shape, got {ref.shape} and {cand.shape}")
     return float(np.mean(ref == cand))
-
-
-# ---------------------------------------------------------------- multiple choice
-
-
-def acc_norm_chars(choices: Sequence[str]) -> list[int]:
-    """The length that ``acc_norm`` divides by: each choice's characters, without the leading
-    space that is scored in front of it (the continuation is ``" " + choice``).
-
-    This is lm-evaluation-harness's rule (0.4.x, ``ConfigurableTask.process_results``:
-    ``completion_len = np.array([float(len(i)) for i in choices])``, where ``choices`` are the
-    texts of ``doc_to_choice``, before ``target_delimiter`` is put in front of them).
-    """
-    return [len(choice) for choice in choices]
-
-
-def arc_scores(
-    choice_loglik: list[list[float]], choice_chars: list[list[int]], gold: list[int]
-) -> tuple[float, float]:
-    """(acc, acc_norm) over questions, as lm-evaluation-harness computes them.
-
-    acc: the choice with the highest total log-likelihood (of the continuation ``" " + choice``)
-    is the gold one.
-    acc_norm: the same with that log-likelihood divided by ``acc_norm_chars``: the choice's length
-    in characters, without the leading space (lm-eval's ``len(choice)``; dividing by
-    ``len(" " + choice)`` instead picks a different answer on some items).
-    Ties go to the first choice (np.argmax).
-    """
-    hits = arc_hits(choice_loglik, choice_chars, gold)
-    return float(hits[:, 0].mean()), float(hits[:, 1].mean())
-
-
-def arc_hits(
-    choice_loglik: list[list[float]], choice_chars: list[list[int]], gold: list[int]
-) -> NDArray[np.bool_]:
-    """Per question [acc hit, acc_norm hit] (shape [questions, 2]); see ``arc_scores``."""
-    if not (len(choice_loglik) == len(choice_chars) == len(gold)) or not gold:
-        raise ValueError(
-            f"need one entry per question in each list; got {len(choice_loglik)} log-likelihood "
-            f"lists, {len(choice_chars)} length lists, {len(gold)} gold answers"
-        )
-    hits = [
-        _arc_hit(ll, chars, g, i)
-        for i, (ll, chars, g) in enumerate(zip(choice_loglik, choice_chars, gold, strict=True))
-    ]
-    return np.asarray(hits, dtype=bool).reshape(len(hits), 2)
-
-
-def _arc_hit(loglik: list[float], chars: list[int], gold: int, question: int) -> tuple[bool, bool]:
-    ll = np.asarray(loglik, dtype=np.float64)
-    lengths = np.asarray(chars, dtype=np.float64)
-    if ll.ndim != 1 or ll.shape != lengths.shape or ll.size == 0:
-        raise ValueError(
-            f"question {question}: {ll.size} log-likelihoods but {lengths.size} lengths"
-        )
-    if np.any(lengths <= 0):
-        raise ValueError(f"question {question}: choice lengths must be > 0 characters")
-    if not 0 <= gold < ll.size:
-        raise ValueError(f"question {question}: gold index {gold} is outside 0..{ll.size - 1}")
-    return int(np.argmax(ll)) == gold, int(np.argmax(ll / lengths)) == gold

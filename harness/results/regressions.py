@@ -45,6 +45,7 @@ from harness.results.columns import ENGINE_WEIGHTS_KV
 from harness.results.gate import references
 from harness.results.tasks import task_items
 from harness.run.store import load_window_arc, load_window_nll
+from harness.tasks.arc import arc_rows
 
 Array = NDArray[Any]
 TOP_WINDOWS = 5
@@ -154,11 +155,10 @@ def one_line(text: str, limit: int = EXCERPT_CHARS) -> str:
 
 
 def arc_excerpt(index: int) -> str:
-    try:
-        item = corpus.arc_item(index)
-    except IndexError:
+    rows = arc_rows()
+    if not 0 <= index < len(rows):
         return ""
-    return one_line(item.query.removeprefix("Question:").strip())
+    return one_line(rows[index].values["query"].removeprefix("Question:").strip())
 
 
 @functools.lru_cache(maxsize=8)

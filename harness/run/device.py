@@ -3,26 +3,29 @@ job it gets, and the helpers all runners use instead of copying them.
 
 - `Job`: what a group's runners get from `harness.run.worker.iter_group`, the same object for
   every mode (context, device, model and tokenizer folders, the group's provenance, the energy
-  meter, the quality reference) and the one way they make a row (`Job.row`);
+  meter, the quality reference, the points' plans orchestration made), the one way they make a
+  row (`Job.row`) and a point's plan (`Job.plan`);
 - `Runner`: a mode's `run` part (`harness.modes.<name>.device.run`): a group's points of that
   mode, measured here, one row per point the moment it exists;
 - the helpers: OOM detection (`is_oom`), memory released between points (`free_memory`), the
   card that ran the group (`card_for_device`) and the one its plan assumes (`plan_card`), the
-  plan's figures as a row part (`point_plan`, `predicted`), the measured figure the plan's
-  total predicts (`comparable_peak_mib`) and the gap between them (`gap_pct`), and the KV pool
-  an engine that sizes it up front gets (`kv_pool_bytes`).
+  point's plan (`point_plan`: the carried one, made again only on another card) and its figures
+  as a row part (`predicted`), the measured figure the plan's total predicts
+  (`comparable_peak_mib`) and the gap between them (`gap_pct`), and the KV pool an engine that
+  sizes it up front gets (`kv_pool_bytes`).
 """
 
 from __future__ import annotations
 
 import ctypes
 import gc
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from harness import plan as planner
 from harness.backends.base import BackendOptions, WindowScores
+from harness.console import err_console, shown
 from harness.measure import energy
 from harness.measure.memory import PhaseMemory
 from harness.row import Part, Prediction, Provenance, ResultRow, Status
@@ -51,11 +54,23 @@ class Job:
     provenance: Provenance | None = None  # the group's, collected once on this device
     meter: energy.EnergyMeter[Any] = field(default_factory=no_meter)  # open for the whole group
     adapter: adapters.Adapter | None = None  # the group's LoRA folder, its binding checked
+    # each point's plan as orchestration made it (budget.plan_grid), carried with the work;
+    # empty where the group is measured without one (a point is then planned here)
+    plans: Mapping[Point, planner.PointPlan] = field(default_factory=dict)
 
     def card(self, target: str) -> catalog.GpuSpec | None:
         """The catalog card that ran the group (see `card_for_device`)."""
         name = self.provenance.device_name if self.provenance is not None else None
         return card_for_device(name or "", target, self.ctx)
+
+    def plan(self, point: Point, card: catalog.GpuSpec | None) -> planner.PointPlan:
+        """The point's plan on the card that ran it (`point_plan`): the carried one where it was
+        made for that card."""
+        return point_plan(point, card, self.ctx, self.plans.get(point))
+
+    def predicted(self, plan: planner.PointPlan) -> Prediction:
+        """The plan's figures as the row's Prediction part (`predicted`)."""
+        return predicted(plan, self.plans.get(plan.point))
 
     def backend_options(
         self, seed: int, max_context: int, kv_cache_bytes: int | None
@@ -190,22 +205,41 @@ def plan_card(card: catalog.GpuSpec | None, target: str, ctx: WorkContext) -> ca
     return card or planner.default_card(target, ctx.gpu)
 
 
-def point_plan(point: Point, card: catalog.GpuSpec | None, ctx: WorkContext) -> planner.PointPlan:
-    """The plan of the point on `plan_card(card, ...)`, as `harness plan` makes it."""
-    return planner.plan_point(
-        point,
-        plan_card(card, point.target, ctx),
-        gpu_memory_utilization=ctx.vllm.gpu_memory_utilization,
+def point_plan(
+    point: Point,
+    card: catalog.GpuSpec | None,
+    ctx: WorkContext,
+    carried: planner.PointPlan | None = None,
+) -> planner.PointPlan:
+    """The plan of the point on `plan_card(card, ...)`: the one orchestration made and the work
+    carried (`carried`, budget.plan_grid) where it was made for that card; else made here, as
+    `harness plan` makes it, and said on stderr where it replaces a carried plan (the row says
+    so too: `predicted`)."""
+    on = plan_card(card, point.target, ctx)
+    if carried is not None and carried.gpu == on.name:
+        return carried
+    if carried is not None:
+        err_console.print(replanned_line(point, carried.gpu, on.name), highlight=False)
+    return planner.plan_point(point, on, gpu_memory_utilization=ctx.vllm.gpu_memory_utilization)
+
+
+def replanned_line(point: Point, planned_on: str, ran_on: str) -> str:
+    """What the log says where a point is planned again on the card that ran it."""
+    return (
+        f"note: {shown(point.group.label)}: planned on {shown(planned_on)}, measured on "
+        f"{shown(ran_on)}: its prediction is planned again on {shown(ran_on)}"
     )
 
 
-def predicted(plan: planner.PointPlan) -> Prediction:
-    """The plan's memory figures as the row's Prediction part (gaps filled by the runner)."""
+def predicted(plan: planner.PointPlan, carried: planner.PointPlan | None = None) -> Prediction:
+    """The plan's memory figures as the row's Prediction part (gaps filled by the runner);
+    `replanned_from` names the card of the carried plan where this one replaced it."""
     return Prediction(
         predicted_weights_mib=to_mib(plan.weights_gib * GIB),
         predicted_kv_cache_mib=to_mib(plan.kv_cache_gib * GIB),
         predicted_activations_mib=to_mib(plan.activations_gib * GIB),
         predicted_peak_mib=to_mib(plan.total_gib * GIB),
+        replanned_from=carried.gpu if carried is not None and carried.gpu != plan.gpu else None,
     )
 
 

@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict
 from harness import __version__, budget, corpus, modes
 from harness.console import err_console
 from harness.errors import UserInputError
+from harness.plan import PointPlan
 from harness.row import SCHEMA_VERSION, ResultRow
 from harness.run import history, provenance, store
 from harness.run.contracts import WorkContext, is_reference, point_row
@@ -27,11 +28,16 @@ from harness.spec.scenario import GroupKey, Point, Scenario
 
 
 class Work(BaseModel):
+    """One group of a run as the driver hands it to a launcher: its points, and each point's
+    plan as orchestration made it (budget.plan_grid), carried to the device that measures it
+    (harness.run.device.Job.plan), which plans again only on another card."""
+
     model_config = ConfigDict(extra="forbid", frozen=True)
     group: GroupKey
     points: list[Point]
     reference: bool
     est_seconds: float
+    plans: list[PointPlan] = []  # the points' plans, in their order
 
 
 class SweepPlan(BaseModel):
@@ -91,10 +97,10 @@ def prepare(
         grid.model_copy(update={"points": points}), gpu=gpu, calibration=calibration,
         runner=runner,
     )  # fmt: skip
-    est = {p.point: p.est_seconds for p in plan.points}  # only the points that fit
+    planned = {p.point: p for p in plan.points}  # only the points that fit
     groups: dict[GroupKey, list[Point]] = defaultdict(list)
     for point in points:
-        if point in est:
+        if point in planned:
             groups[point.group].append(point)
     work = [
         Work(
@@ -102,6 +108,7 @@ def prepare(
             points=ps,
             reference=is_reference(g, ctx),
             est_seconds=sum(ph.seconds for ph in plan.phases if ph.group == g.label),
+            plans=[planned[p] for p in ps],
         )
         for g, ps in groups.items()
     ]

@@ -10,12 +10,13 @@ in a point becomes an `oom` row and the group goes on.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from harness import corpus, modes
 from harness.backends.base import WindowScores
 from harness.measure import energy
+from harness.plan import PointPlan
 from harness.row import ProcessPath, ResultRow
 from harness.run import node, provenance
 from harness.run.contracts import GroupItem, WorkContext, is_reference
@@ -54,6 +55,7 @@ class GroupActor:
         for item in iter_group(
             work.group, points, ctx, reference=reference,
             device_override="cpu" if self.simulate_on_cpu else None, process="fresh",
+            plans=work.plans,
         ):  # fmt: skip
             yield item, node_id
 
@@ -68,7 +70,7 @@ def measure_in_child(
     device_override = "cpu" if simulate_on_cpu else None
     return iter_group(
         work.group, points, ctx, reference=reference, device_override=device_override,
-        process="forkserver", node_id=node_id,
+        process="forkserver", node_id=node_id, plans=work.plans,
     )  # fmt: skip
 
 
@@ -124,6 +126,7 @@ def iter_group(
     device_override: str | None = None,
     process: ProcessPath = "in-process",
     node_id: str | None = None,
+    plans: Sequence[PointPlan] = (),
 ) -> Iterator[GroupItem]:
     """Each mode's points of the group through its runner (`harness.run.device.Runner`), in
     registry order: the offline points (load once, score quality once, then each point: the
@@ -136,7 +139,9 @@ def iter_group(
     `device_override="cpu"` runs GPU-target groups on the CPU: only the multi-node tests use it
     (routing on one machine); the rows' provenance then names the CPU that really ran them.
     `process` and `node_id` go into the rows' provenance (which process measured them, on which
-    Ray node: a forked child is not a Ray worker itself)."""
+    Ray node: a forked child is not a Ray worker itself). `plans`: the points' plans as
+    orchestration made them (harness.run.sweep.Work.plans), which the runners use on the card
+    they were made for (harness.run.device.Job.plan); none: each point is planned here."""
     device = device_override or device_for(group.target)
     random = group.weights == "random"
     # a hub id: its snapshot; random weights need its config.json only
@@ -161,6 +166,7 @@ def iter_group(
             provenance=prov,
             meter=meter,
             adapter=adapter,
+            plans={plan.point: plan for plan in plans},
         )
         for name, mode in modes.REGISTRY.items():
             if by_mode[name]:

@@ -1,6 +1,7 @@
 """The shipped tasks: SNIPS (CC0, ``harness/data/tasks/snips/``, licence in its LICENSES.md) as
 ``snips-intent`` (classify the utterance's intent among 7) and ``snips-slots`` (extract its slot
-fields as JSON; every gold field of an item is required).
+fields as JSON; every gold field of an item is required); ARC-Easy as ``arc-easy`` (``choice``,
+every test item; ``harness.tasks.arc``).
 
 Splits, per intent, in file order, disjoint (``snips_split``): items 0-9 the few-shot pool, 10-39
 scored (30 per intent, 210), 40-99 the train split adapters are fine-tuned on (60 per intent,
@@ -20,6 +21,8 @@ from typing import Literal
 
 from harness.errors import UserInputError
 from harness.files import read_capped, text_lines
+from harness.tasks.arc import NAME as ARC_NAME
+from harness.tasks.arc import arc_task
 from harness.tasks.spec import (
     DEFAULT_NEW_TOKENS,
     MAX_TASK_BYTES,
@@ -49,7 +52,8 @@ PROMPTS: dict[BuiltinTask, str] = {
 }
 KIND: dict[BuiltinTask, TaskKind] = {"snips-intent": "classify", "snips-slots": "extract"}
 LABELS: dict[BuiltinTask, tuple[str, ...]] = {"snips-intent": SNIPS_INTENTS}
-BUILTIN: tuple[BuiltinTask, ...] = tuple(PROMPTS)
+SNIPS_TASKS: tuple[BuiltinTask, ...] = tuple(PROMPTS)
+BUILTIN: tuple[BuiltinTask, ...] = (*SNIPS_TASKS, ARC_NAME)
 
 
 @functools.cache
@@ -84,8 +88,10 @@ def snips_split(name: Split) -> list[TaskItem]:
 def builtin_task(name: BuiltinTask, shots: int = 0) -> TaskSpec:
     """A shipped task with its scored items and few-shot pool; ``shots``: few-shot examples
     prepended to every prompt (0: zero-shot, as adapters are trained)."""
+    if name == ARC_NAME:
+        return arc_task()
     if name not in PROMPTS:
-        raise ValueError(f"unknown task {name!r}; shipped: {', '.join(PROMPTS)}")
+        raise ValueError(f"unknown task {name!r}; shipped: {', '.join(BUILTIN)}")
     return TaskSpec(
         name=name,
         kind=KIND[name],
@@ -121,6 +127,12 @@ def tasks_of(entries: Sequence[TaskEntry]) -> list[TaskSpec]:
             task = load_task_file(entry)
         elif isinstance(entry, BuiltinEntry):
             task = builtin_task(entry.name, entry.shots)
+            if entry.shots > len(task.fewshot):
+                raise UserInputError(
+                    f"{entry.name} has {len(task.fewshot)} few-shot item(s); shots = "
+                    f"{entry.shots} asks for more",
+                    field="quality.tasks",
+                )
             if entry.per_category is not None:
                 task = replace(task, scored=first_per_category(task.scored, entry.per_category))
         else:

@@ -63,6 +63,9 @@ class Outcome:
     field_item: NDArray[Any]  # [F] int: the item (position) of each gold field
     field_name: NDArray[Any]  # [F] str
     field_hit: NDArray[Any]  # [F] bool
+    # [N] bool: choice: the choice with the highest log-likelihood per character is the gold one
+    # (``acc_norm``); None for the other kinds (an optional array: older files lack it)
+    correct_norm: NDArray[Any] | None = None
 
     @property
     def units(self) -> tuple[NDArray[Any], NDArray[Any], NDArray[Any]]:
@@ -80,14 +83,16 @@ def outcome_of(task: TaskSpec, raw: Sequence[Any]) -> Outcome:
 
 # --- storing: a task's arrays beside the window scores -----------------------------------------
 
-ARRAYS = tuple(f.name for f in fields(Outcome) if f.name != "kind")
+OPTIONAL = ("correct_norm",)  # arrays a kind may leave out (None)
+ARRAYS = tuple(f.name for f in fields(Outcome) if f.name != "kind" and f.name not in OPTIONAL)
 
 
 def to_arrays(name: str, outcome: Outcome) -> dict[str, NDArray[Any]]:
     """``outcome`` as named arrays (``task__<name>__<array>``), for ``np.savez``."""
     out = {f"{PREFIX}{name}{SEP}kind": np.array(outcome.kind)}
-    for key in ARRAYS:
-        out[f"{PREFIX}{name}{SEP}{key}"] = np.asarray(getattr(outcome, key))
+    for key in (*ARRAYS, *OPTIONAL):
+        if getattr(outcome, key) is not None:
+            out[f"{PREFIX}{name}{SEP}{key}"] = np.asarray(getattr(outcome, key))
     return out
 
 
@@ -112,8 +117,16 @@ def from_arrays(arrays: dict[str, NDArray[Any]]) -> dict[str, Outcome]:
         items = np.asarray(got["field_item"])
         if f and (items.min() < 0 or items.max() >= n):
             continue
-        out[name] = Outcome(kind=str(got["kind"]), **{k: np.asarray(got[k]) for k in ARRAYS})
+        extra = {k: arrays.get(f"{PREFIX}{name}{SEP}{k}") for k in OPTIONAL}
+        kept = {k: np.asarray(v) for k, v in extra.items() if v is not None and _rows(v) == n}
+        out[name] = Outcome(kind=str(got["kind"]), **{k: np.asarray(got[k]) for k in ARRAYS},
+                            **kept)  # fmt: skip
     return out
+
+
+def _rows(array: NDArray[Any]) -> int | None:
+    """The length of a one-dimensional array, None for another shape."""
+    return len(array) if np.ndim(array) == 1 else None
 
 
 # --- metrics -----------------------------------------------------------------------------------

@@ -62,7 +62,7 @@ from harness.files import FileTooLarge, JsonRefused, read_capped, strict_json, t
 from harness.tasks.kinds import KINDS, kind_of, unknown_kind
 
 TaskKind = str  # a name in the kinds' registry (harness.tasks.kinds.KINDS)
-BuiltinTask = Literal["snips-intent", "snips-slots"]
+BuiltinTask = Literal["snips-intent", "snips-slots", "arc-easy"]
 
 MAX_TASK_BYTES = 16 << 20  # a task file: 16 MiB
 MAX_ITEMS = 20_000  # lines of a task file

@@ -17,6 +17,8 @@ from harness import corpus
 from harness.backends.base import BackendOptions
 from harness.backends.transformers import TransformersBackend, shared_context_chunks
 from harness.spec.scenario import GroupKey
+from harness.tasks.arc import arc_task
+from harness.tasks.spec import render_prompt
 
 # Loads an engine or starts Ray: not in `make test-fast` (tests/conftest.py).
 pytestmark = pytest.mark.engine
@@ -82,8 +84,9 @@ def reference_continuations(b: TransformersBackend, pairs: list[tuple[str, str]]
 
 
 def arc_pairs(n: int) -> list[tuple[str, str]]:
-    items = corpus.arc_items(n)
-    return [(item.query + "\nAnswer:", " " + choice) for item in items for choice in item.choices]
+    task = arc_task(n)
+    return [(render_prompt(task, item), " " + choice) for item in task.scored
+            for choice in item.choices or ()]  # fmt: skip
 
 
 def assert_same_scores(new: list[float], ref: list[float]) -> None:

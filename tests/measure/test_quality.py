@@ -9,9 +9,6 @@ import pytest
 from numpy.typing import NDArray
 
 from harness.measure.quality import (
-    acc_norm_chars,
-    arc_hits,
-    arc_scores,
     bootstrap_ppl_ci,
     full_kl,
     paired_dnll,
@@ -115,40 +112,3 @@ def test_full_kl_of_identical_distributions_is_zero() -> None:
 
 def test_top1_agreement_counts_matching_argmaxes() -> None:
     assert top1_agreement([1, 2, 3, 4], [1, 2, 0, 4]) == 0.75
-
-
-def test_arc_scores_on_a_hand_example() -> None:
-    loglik = [[-5.0, -6.0], [-2.0, -8.0, -9.0]]
-    chars = [[5, 20], [10, 10, 10]]
-    gold = [1, 0]
-    # q1: raw picks choice 0 (wrong); per character −1.0 vs −0.3 picks choice 1 (right)
-    # q2: both pick choice 0 (right)
-    assert arc_scores(loglik, chars, gold) == (0.5, 1.0)
-
-
-def test_arc_scores_names_the_bad_question() -> None:
-    with pytest.raises(ValueError, match="question 1: gold index 3"):
-        arc_scores([[-1.0, -2.0], [-1.0, -2.0]], [[1, 1], [1, 1]], [0, 3])
-
-
-def test_arc_hits_are_per_question_and_agree_with_the_scores() -> None:
-    loglik = [[-5.0, -6.0], [-2.0, -8.0, -9.0]]
-    chars = [[5, 20], [10, 10, 10]]
-    hits = arc_hits(loglik, chars, [1, 0])
-    assert hits.tolist() == [[False, True], [True, True]]
-    assert (hits[:, 0].mean(), hits[:, 1].mean()) == arc_scores(loglik, chars, [1, 0])
-
-
-def test_acc_norm_divides_by_the_choice_without_its_leading_space() -> None:
-    assert acc_norm_chars(["Sun", "the Moon"]) == [3, 8]  # the scored " Sun" is 4 characters
-
-
-def test_acc_norm_as_lm_eval_computes_it_picks_another_answer_than_the_old_rule() -> None:
-    # Continuations " a" and " bcd" with log-likelihoods −2.0 and −5.0, gold = choice 1.
-    # lm-eval (÷ len(choice)):      −2.0/1 = −2.000  vs  −5.0/3 = −1.667 → picks 1 (right)
-    # old rule (÷ len(" " + choice)): −2.0/2 = −1.000  vs  −5.0/4 = −1.250 → picks 0 (wrong)
-    # acc (raw): −2.0 > −5.0 → picks 0 (wrong) under both rules
-    choices, loglik, gold = ["a", "bcd"], [[-2.0, -5.0]], [1]
-    assert arc_hits(loglik, [acc_norm_chars(choices)], gold).tolist() == [[False, True]]
-    with_space = [[len(" " + c) for c in choices]]
-    assert arc_hits(loglik, with_space, gold).tolist() == [[False, False]]

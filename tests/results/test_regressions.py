@@ -16,6 +16,7 @@ from harness.results import regressions as reg
 from harness.results.aggregate import aggregate_run
 from harness.results.publish import report
 from harness.run.store import window_scores_path, write_row
+from harness.tasks.arc import arc_rows, arc_task
 from tests import factories as F
 
 # --------------------------------------------------------------------------- McNemar by hand
@@ -41,10 +42,15 @@ OWN_NLL = np.array([300.0, 400.0, 321.0, 330.0])  # window at position 1 is 90 n
 TOKENS = np.full(WINDOWS, WINDOW_TOKENS - 1.0)
 
 
+def arc_index(n: int) -> list[int]:
+    """The file indices of the ARC items a bench of ``n`` scores."""
+    return [int(item.id) for item in arc_task(n).scored]
+
+
 def keep(run_dir: Path, group: str, nll: np.ndarray, hits: np.ndarray) -> None:
     """What the worker keeps for a group (harness.run.store.keep_scores), written by hand."""
     buffer = io.BytesIO()
-    index = np.asarray(corpus.arc_indices(N_ARC))
+    index = np.asarray(arc_index(N_ARC))
     np.savez(buffer, nll_sum=nll, tokens=TOKENS, arc_index=index, arc_correct=hits)
     atomic_write_bytes(window_scores_path(run_dir, group), buffer.getvalue())
 
@@ -53,7 +59,7 @@ def planted_run(run_dir: Path) -> tuple[list[int], list[int]]:
     """Reference right on items 0-11; the configuration flips 7 of them to wrong and one wrong
     item to right (b=7, c=1). Its length-normalised answers differ elsewhere, which must not
     count: the flips are on arc_acc's criterion."""
-    index = corpus.arc_indices(N_ARC)
+    index = arc_index(N_ARC)
     ref = np.zeros((N_ARC, 2), dtype=bool)
     ref[:12, 0] = True
     own = ref.copy()
@@ -86,7 +92,8 @@ def test_a_planted_regression_is_found_exactly_with_its_mcnemar_p(tmp_path: Path
     assert "McNemar exact" in summary["test"]
     arc = found.items[found.items["kind"] == "arc"]
     assert sorted(arc["item"]) == sorted(f"arc-easy:{i}" for i in right_to_wrong + wrong_to_right)
-    question = corpus.arc_item(right_to_wrong[0]).query.removeprefix("Question:").strip()
+    query = arc_rows()[right_to_wrong[0]].values["query"]
+    question = query.removeprefix("Question:").strip()
     first = arc[arc["item"] == f"arc-easy:{right_to_wrong[0]}"]["excerpt"].iloc[0]
     assert question.startswith(first.rstrip("…"))
 

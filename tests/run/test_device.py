@@ -4,6 +4,7 @@ order, with one job; the helpers every runner shares (OOM, memory, cards, plan g
 from __future__ import annotations
 
 import inspect
+import pickle
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -11,13 +12,15 @@ from typing import Any
 import pytest
 
 from harness import modes
+from harness import plan as planner
 from harness.measure.memory import PhaseMemory
 from harness.modes.serving.spec import Lengths, ServingLevel, SloTargets
 from harness.modes.training.spec import TrainingPoint
-from harness.row import Provenance
+from harness.row import Provenance, ResultRow
 from harness.run import device as dev
-from harness.run import worker
+from harness.run import sweep, worker
 from harness.run.contracts import GroupItem, WorkContext
+from harness.spec import catalog
 from harness.spec.scenario import GroupKey, Point, QualitySettings, Reference, VllmOptions
 
 
@@ -217,3 +220,107 @@ def test_trim_heap_hands_freed_heap_pages_back() -> None:
     after = psutil.Process().memory_info().rss
     libc.free(blocks[-1])
     assert before - after > 50 * 2**20, (before, after)
+
+
+# --- the plan made once, in orchestration, carried to the device ----------------------------
+
+FIXTURE = Path(__file__).parents[1] / "fixtures" / "tiny-sweep.yaml"
+
+
+def refuse_to_plan(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The device may not plan a point here: the carried plan must serve."""
+
+    def plan_point(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("the device planned a point it was handed a plan for")
+
+    monkeypatch.setattr(planner, "plan_point", plan_point)
+
+
+def job_carrying(tmp_path: Path, *plans: planner.PointPlan, gpu: str | None = None) -> dev.Job:
+    return dev.Job(
+        ctx=context(tmp_path, gpu=gpu), device="cuda", model_path="m", tokenizer_dir="t",
+        corpus_hash="c", provenance=Provenance(device_name="a GPU nobody knows"),
+        plans={p.point: p for p in plans},
+    )  # fmt: skip
+
+
+def test_the_device_uses_the_carried_plan_on_the_card_it_was_made_for(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    on_gpu = point(target="cuda")
+    carried = planner.plan_point(on_gpu, catalog.gpu("H100-SXM-80GB"))
+    refuse_to_plan(monkeypatch)
+    job = job_carrying(tmp_path, carried)
+    # a device the catalog does not know, no --gpu: the target's default card, the H100 planned on
+    plan = job.plan(on_gpu, job.card("cuda"))
+    assert plan is carried
+    part = job.predicted(plan)
+    assert part.replanned_from is None
+    assert part.predicted_peak_mib == pytest.approx(carried.total_gib * 1024)  # GiB → MiB
+
+
+def test_the_device_plans_again_on_another_card_and_the_row_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    on_gpu = point(target="cuda")
+    carried = planner.plan_point(on_gpu, catalog.gpu("H100-SXM-80GB"))
+    seen: list[str] = []
+    real = planner.plan_point
+
+    def plan_point(p: Point, card: Any, **kwargs: Any) -> Any:
+        seen.append(card.name)
+        return real(p, card, **kwargs)
+
+    monkeypatch.setattr(planner, "plan_point", plan_point)
+    job = job_carrying(tmp_path, carried, gpu="H200-141GB")  # --gpu names the card that ran it
+    card = job.card("cuda")
+    assert card is not None and card.name == "H200-141GB"
+    plan = job.plan(on_gpu, card)
+    assert seen == ["H200-141GB"] and plan.gpu == "H200-141GB"
+    assert plan.capacity_gib == pytest.approx(140.4)  # the H200's (gpus.yaml), not the H100's 79.65
+    row = job.row(on_gpu, "ok", None, [job.predicted(plan)], card=card.name)
+    assert row.replanned_from == "H100-SXM-80GB" and row.gpu == "H200-141GB"
+    assert "planned on H100-SXM-80GB, measured on H200-141GB" in capsys.readouterr().err
+
+
+def test_without_a_carried_plan_the_device_plans_the_point_itself(tmp_path: Path) -> None:
+    """A group measured without the sweep (harness.run.worker.measure_group) carries no plan."""
+    job = dev.Job(
+        ctx=context(tmp_path), device="cpu", model_path="m", tokenizer_dir="t", corpus_hash="c"
+    )
+    plan = job.plan(point(), catalog.gpu("cpu"))
+    assert plan.gpu == "cpu" and job.predicted(plan).replanned_from is None
+
+
+def test_the_sweep_attaches_each_points_plan_to_its_work_and_it_pickles(tmp_path: Path) -> None:
+    """tiny-sweep: 2 quantizations × 2 batches × 2 contexts on the CPU = 2 groups of 4 points."""
+    swept = sweep.prepare(FIXTURE, tmp_path / "run", runner="in-process")
+    assert [len(w.plans) for w in swept.work] == [4, 4]
+    for work in swept.work:
+        assert [p.point for p in work.plans] == work.points
+        assert {p.gpu for p in work.plans} == {"cpu"}
+    again = pickle.loads(pickle.dumps(swept.work[0]))  # as a forked child or an actor gets it
+    assert again == swept.work[0] and again.plans[0].total_gib == swept.work[0].plans[0].total_gib
+
+
+def test_the_worker_hands_the_runners_the_plans_it_was_given(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    jobs: list[dev.Job] = []
+
+    def load(self: modes.Mode, part: str) -> dev.Runner:
+        def run(group: GroupKey, points: list[Point], job: dev.Job) -> Iterator[GroupItem]:
+            jobs.append(job)
+            for p in points:
+                yield job.row(p, "ok", None, [job.predicted(job.plan(p, catalog.gpu("cpu")))])
+
+        return run
+
+    offline = point()
+    carried = planner.plan_point(offline, catalog.gpu("cpu"))
+    monkeypatch.setattr(modes.Mode, "load", load)
+    refuse_to_plan(monkeypatch)
+    (row,) = worker.iter_group(offline.group, [offline], context(tmp_path), plans=[carried])
+    assert jobs[0].plans == {offline: carried}
+    assert isinstance(row, ResultRow) and row.replanned_from is None
+    assert row.predicted_peak_mib == pytest.approx(carried.total_gib * 1024)  # GiB → MiB

@@ -42,10 +42,15 @@ def stand_in_rows(points: list[Point], ctx: WorkContext, tag: str) -> Iterator[R
         closed.append(tag)
 
 
+handed_plans: list[list[Any]] = []  # the plans each inline stand-in group was handed
+
+
 def stand_in_group(
-    group: Any, points: list[Point], ctx: WorkContext, *, reference: Any, device_override: Any
-) -> Iterator[GroupItem]:
+    group: Any, points: list[Point], ctx: WorkContext, *, reference: Any, device_override: Any,
+    plans: Any,
+) -> Iterator[GroupItem]:  # fmt: skip
     """As harness.run.worker.iter_group is called by the inline launcher."""
+    handed_plans.append(list(plans))
     return stand_in_rows(points, ctx, f"inline device={device_override}")
 
 
@@ -93,6 +98,19 @@ def test_the_inline_launcher_runs_the_group_in_this_process(tmp_path: Path) -> N
     ]
     assert {node_id for _, node_id in items} == {None}  # no Ray node
     assert launcher.path == "in-process" and launcher.unable(call(tmp_path).work, []) is None
+
+
+def test_the_inline_launcher_hands_the_group_the_plans_its_work_carries(tmp_path: Path) -> None:
+    from harness import plan as planner
+    from harness.spec import catalog
+
+    given = call(tmp_path)
+    plans = [planner.plan_point(p, catalog.gpu("cpu")) for p in given.points]
+    work = given.work.model_copy(update={"plans": plans})
+    handed_plans.clear()
+    launcher = inline.InlineLauncher(stand_in_group)
+    launcher.launch(GroupCall(work, given.points, given.ctx, None), {})
+    assert handed_plans == [plans]
 
 
 def test_the_inline_launcher_simulates_a_gpu_target_on_the_cpu(tmp_path: Path) -> None:

@@ -133,10 +133,12 @@ def test_a_switch_that_is_no_switch_is_refused_before_the_run_folder_exists(
 
 
 def stand_in_group(
-    group: Any, points: list[Point], ctx: WorkContext, *, reference: Any, device_override: Any
-) -> Iterator[GroupItem]:
+    group: Any, points: list[Point], ctx: WorkContext, *, reference: Any, device_override: Any,
+    plans: Any,
+) -> Iterator[GroupItem]:  # fmt: skip
     """As harness.run.worker.iter_group: a row per point, `ok`, its error saying whether the
-    group was handed its reference's scores."""
+    group was handed its reference's scores; each point comes with the plan the sweep made."""
+    assert [(plan.point, plan.gpu) for plan in plans] == [(p, "cpu") for p in points]
     for p in points:
         yield point_row(p, run=ctx.run, corpus_hash="c", status="ok", error=f"ref {reference}")
 

@@ -28,7 +28,7 @@ from typing import Literal
 
 from harness import corpus
 from harness.modes.training.spec import EXAMPLE_DATA
-from harness.tasks.builtin import BUILTIN, builtin_task, snips_split
+from harness.tasks.builtin import SNIPS_TASKS, builtin_task, snips_split
 from harness.tasks.spec import BuiltinTask, TaskItem, render_prompt, render_target
 
 DATA_DIR: Path = Path(__file__).resolve().parents[2] / "data" / "train"
@@ -37,7 +37,7 @@ EXAMPLES = EXAMPLE_DATA  # data made of (prompt, answer) examples, not one text
 ANSWER_END = "\n"  # after each answer: where the scorer cuts a generation
 # the built-in tasks each example set renders every item with
 EXAMPLE_TASKS: dict[str, tuple[BuiltinTask, ...]] = {
-    "snips": BUILTIN,
+    "snips": SNIPS_TASKS,
     "snips-intent": ("snips-intent",),
 }
 

@@ -29,9 +29,10 @@ if TYPE_CHECKING:  # the types only: the session starts a host server before it 
 
 @dataclass(frozen=True)
 class GroupCall:
-    """One group as a launcher is asked to run it: its points still to measure, the run's
-    context, the reference's scores (None for a reference group), and whether GPU targets run on
-    the CPU (tests only)."""
+    """One group as a launcher is asked to run it: its work (the group, with each point's plan
+    as orchestration made it, which travels to the device), its points still to measure, the
+    run's context, the reference's scores (None for a reference group), and whether GPU targets
+    run on the CPU (tests only)."""
 
     work: Work
     points: list[Point]

@@ -42,7 +42,7 @@ class InlineLauncher:
         device = "cpu" if call.simulate_on_cpu else None
         items = self.group(
             call.work.group, call.points, call.ctx, reference=call.reference,
-            device_override=device,
+            device_override=device, plans=call.work.plans,
         )  # fmt: skip
         return Launched(((item, None) for item in items), items)
 

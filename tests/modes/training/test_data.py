@@ -12,7 +12,7 @@ from harness.cli.main import app
 from harness.modes.training import data
 from harness.modes.training.device.trainer import batch_tensors, predicted_tokens
 from harness.spec import models
-from harness.tasks.builtin import BUILTIN, SNIPS_INTENTS, builtin_task, snips_split
+from harness.tasks.builtin import SNIPS_INTENTS, SNIPS_TASKS, builtin_task, snips_split
 from harness.tasks.spec import render_prompt, render_target
 
 TINY = str(models.PACKAGE_DATA / "tiny-llama")
@@ -24,7 +24,7 @@ def test_the_training_examples_are_the_train_split_never_the_scored_one() -> Non
     for item in snips_split("scored"):  # a scored utterance is trained on only as a train item
         text = item.values["text"]
         assert f"Utterance: {text}\n" not in trained or text in train_texts
-    assert len(data.examples("train")) == len(snips_split("train")) * len(BUILTIN)
+    assert len(data.examples("train")) == len(snips_split("train")) * len(SNIPS_TASKS)
     train_ids = {i.id for i in snips_split("train")}
     assert not train_ids & {i.id for i in snips_split("scored")}
 
@@ -32,7 +32,7 @@ def test_the_training_examples_are_the_train_split_never_the_scored_one() -> Non
 def test_each_example_is_the_tasks_own_prompt_and_answer_and_a_newline() -> None:
     prompt, answer = data.examples("train")[0]
     item = snips_split("train")[0]
-    task = builtin_task(BUILTIN[0])
+    task = builtin_task(SNIPS_TASKS[0])
     assert prompt == render_prompt(task, item)
     assert answer == render_target(task, item) + "\n"
 

@@ -59,6 +59,7 @@ from harness.run.device import (
 from harness.spec import catalog
 from harness.spec.scenario import GroupKey, Point
 from harness.tasks import metrics as task_metrics
+from harness.tasks.arc import arc_task
 from harness.tasks.builtin import tasks_of
 from harness.tasks.kinds import kind_of
 from harness.tasks.spec import TaskEntry, TaskSpec, render_prompt
@@ -112,10 +113,7 @@ def measure_quality(
         if at_ref is not None and not np.isnan(at_ref).any():
             out.kl_vs_ref = float(quality.sparse_kl(ref.topk_logprobs, at_ref).mean())
     if settings.arc_items:
-        arc = measure_arc(backend, settings.arc_count)
-        out.arc_acc, out.arc_acc_norm, out.arc_items, hits = arc
-        scores.arc_index = np.asarray(corpus.arc_indices(settings.arc_count))
-        scores.arc_correct = hits  # kept beside the window scores: flips vs the reference
+        measure_arc(backend, settings.arc_count, out, scores)
         paired_arc(out, ref, scores)
     if settings.tasks:
         tasks_part, scores.task_arrays = measure_tasks(
@@ -172,21 +170,17 @@ def paired_arc(out: Quality, ref: WindowScores | None, scores: WindowScores) -> 
     out.arc_diff_sd, out.arc_paired_items = diff.sd, diff.n
 
 
-def measure_arc(backend: Backend, n: int | None) -> tuple[float, float, int, Any]:
-    """(accuracy, length-normalised accuracy, items, per-item [acc, acc_norm] hits) on the n
-    ARC-Easy items of ``corpus.arc_items(n)`` (None: every item)."""
-    items = corpus.arc_items(n)
-    pairs = [(item.query + "\nAnswer:", " " + choice) for item in items for choice in item.choices]
-    flat = backend.score_continuations(pairs)
-    loglik: list[list[float]] = []
-    chars: list[list[int]] = []
-    at = 0
-    for item in items:
-        loglik.append(flat[at : at + len(item.choices)])
-        chars.append(quality.acc_norm_chars(item.choices))
-        at += len(item.choices)
-    hits = quality.arc_hits(loglik, chars, [item.gold for item in items])
-    return float(hits[:, 0].mean()), float(hits[:, 1].mean()), len(items), hits
+def measure_arc(backend: Backend, n: int | None, out: Quality, scores: WindowScores) -> None:
+    """ARC-Easy's accuracy, length-normalised accuracy and items on ``n`` items (None: every
+    item), scored as the shipped ``arc-easy`` task through its kind (``choice``); its per-item
+    answers (file index; [acc, acc_norm] hits) kept beside the window scores: flips vs the
+    reference."""
+    outcome = score_task(backend, arc_task(n))
+    norm = outcome.correct if outcome.correct_norm is None else outcome.correct_norm
+    out.arc_acc, out.arc_acc_norm = task_metrics.rate(outcome.correct), task_metrics.rate(norm)
+    out.arc_items = len(outcome.item_id)
+    scores.arc_index = outcome.item_id.astype(np.int64)
+    scores.arc_correct = np.column_stack([outcome.correct, norm]).astype(bool)
 
 
 # --- speed and memory ----------------------------------------------------------------------
@@ -273,12 +267,17 @@ def measured_memory(
 
 
 def prediction(
-    point: Point, card: catalog.GpuSpec | None, weights_bytes: int | None, ctx: WorkContext
+    point: Point,
+    card: catalog.GpuSpec | None,
+    weights_bytes: int | None,
+    ctx: WorkContext,
+    carried: planner.PointPlan | None = None,
 ) -> tuple[Prediction, float | None]:
     """The plan's figures for the point on its card (an unknown card: the target's default card,
-    as `harness plan` assumes), and the roofline decode ceiling where the card is known."""
-    plan = point_plan(point, card, ctx)
-    out = predicted(plan)
+    as `harness plan` assumes): the `carried` one orchestration made, where it was made for that
+    card (`point_plan`); and the roofline decode ceiling where the card is known."""
+    plan = point_plan(point, card, ctx, carried)
+    out = predicted(plan, carried)
     if weights_bytes is not None:
         out.weights_gap_pct = gap_pct(to_mib(weights_bytes), out.predicted_weights_mib)
     ceiling = None
@@ -412,10 +411,12 @@ def measure_point(
     device: str,
     share_of_quality_s: float,
     meter: energy.EnergyMeter[Any],
+    carried: planner.PointPlan | None = None,
 ) -> tuple[Status, str | None, list[Part]]:
     """One point of a loaded group: (status, error, the row's parts). A point that fails (an
-    OOM, say) keeps the group's figures and its prediction, and the group goes on."""
-    predicted_part, ceiling = prediction(point, card, group.facts.weights_bytes, ctx)
+    OOM, say) keeps the group's figures and its prediction (from the `carried` plan), and the
+    group goes on."""
+    predicted_part, ceiling = prediction(point, card, group.facts.weights_bytes, ctx, carried)
     joules = energy_part(meter, None, group.quality_energy)
     shared: list[Part] = [group.preallocation(), group.quality, group.tasks,
                           HarnessTime(load_s=group.load_s), joules]  # fmt: skip
@@ -499,8 +500,9 @@ def iter_offline(group: GroupKey, points: list[Point], job: Job) -> Iterator[Gro
         quality_share = (loaded.quality.quality_s or 0.0) / len(points)
         for point in points:
             status, error, parts = measure_point(
-                backend, point, loaded, card, job.ctx, device, quality_share, job.meter
-            )
+                backend, point, loaded, card, job.ctx, device, quality_share, job.meter,
+                job.plans.get(point),
+            )  # fmt: skip
             yield job.row(point, status, error, parts, card=card.name if card else None)
     finally:
         backend.close()

@@ -57,11 +57,12 @@ def steps_to_target(evals: list[tuple[int, float]], target: float | None) -> int
 
 def train_points(group: GroupKey, points: list[Point], job: loop.Job) -> Iterator[ResultRow]:
     """The group's training points (the `Runner` contract), one fresh model each, planned on
-    the card that ran them (else the target's default card); a point that fails (an OOM, say)
-    gives an `oom`/`error` row with its plan, and the next point starts with its memory freed."""
+    the card that ran them, else the target's default card (the plan the job carries where it
+    was made for that card); a point that fails (an OOM, say) gives an `oom`/`error` row with its
+    plan, and the next point starts with its memory freed."""
     card = loop.plan_card(job.card(group.target), group.target, job.ctx)
     for point in points:
-        plan = loop.point_plan(point, card, job.ctx)
+        plan = job.plan(point, card)
         try:
             parts = train_point(point, plan, job)
             status: Status = "ok"
@@ -69,7 +70,7 @@ def train_points(group: GroupKey, points: list[Point], job: loop.Job) -> Iterato
         except Exception as exc:  # one failing point must not end the group
             status = loop.failure_status(exc)
             error = loop.failure_text(exc)
-            parts = [loop.predicted(plan), planned_training(point, plan)]
+            parts = [job.predicted(plan), planned_training(point, plan)]
         finally:
             loop.free_memory(job.device)
         yield job.row(point, status, error, parts, card=card.name)
@@ -167,7 +168,7 @@ def train_point(point: Point, plan: planner.PointPlan, job: loop.Job) -> list[Pa
     step = functools.partial(next_step, trained.run, trained.batches)
     joules = step_energy(job.meter, step, train.tokens_per_step)
     out = planned_training(point, plan)
-    prediction = loop.predicted(plan)
+    prediction = job.predicted(plan)
     memory_columns(out, prediction, trained, plan, job.device)
     curve_columns(out, trained, train.target_eval_loss)
     load = trained.load
