@@ -56,10 +56,12 @@ SERVE_PORT="${HARNESS_CI_SERVE_PORT:-38517}" # fixed: a new port would miss the 
 # sources; empty: debootstrap's own default), the package index the one its pip uses.
 debian_mirror() { # the first Debian archive in apt's sources (deb822 or one-line), not -security
     {
-        sed -n 's/^URIs:[[:space:]]*//p' /etc/apt/sources.list.d/*.sources 2>/dev/null | tr ' ' '\n'
+        # either file kind may be missing (sed then exits 2): not an error under pipefail
+        sed -n 's/^URIs:[[:space:]]*//p' /etc/apt/sources.list.d/*.sources 2>/dev/null \
+            | tr ' ' '\n' || true
         sed -n 's/^deb[[:space:]]\+\(\[[^]]*\][[:space:]]\+\)\?\([^[:space:]]\+\).*/\2/p' \
-            /etc/apt/sources.list /etc/apt/sources.list.d/*.list 2>/dev/null
-    } | grep -E '^(https?|file)://.*/debian/?$' | head -1
+            /etc/apt/sources.list /etc/apt/sources.list.d/*.list 2>/dev/null || true
+    } | { grep -E '^(https?|file)://.*/debian/?$' || true; } | head -1
 }
 pip_index() { # PIP_INDEX_URL, else pip's configured index-url, else pip's own default index
     if [[ -n "${PIP_INDEX_URL:-}" ]]; then echo "${PIP_INDEX_URL}"; return; fi
