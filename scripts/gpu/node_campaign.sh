@@ -17,10 +17,7 @@
 # Steps: energy (tiny model, both engines, NVML energy per phase), serving (`vllm serve` +
 # `vllm bench serve` on the card), training (scenarios/gpu-training.yaml: full / LoRA on CUDA;
 # peft carried as its wheel in .vllm-bundle/extra), energy-8b (the Llama-3.1-8B architecture on random weights,
-# vLLM, batch 1 and 64). Not in the default steps: speculative-8b (issue 39: the Llama-3.1-8B
-# architecture with a Llama-3.2-1B draft model, both on random weights, against no speculation;
-# speed and memory only, rows saying "no acceptance claim"; run it alone:
-# `bash scripts/gpu/node_campaign.sh speculative-8b`, two 8B engines ≈ 2 × 90 s plus the points).
+# vLLM, batch 1 and 64).
 # Before the serving step, scripts/gpu/serving_imports.py checks with the node's Python that what
 # `vllm serve` and `vllm bench serve` import is there (the bundle carries the serving wheels of
 # scripts/gpu/vllm026-serving-deps.txt); its `serving-imports:` lines go to node.txt and
@@ -36,10 +33,9 @@ export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_HUB_DISABLE_TELEMETRY=1 TOKENI
 # Issue 15's figures first; the limits add up to 580 s so that the call (600 s at most) returns
 # what is under $OUT even when a step runs to its limit. Serving: 3 levels × 128 requests plus a
 # server start (vLLM 0.26 compiles and captures CUDA graphs: ~60-90 s).
-declare -A LIMIT=([energy]=140 [energy-8b]=140 [serving]=200 [training]=100 [speculative-8b]=420)
+declare -A LIMIT=([energy]=140 [energy-8b]=140 [serving]=200 [training]=100)
 declare -A SCENARIO=([energy]=scenarios/gpu/energy.yaml [serving]=scenarios/gpu/serving.yaml
-  [training]=scenarios/gpu-training.yaml [energy-8b]=scenarios/gpu/energy-8b.yaml
-  [speculative-8b]=scenarios/gpu/speculative-8b.yaml)
+  [training]=scenarios/gpu-training.yaml [energy-8b]=scenarios/gpu/energy-8b.yaml)
 steps=("$@")
 [[ ${#steps[@]} -eq 0 ]] && steps=(energy energy-8b serving training)
 cd "$ROOT" || exit 1
