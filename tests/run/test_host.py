@@ -416,9 +416,10 @@ def test_a_child_killed_mid_group_is_retried_as_a_lost_actor_is(
 
     killer = threading.Thread(target=kill_after_first_row, daemon=True)
     killer.start()
-    # 64 new tokens a point: a group's child starts in a fraction of a second and its rows reach
-    # the run folder as fast, so four 4-token points could all be measured before the killer looks
-    sweep_once(tmp_path, cluster.address, "killed", "16, 32, 48, 64", output_tokens=64)
+    # 256 new tokens a point: a group's child starts in a fraction of a second and
+    # its rows reach the run folder as fast; with 64-token points a loaded machine (the killer's
+    # polling starved) saw the whole group end before the killer looked
+    sweep_once(tmp_path, cluster.address, "killed", "16, 32, 48, 64", output_tokens=256)
     killer.join(timeout=5)
     assert killed, "the group ended before its child could be killed"
     rows, bad = read_rows(run_dir)
