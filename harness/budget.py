@@ -74,11 +74,10 @@ CLUSTER_START_S = {"cpu": 4.4, "cuda": 5.0}  # `ray.init` of a local node: cpu 3
 # kept: the shared-prefix scoring sped up ARC and the labels alike; not re-measured since).
 TASK_CONTINUATION_UNITS = 0.0126 / 0.047
 TASK_TOKEN_UNITS = 0.0020 / 0.047
-# Tokens one ARC-Easy item costs to score: each choice is scored after its query as one sequence
-# (the shipped items: 4.0 choices, queries of 124 and answers of 23 characters on average, at
-# ~4 characters a token).
-ARC_TOKENS_PER_ITEM = 4 * (31 + 6)
-ARC_ITEMS_IN_CORPUS = 2376  # harness/data/corpus/arc_easy.jsonl (its README); checked by a test
+# Tokens one scored continuation costs: it is scored after its prompt as one sequence (ARC-Easy's
+# shipped items: queries of 124 and answers of 23 characters on average, at ~4 characters a
+# token).
+CONTINUATION_TOKENS = 31 + 6
 
 
 Seconds = Annotated[float, Field(ge=0.0, allow_inf_nan=False)]  # a budget's figure
@@ -95,7 +94,7 @@ class Budget(BaseModel):
     est_seconds: Seconds
     est_load_seconds: Seconds
     est_server_start_seconds: Seconds = 0.0  # one `vllm serve` start per group with serving
-    est_quality_seconds: Seconds = 0.0  # each group's quality phase (windows + ARC items scored)
+    est_quality_seconds: Seconds = 0.0  # each group's quality phase (windows + tasks scored)
     est_phase_seconds: dict[str, Seconds] = {}  # every phase (PHASES), calibrated where history is
     calibrated_from: str | None = None  # what calibrated the figures, in words (calibration_note)
     est_gpu_hours: Seconds
@@ -216,10 +215,12 @@ def plan_grid(
 
 def quality_seconds(fitting: Iterable[PointPlan], scenario: Scenario) -> dict[GroupKey, float]:
     """Seconds of each group's quality phase (once per group with checkpoint weights and
-    offline points): a forward pass over every scored window and ARC item at the card's bf16
-    FLOP/s, 2 × active params per token, at the target's EFFICIENCY; at least the measured
-    seconds per unit (windows, ARC items, and the tasks' continuations and generated tokens)."""
+    offline points): a forward pass over every scored window and task continuation (ARC-Easy's
+    among them) at the card's bf16 FLOP/s, 2 × active params per token, at the target's
+    EFFICIENCY; at least the measured seconds per unit (windows, and the tasks' continuations and
+    generated tokens)."""
     settings = scenario.quality
+    continuations, generated = settings.task_calls()
     out: dict[GroupKey, float] = {}
     for p in fitting:
         point = p.point
@@ -228,14 +229,12 @@ def quality_seconds(fitting: Iterable[PointPlan], scenario: Scenario) -> dict[Gr
             continue
         arch = catalog.model(point.model, point.revision)
         windows = settings.max_windows or max(1, 300_000 // settings.window_tokens)
-        arc = ARC_ITEMS_IN_CORPUS if settings.arc_count is None else settings.arc_count
-        tokens = windows * settings.window_tokens + arc * ARC_TOKENS_PER_ITEM
+        tokens = windows * settings.window_tokens + continuations * CONTINUATION_TOKENS
         counts = param_counts(arch)
         flops = 2 * (counts.active_linear + counts.embeddings) * tokens
         card = catalog.gpu(p.gpu)
         roof_s = flops / (card.bf16_tflops * 1e12) / EFFICIENCY[point.target]
-        continuations, generated = settings.task_calls()
-        units = windows + arc + continuations * TASK_CONTINUATION_UNITS
+        units = windows + continuations * TASK_CONTINUATION_UNITS
         units += generated * TASK_TOKEN_UNITS
         unit_s = engine(point.backend).quality_unit_s.on(device_kind(point.target))
         out[point.group] = max(roof_s, units * unit_s)

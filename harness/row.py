@@ -6,7 +6,7 @@ ppl and nll in nats per token. A figure that could not be measured is None, neve
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -160,21 +160,12 @@ class Quality(Part):
     dnll_ci_high: float | None = None
     # the paired statistics the equal-quality verdict reads (harness.measure.verdict): the
     # one-sided 95 % bounds of ΔNLL (the two-sided 90 % bootstrap interval) and its per-window
-    # standard deviation (nats/token); for ARC the degradation reference − candidate accuracy
-    # on the same items, its 90 % Newcombe interval, its per-item sd and the paired items
+    # standard deviation (nats/token); the tasks' paired figures are in their parts (Tasks)
     dnll_ci90_low: float | None = None
     dnll_ci90_high: float | None = None
     dnll_sd: float | None = None
-    arc_diff: float | None = None
-    arc_diff_ci90_low: float | None = None
-    arc_diff_ci90_high: float | None = None
-    arc_diff_sd: float | None = None
-    arc_paired_items: int | None = None
     kl_vs_ref: float | None = None  # nats/token
     top1_agree: float | None = None  # fraction of positions
-    arc_acc: float | None = None
-    arc_acc_norm: float | None = None
-    arc_items: int | None = None
     quality_windows: int | None = None
     window_tokens: int | None = None
     quality_s: float | None = None
@@ -382,10 +373,48 @@ class TaskScore(BaseModel):
 
 
 class Tasks(Part):
-    """The scenario's tasks (``quality: {tasks: [...]}``), once per group, copied onto each of
-    its points."""
+    """The scenario's tasks (``quality: {tasks: [...]}``, and ARC-Easy as ``arc-easy``), once per
+    group, copied onto each of its points."""
 
     tasks: list[TaskScore] | None = None
+
+
+# A row of a run before ARC-Easy was scored as a task held its figures in these fields; read, they
+# become the ``arc-easy`` task part (``legacy_arc_task``).
+LEGACY_ARC = ("arc_acc", "arc_acc_norm", "arc_items", "arc_diff", "arc_diff_ci90_low",
+              "arc_diff_ci90_high", "arc_diff_sd", "arc_paired_items")  # fmt: skip
+ARC_TASK: Final = "arc-easy"  # the shipped task's name (harness.tasks.arc.NAME)
+
+
+def legacy_arc_task(data: object) -> object:
+    """A row's data with an earlier run's ARC fields moved into its ``arc-easy`` task part: its
+    accuracy the score and unit rate of its one category ``all``; paired figures where every
+    item paired (as that run paired: all or none), the reference's rate arc_diff + arc_acc.
+    Other data as given; a row that lists ``arc-easy`` already keeps it (the fields dropped)."""
+    if not isinstance(data, dict) or not LEGACY_ARC & data.keys():
+        return data
+    data = dict(data)
+    old = {name: data.pop(name, None) for name in LEGACY_ARC}
+    acc, items, tasks = old["arc_acc"], old["arc_items"], data.get("tasks")
+    if acc is None or items is None or (isinstance(tasks, list) and any(
+        isinstance(t, dict) and t.get("name") == ARC_TASK for t in tasks
+    )):  # fmt: skip
+        return data
+    figures: dict[str, object] = {"items": items, "score": acc, "unit_rate": acc}
+    diff, paired = old["arc_diff"], old["arc_paired_items"]
+    if isinstance(diff, (int, float)) and isinstance(acc, (int, float)) and paired == items:
+        figures |= {"ref_rate": diff + acc, "diff": diff, "paired_units": paired,
+                    "diff_ci90_low": old["arc_diff_ci90_low"],
+                    "diff_ci90_high": old["arc_diff_ci90_high"]}  # fmt: skip
+    worst = {}
+    if "diff" in figures:
+        worst = {"worst_category": "all", "worst_diff": diff,
+                 "worst_ci90_low": figures["diff_ci90_low"],
+                 "worst_ci90_high": figures["diff_ci90_high"]}  # fmt: skip
+    part = {"name": ARC_TASK, "kind": "choice", "units": items, "acc_norm": old["arc_acc_norm"],
+            **figures, **worst, "categories": [{"category": "all", **figures}]}  # fmt: skip
+    data["tasks"] = [*(tasks if isinstance(tasks, list) else []), part]
+    return data
 
 
 class Roofline(Part):
@@ -563,6 +592,11 @@ class ResultRow(Speculation, Training, Energy, HarnessTime, Serving, Roofline, T
     model_config = ConfigDict(extra="forbid")
 
     provenance: Provenance = Provenance()
+
+    @model_validator(mode="before")
+    @classmethod
+    def earlier_arc_fields(cls, data: object) -> object:
+        return legacy_arc_task(data)
 
     @property
     def is_planned_point(self) -> bool:

@@ -86,19 +86,31 @@ def quality(ppl: float, ref_ppl: float = 100.0, half_ci: float = 0.0005) -> dict
 
 
 def arc(ref_acc: float, lost: int, gained: int, items: int = 2376) -> dict[str, Any]:
-    """ARC fields of a configuration against a reference of accuracy ``ref_acc`` on ``items``
-    items: ``lost`` right→wrong and ``gained`` wrong→right flips, Newcombe's 90 % interval."""
+    """A row's ``tasks`` holding only ``arc_part``'s."""
+    return {"tasks": [arc_part(ref_acc, lost, gained, items)]}
+
+
+def arc_part(ref_acc: float, lost: int, gained: int, items: int = 2376) -> dict[str, Any]:
+    """The ``arc-easy`` task part of a configuration against a reference of accuracy
+    ``ref_acc`` on ``items`` items: ``lost`` right→wrong and ``gained`` wrong→right flips,
+    Newcombe's 90 % interval; one category, ``all``, with the same figures."""
     right = round(ref_acc * items)
     interval = verdict.paired_proportion_ci(right - lost, lost, gained, items - right - gained)
-    return {
-        "arc_acc": (right - lost + gained) / items,
-        "arc_items": items,
-        "arc_diff": interval.estimate,
-        "arc_diff_ci90_low": interval.low,
-        "arc_diff_ci90_high": interval.high,
-        "arc_diff_sd": interval.sd,
-        "arc_paired_items": interval.n,
+    acc = (right - lost + gained) / items
+    figures = {
+        "items": items,
+        "score": acc,
+        "unit_rate": acc,
+        "ref_rate": right / items,
+        "diff": interval.estimate,
+        "diff_ci90_low": interval.low,
+        "diff_ci90_high": interval.high,
+        "paired_units": interval.n,
     }
+    worst = {"worst_category": "all", "worst_diff": interval.estimate,
+             "worst_ci90_low": interval.low, "worst_ci90_high": interval.high}  # fmt: skip
+    return {"name": "arc-easy", "kind": "choice", "units": items, **figures, **worst,
+            "categories": [{"category": "all", **figures}]}  # fmt: skip
 
 
 def write_run(run_dir: Path, rows: list[ResultRow]) -> Path:

@@ -65,13 +65,9 @@ class WindowScores:
     topk_ids: NDArray[Any]  # [W, T-1, k] own top-k ids (what a reference caches)
     topk_logprobs: NDArray[Any]  # [W, T-1, k]
     logprobs_at_ref: NDArray[Any] | None = None  # [W, T-1, k] own logprobs at the reference's ids
-    # The group's ARC-Easy answers, carried with its window scores to the run folder (paired
-    # error analysis vs the reference): item indices in the ARC file, and per item whether the
-    # highest-likelihood choice (column 0) / the length-normalised one (column 1) is the gold one.
-    arc_index: NDArray[Any] | None = None  # [N] int
-    arc_correct: NDArray[Any] | None = None  # [N, 2] bool
-    # The group's per-item task results, as named arrays (harness.tasks.metrics.to_arrays:
-    # "task__<name>__<array>"), carried the same way.
+    # The group's per-item task results (ARC-Easy's among them), as named arrays
+    # (harness.tasks.metrics.to_arrays: "task__<name>__<array>"), carried with its window scores
+    # to the run folder (paired tests and the error analysis vs the reference).
     task_arrays: dict[str, NDArray[Any]] | None = None
 
 

@@ -7,7 +7,8 @@ One home for the rule, the margins, the intervals and the sample-size estimate; 
 d, lower is better, 0 for a candidate identical to the reference:
 
 - perplexity: the paired per-window ΔNLL, candidate − reference, nats/token;
-- task accuracy (ARC, …): reference accuracy − candidate accuracy on the same items.
+- task accuracy (ARC-Easy's and every other task's): reference accuracy − candidate accuracy on
+  the same items.
 
 With a margin m for the class, and [low, high] the **two-sided 90 % interval** of d, whose
 ends are the two **one-sided 95 % bounds** (5 % above ``high``, 5 % below ``low``)::
@@ -108,7 +109,7 @@ METHOD: dict[str, str] = {
 BOOTSTRAP_SAMPLES = 1000
 """Resamples of the ΔNLL bootstrap (``quality.paired_dnll``'s default)."""
 
-Metric = Literal["ppl", "arc", "tasks"]
+Metric = Literal["ppl", "tasks"]
 
 
 # ---------------------------------------------------------------- the rule and the margins
@@ -466,7 +467,7 @@ def gate(
         ref = np.asarray(items.ref_hits, dtype=bool)
         reference_accuracy = float(ref.mean()) if ref.size else math.nan
         margin = accuracy_margin(share, reference_accuracy)
-        decisions.append(judge("arc", accuracy_interval(ref, items.cand_hits), margin))
+        decisions.append(judge("tasks", accuracy_interval(ref, items.cand_hits), margin))
     return combine(d.verdict for d in decisions), decisions
 
 

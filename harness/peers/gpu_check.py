@@ -226,7 +226,7 @@ def _worker_check(out: Path, names: list[str], options: Options) -> Check:
                       target="cuda", repeats=2, warmups=1, window_tokens=quality.window_tokens,
                       max_windows=quality.max_windows)  # fmt: skip
         rows += measure_group(point.group, [point], ctx, lambda row: None)
-    keep = ("status", "error", "ppl", "dnll_vs_ref", "kl_vs_ref", "top1_agree", "arc_acc",
+    keep = ("status", "error", "ppl", "dnll_vs_ref", "kl_vs_ref", "top1_agree", "tasks",
             "decode_tok_s", "ttft_ms_p50", "generated_tokens", "engine_preallocated_mib",
             "weights_mib_measured", "energy_source", "energy_j_prefill", "energy_j_decode",
             "energy_j_quality", "j_per_token_decode", "avg_power_w_decode",

@@ -97,7 +97,6 @@ def synthetic_frame(rows: int, seed: int = 0) -> pd.DataFrame:
             "dnll_vs_ref": dnll,
             "dnll_ci_low": dnll - 0.0002,
             "dnll_ci_high": dnll + 0.0002,
-            "arc_acc": np.where(m == 0, np.nan, 0.8 - dnll),
             "roofline_decode_tok_s": roofline,
         }
     )

@@ -31,7 +31,7 @@ from harness.results import frame as frames
 from harness.results import regressions as reg
 from harness.results.columns import CONFIGURATION, PEAK_MEMORY
 from harness.run.store import read_manifest
-from harness.spec.scenario import GATE_METRICS
+from harness.spec.scenario import GATE_METRICS, gate_names
 from harness.spec.tariffs import TariffTable
 
 SPEED_ONLY_COLUMNS = (
@@ -191,12 +191,14 @@ def aggregate_run(
 
 def gated_metrics(run_dir: Path) -> tuple[str, ...] | None:
     """The metrics the run's scenario gates on (its manifest's last run entry); None where the
-    manifest does not say (runs of an older harness: every metric their rows scored)."""
+    manifest does not say (runs of an older harness: every metric their rows scored); an earlier
+    gate name read as today's (``gate_names``: ``arc`` is ``tasks``)."""
     runs = read_manifest(run_dir).get("runs") or [{}]
     named = runs[-1].get("quality_gate") if isinstance(runs[-1], dict) else None
     if not isinstance(named, list) or not named:
         return None
-    return tuple(m for m in GATE_METRICS if m in named)
+    today = gate_names(map(str, named))
+    return tuple(m for m in GATE_METRICS if m in today)
 
 
 def _status_label(status: object) -> str:

@@ -148,9 +148,9 @@ _SPECS: tuple[ColumnSpec, ...] = (
     _c("breakeven_hours", "break-even busy hours", "h", "fmt_float"),
     _c("breakeven_days", "break-even days at utilisation", "days", "fmt_float"),
     # --- error analysis against the reference -------------------------------------------------
-    _c("arc_items_paired", "ARC items paired", "items", "fmt_int"),
-    _c("right_to_wrong", "right→wrong", "items", "fmt_int", -1),
-    _c("wrong_to_right", "wrong→right", "items", "fmt_int", +1),
+    _c("units_paired", "units paired", "items or gold fields", "fmt_int"),
+    _c("right_to_wrong", "right→wrong", "units", "fmt_int", -1),
+    _c("wrong_to_right", "wrong→right", "units", "fmt_int", +1),
     _c("mcnemar_p_exact", "McNemar exact p", "probability", "fmt_float"),
     _c("windows_paired", "windows paired", "windows", "fmt_int"),
     _c("dnll_nats_per_token", "ΔNLL nats/token", NATS, "fmt_float", -1),

@@ -12,17 +12,16 @@ sample-size formula, and ``METHOD`` says them on the page): per row and quality 
 gated metric the row measured gets a verdict from the paired statistics the worker stored —
 
 - ``ppl``: ΔNLL's one-sided 95 % bounds (``dnll_ci90_low/high``) against m = −ln C;
-- ``arc``: the paired accuracy degradation's bounds (``arc_diff_ci90_low/high``) against
-  m = (1 − C) × the reference's accuracy (``arc_acc_ref``, by the reference rule above);
-- ``tasks``: each task of the row's ``tasks`` part, paired by the worker with the reference's
-  per-item (per-field) results, against m = (1 − C) × the reference's rate on those units
-  (``verdict.judge_task``): a task fails on its overall interval or on one category whose whole
-  interval is beyond its margin, named in ``tasks_failed_by_<class>``;
+- ``tasks``: each task of the row's ``tasks`` part (ARC-Easy is the task ``arc-easy``; a run
+  gated on ``arc`` before it was one is gated on ``tasks``), paired by the worker with the
+  reference's per-item (per-field) results, against m = (1 − C) × the reference's rate on those
+  units (``verdict.judge_task``): a task fails on its overall interval or on one category whose
+  whole interval is beyond its margin, named in ``tasks_failed_by_<class>``;
 
 and the row's ``verdict_<class>`` combines the metrics it gates on: fail if any fails, pass if
 every one passes, undecided otherwise, **and undecided when a gated metric was not measured** on
-the row (never compared with the reference: no reference row, its windows, ARC items or a task's
-item ids not paired with the reference's, a task the reference scored and the row did not).
+the row (never compared with the reference: no reference row, its windows or a task's item ids
+not paired with the reference's, a task the reference scored and the row did not).
 ``unmeasured_gates`` says, per row, which gated metric was not measured and why (one clause each,
 ``"task snips-intent: no item ids paired with the reference's"``), and ``<metric>_unmeasured``
 each metric's own (gated or not); the report's undecided table carries them. Reference rows
@@ -35,7 +34,7 @@ decided it (``<metric>_bound_<class>``), the margin (``<metric>_margin_<class>``
 
 **What a row gates on** (``Gates``): the metrics its run's scenario names (``quality.gate``, as
 the manifest records it); where nothing says, every metric its run's rows scored (``ppl``, and
-``arc`` and ``tasks`` where any row of the run scored them). Rows of several runs (a site) are
+``tasks`` where any row of the run scored one). Rows of several runs (a site) are
 each gated on their own run's metrics (a mapping run → metrics); ``gated_on`` names them per row.
 
 ``quality_class`` is the strictest class a row passes, else ``undecided`` (class 99 undecided),
@@ -64,6 +63,7 @@ from harness.results.frame import (
     with_columns,
 )
 from harness.results.pricing import QUALITY_CLASSES, pass_column, verdict_column
+from harness.spec.scenario import gate_names
 
 # A reference is of the same run, model and revision; the same target is preferred.
 SAME_REFERENCE = ("run", "model", "revision")
@@ -143,9 +143,8 @@ def references(
 # metric → (estimate, low, high, units) columns of the row (harness.row.Quality)
 METRIC_COLUMNS: dict[str, tuple[str, str, str, str]] = {
     "ppl": ("dnll_vs_ref", "dnll_ci90_low", "dnll_ci90_high", "quality_windows"),
-    "arc": ("arc_diff", "arc_diff_ci90_low", "arc_diff_ci90_high", "arc_paired_items"),
 }
-UNITS = {"ppl": "windows", "arc": "ARC items", "tasks": "task units (items or gold fields)"}
+UNITS = {"ppl": "windows", "tasks": "task units (items or gold fields)"}
 GATE_METRICS = tuple(UNITS)  # every metric the gate judges, in the order it shows them
 NOT_MEASURED = "not measured"  # a metric's verdict column where the row did not measure it
 UNMEASURED = "unmeasured_gates"  # per row: each gated metric not measured, and why
@@ -161,8 +160,6 @@ Gates = RunGates | Mapping[str, RunGates]
 
 def _scored(frame: pd.DataFrame, metric: str) -> bool:
     """Whether any row of ``frame`` scored ``metric`` (ppl: always gated where nothing says)."""
-    if metric == "arc":
-        return bool(np.any(~np.isnan(_floats(frame, "arc_acc"))))
     if metric == "tasks":
         return "tasks" in frame.columns and bool(frame["tasks"].map(_is_list).any())
     return True
@@ -177,7 +174,8 @@ def measured_gates(frame: pd.DataFrame, gated: RunGates) -> tuple[str, ...]:
     (even one no row measured: those rows stay undecided, said why), or where nothing named
     them (None), ``ppl`` and every other metric a row of the run scored."""
     if gated is not None:
-        return tuple(m for m in GATE_METRICS if m in gated)
+        named = gate_names(gated)
+        return tuple(m for m in GATE_METRICS if m in named)
     return tuple(m for m in GATE_METRICS if _scored(frame, m))
 
 
@@ -218,7 +216,7 @@ def quality_gate(
     codes: Codes | None = None,
     gated: Gates = None,
 ) -> pd.DataFrame:
-    """Adds ppl_ref, arc_acc_ref, quality_pct, the verdict columns of every class (module
+    """Adds ppl_ref, quality_pct, the verdict columns of every class (module
     docstring), pass_<class>, quality_class, dppl_pct (+CI), ``gated_on`` and
     ``unmeasured_gates``. ``gated``: the metrics that decide (``Gates``: the scenario's
     ``quality.gate``, per run where rows of several runs meet); the others are judged and shown
@@ -230,9 +228,7 @@ def quality_gate(
     among = strata(out, codes)
     ppl_rule = references(out, "ppl", among=among)
     ppl_ref = ppl_rule.median(out["ppl"].to_numpy(dtype=np.float64))
-    arc_ref = references(out, "arc_acc", among=among).median(_floats(out, "arc_acc"))
     cols["ppl_ref"] = ppl_ref
-    cols["arc_acc_ref"] = arc_ref
     with np.errstate(invalid="ignore", divide="ignore"):
         cols["quality_pct"] = ppl_ref / ppl * 100
     known = ~np.isnan(ppl) & ~np.isnan(ppl_ref)
@@ -244,17 +240,14 @@ def quality_gate(
     by_run = gates_by_run(out, gated)
     decides = _gate_masks(out, by_run)
     cols[GATED_ON] = _joined(decides, ", ", len(out))
-    why = _unmeasured(out, ppl, known, ppl_rule, arc_ref)
+    why = _unmeasured(out, ppl, known, ppl_rule)
     for metric, text in why.items():
         cols[unmeasured_column(metric)] = np.where(reference, "", text).astype(object)
     cols[UNMEASURED] = _reasons(why, decides, ~reference)
     for name, share in QUALITY_CLASSES.items():
-        margins = {
-            "ppl": np.full(len(out), verdict.ppl_margin(share)),
-            "arc": verdict.accuracy_share(share) * arc_ref,
-        }
+        margin = np.full(len(out), verdict.ppl_margin(share))
         # every metric is judged and shown; only the gated ones decide the configuration
-        judged = {m: _judge_metric(out, cols, m, margins[m], name, measured=known) for m in margins}
+        judged = {"ppl": _judge_metric(out, cols, "ppl", margin, name, measured=known)}
         judged["tasks"] = _judge_tasks(
             out, cols, share, name, measured=known, unpaired=why["tasks"]
         )
@@ -294,7 +287,7 @@ def _joined(masks: dict[str, Array], sep: str, n: int) -> Array:
 
 
 def _unmeasured(
-    out: pd.DataFrame, ppl: Array, known: Array, ppl_rule: References, arc_ref: Array
+    out: pd.DataFrame, ppl: Array, known: Array, ppl_rule: References
 ) -> dict[str, Array]:
     """Per metric and row: why the row has no paired comparison of that metric with its
     reference ("" where it has one): one clause per metric, each task named on its own."""
@@ -308,13 +301,6 @@ def _unmeasured(
     unpaired = np.isnan(ppl_pair[0]) | np.isnan(ppl_pair[1]) | np.isnan(ppl_pair[2])
     why["ppl"] = _clause("ppl", base, [
         (unpaired, "its windows were not paired with the reference's (no ΔNLL stored)"),
-    ])  # fmt: skip
-    arc_pair = [_floats(out, c) for c in METRIC_COLUMNS["arc"][:3]]
-    why["arc"] = _clause("arc", base, [
-        (np.isnan(_floats(out, "arc_acc")), "no ARC item scored on this row"),
-        (np.isnan(arc_ref), "no reference row scored ARC"),
-        (np.isnan(arc_pair[0]) | np.isnan(arc_pair[1]) | np.isnan(arc_pair[2]),
-         "no ARC item paired with the reference's (it scored other items)"),
     ])  # fmt: skip
     why["tasks"] = _tasks_unmeasured(out, base, ppl_rule)
     return why

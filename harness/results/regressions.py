@@ -1,35 +1,38 @@
-"""Error analysis per configuration against its model's reference: which items it gets wrong.
+"""Error analysis per configuration against its model's reference: which units it gets wrong.
 
 A quality class says *whether* a configuration keeps the reference's quality; this says *where*
 it does not. Source: what the worker keeps for every group beside its window scores
-(``harness.run.store``): per-window NLL sums and token counts, and per ARC-Easy item whether the
-highest-likelihood choice is the gold one (``arc_acc``'s criterion).
+(``harness.run.store``): per-window NLL sums and token counts, and per task its per-item results
+(``harness.tasks.metrics.Outcome``; ARC-Easy is the task ``arc-easy`` like any other).
 
 For each configuration (a group of checkpoint weights that is not its model's reference) and its
 reference (the quality gate's reference rule, ``harness.results.gate.references``: the same run,
 model and revision, the same target preferred; of the reference rows the gate takes its median
 from, the first that kept its scores' group):
 
-- **ARC flips** on the items both scored (matched by item id ``arc-easy:<index in the file>``):
-  ``right_to_wrong`` (b: the reference answered right, the configuration wrong) and
-  ``wrong_to_right`` (c), each with its question ids;
-- **McNemar's exact test** on the discordant pairs (b, c): under "no difference" each discordant
-  item is right→wrong with probability ½, so the two-sided p-value is
+- **flips, per task both scored**, on the units both scored, paired by the keys the task's kind
+  gives them (``Outcome.units``: the item; extract: the gold field), as the gate pairs them:
+  ``right_to_wrong`` (b: the reference's unit was a hit, the configuration's a miss) and
+  ``wrong_to_right`` (c), each with its unit keys (``<task>:<key>``);
+- **McNemar's exact test** on each task's discordant pairs (b, c): under "no difference" each
+  discordant unit is right→wrong with probability ½, so the two-sided p-value is
   ``p = min(1, 2 · P(X ≤ min(b, c)))`` with ``X ~ Binomial(b + c, ½)`` (p = 1 when b + c = 0);
   computed exactly with integers. It tests whether the flips lean one way; it says nothing
-  about items neither side got right;
+  about units neither side got right;
 - **the windows with the largest ΔNLL**: per window (configuration − reference) NLL in nats per
   predicted token, the ``TOP_WINDOWS`` largest, each with a short excerpt of its text (the shipped
   corpus decoded with the model's tokenizer; empty with a note where the tokenizer cannot load).
 
-Tables: ``summary`` (one row per configuration) and ``items`` (``regressions.csv``: one row per
-flipped item and per worst window).
+Tables: ``summary`` (one row per configuration: its windows and a note), ``flips`` (one row per
+configuration and task both scored) and ``items`` (``regressions.csv``: one row per worst window
+and per item a task's kind lists, ``harness.results.tasks.task_items``).
 """
 
 from __future__ import annotations
 
 import functools
 import math
+import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
@@ -43,11 +46,12 @@ from numpy.typing import NDArray
 from harness import corpus
 from harness.results.columns import ENGINE_WEIGHTS_KV
 from harness.results.gate import references
-from harness.results.tasks import task_items
-from harness.run.store import load_window_arc, load_window_nll
-from harness.tasks.arc import arc_rows
+from harness.results.tasks import kept_outcomes, task_items
+from harness.run.store import load_window_nll
+from harness.tasks.metrics import Outcome
 
 Array = NDArray[Any]
+Outcomes = dict[str, Outcome]  # task name → its per-item results
 TOP_WINDOWS = 5
 EXCERPT_CHARS = 160
 TEST = (
@@ -57,39 +61,51 @@ TEST = (
 CONFIG_COLUMNS = ["model", *ENGINE_WEIGHTS_KV, "target", "group", "reference_group"]
 SUMMARY_COLUMNS = [
     *CONFIG_COLUMNS,
-    "arc_items_paired",
-    "right_to_wrong",
-    "wrong_to_right",
-    "mcnemar_p_exact",
-    "test",
-    "right_to_wrong_ids",
-    "wrong_to_right_ids",
     "windows_paired",
     "dnll_nats_per_token",
     "worst_window",
     "worst_dnll_nats_per_token",
     "note",
 ]
+FLIPS_COLUMNS = [
+    *CONFIG_COLUMNS,
+    "task",
+    "units_paired",  # units both scored, paired by the kind's unit keys (Outcome.units)
+    "right_to_wrong",  # b
+    "wrong_to_right",  # c
+    "mcnemar_p_exact",
+    "test",
+    "right_to_wrong_ids",  # "<task>:<unit key>", space-separated, in the configuration's order
+    "wrong_to_right_ids",
+]
 ITEM_COLUMNS = [
     *CONFIG_COLUMNS,
-    "kind",  # "arc" | "window" | "task:<name>" (harness.results.tasks.task_items)
-    "item",  # "arc-easy:<index in the ARC file>" | "window:<corpus window index>" | "<task>:<id>"
-    "change",  # "right_to_wrong" | "wrong_to_right" | "largest_dnll"
+    "kind",  # "window" | "task:<name>" (harness.results.tasks.task_items)
+    "item",  # "window:<corpus window index>" | "scored-window:<position>" | "<task>:<item id>"
+    "change",  # "largest_dnll" | what the task's kind lists ("right_to_wrong", "wrong_to_right", …)
     "dnll_nats_per_token",
     "nll_ref_nats_per_token",
     "nll_nats_per_token",
     "excerpt",
 ]
+NO_TASKS = "no per-item task results kept"
+NO_COMMON_TASK = "no task scored by both it and its reference"
+NO_WINDOWS = "no paired window scores (missing, or other windows than the reference's)"
 
 
 @dataclass
 class Regressions:
     summary: pd.DataFrame  # SUMMARY_COLUMNS, one row per configuration
+    flips: pd.DataFrame  # FLIPS_COLUMNS, one row per configuration and task both scored
     items: pd.DataFrame  # ITEM_COLUMNS: regressions.csv
 
     @classmethod
     def empty(cls) -> Regressions:
-        return cls(pd.DataFrame(columns=SUMMARY_COLUMNS), pd.DataFrame(columns=ITEM_COLUMNS))
+        return cls(
+            pd.DataFrame(columns=SUMMARY_COLUMNS),
+            pd.DataFrame(columns=FLIPS_COLUMNS),
+            pd.DataFrame(columns=ITEM_COLUMNS),
+        )
 
 
 # --------------------------------------------------------------------------- statistics
@@ -106,31 +122,65 @@ def mcnemar_exact(b: int, c: int) -> float:
     return float(min(Fraction(1), 2 * tail))
 
 
-def arc_id(index: int) -> str:
-    return f"arc-easy:{index}"
-
-
 @dataclass(frozen=True)
 class Flips:
+    """One task's units both sides scored and, of them, the discordant ones (unit keys)."""
+
     paired: int
-    right_to_wrong: list[int]  # ARC file indices
-    wrong_to_right: list[int]
+    right_to_wrong: list[str]
+    wrong_to_right: list[str]
 
     @property
     def p_value(self) -> float:
         return mcnemar_exact(len(self.right_to_wrong), len(self.wrong_to_right))
 
 
-def arc_flips(ref_index: Array, ref_hits: Array, index: Array, hits: Array) -> Flips:
-    """Flips on the items both sides scored; ``*_hits`` column 0 is ``arc_acc``'s criterion."""
-    ref = dict(zip(ref_index.tolist(), ref_hits[:, 0].tolist(), strict=True))
-    own = dict(zip(index.tolist(), hits[:, 0].tolist(), strict=True))
-    common = sorted(ref.keys() & own.keys())
+def unit_flips(ref: Outcome, own: Outcome) -> Flips:
+    """The flips on the units both scored, paired by the kind's unit keys as the gate pairs them
+    (``metrics.paired``: a key's first unit on each side), in the configuration's order."""
+    ref_keys, _, ref_hit = ref.units
+    keys, _, hit = own.units
+    _, at_ref, at_own = np.intersect1d(ref_keys, keys, return_indices=True)
+    order = np.argsort(at_own, kind="stable")
+    at_ref, at_own = at_ref[order], at_own[order]
+    was, now = ref_hit[at_ref].astype(bool), hit[at_own].astype(bool)
+    paired = keys[at_own].astype(str)
     return Flips(
-        paired=len(common),
-        right_to_wrong=[i for i in common if ref[i] and not own[i]],
-        wrong_to_right=[i for i in common if own[i] and not ref[i]],
+        paired=len(at_own),
+        right_to_wrong=paired[was & ~now].tolist(),
+        wrong_to_right=paired[now & ~was].tolist(),
     )
+
+
+def unit_label(task: str, key: str) -> str:
+    """``<task>:<unit key>``, a unit key's control characters (the extract kind joins item id and
+    field name with U+001F; ``check_key`` keeps them out of ids and names) shown as "/"."""
+    return f"{task}:" + "".join("/" if unicodedata.category(c) == "Cc" else c for c in key)
+
+
+def task_flips(own: Outcomes, refs: Outcomes, config: dict[str, Any]) -> list[dict[str, Any]]:
+    """``flips``' rows of one configuration: one per task both it and its reference scored."""
+    rows = []
+    for name, outcome in own.items():
+        if (ref := refs.get(name)) is None:
+            continue
+        found = unit_flips(ref, outcome)
+        rows.append({
+            **config, "task": name, "units_paired": found.paired,
+            "right_to_wrong": len(found.right_to_wrong),
+            "wrong_to_right": len(found.wrong_to_right),
+            "mcnemar_p_exact": found.p_value, "test": TEST,
+            "right_to_wrong_ids": " ".join(unit_label(name, k) for k in found.right_to_wrong),
+            "wrong_to_right_ids": " ".join(unit_label(name, k) for k in found.wrong_to_right),
+        })  # fmt: skip
+    return rows
+
+
+def tasks_note(own: Outcomes, refs: Outcomes) -> str | None:
+    """Why a configuration has no flips row, None when it has one."""
+    if not own and not refs:
+        return NO_TASKS
+    return None if own.keys() & refs.keys() else NO_COMMON_TASK
 
 
 def window_dnll(
@@ -152,13 +202,6 @@ def window_dnll(
 def one_line(text: str, limit: int = EXCERPT_CHARS) -> str:
     flat = " ".join(text.split())
     return flat if len(flat) <= limit else flat[: limit - 1].rstrip() + "…"
-
-
-def arc_excerpt(index: int) -> str:
-    rows = arc_rows()
-    if not 0 <= index < len(rows):
-        return ""
-    return one_line(rows[index].values["query"].removeprefix("Question:").strip())
 
 
 @functools.lru_cache(maxsize=8)
@@ -226,78 +269,57 @@ def analyse(run_dir: Path, points: pd.DataFrame, top_windows: int = TOP_WINDOWS)
     if not found:
         return Regressions.empty()
     summary: list[dict[str, Any]] = []
+    flips: list[dict[str, Any]] = []
     items: list[dict[str, Any]] = []
     for position, reference in found:
         row, ref = points.iloc[position], points.iloc[reference]
         config = {c: row.get(c) for c in CONFIG_COLUMNS if c != "reference_group"}
         config["reference_group"] = ref["group"]
-        entry, rows = _compare(Path(run_dir), row, ref, config, top_windows)
-        summary.append(entry)
-        items += rows
+        own_tasks = kept_outcomes(Path(run_dir), str(row["group"]))
+        ref_tasks = kept_outcomes(Path(run_dir), str(ref["group"]))
+        entry, windows = _windows(Path(run_dir), row, ref, config, top_windows)
+        notes = [n for n in (tasks_note(own_tasks, ref_tasks), entry.pop("note")) if n]
+        summary.append({**entry, "note": "; ".join(notes)})
+        flips += task_flips(own_tasks, ref_tasks, config)
+        items += windows + task_items(own_tasks, ref_tasks, config)
     return Regressions(
         pd.DataFrame(summary, columns=SUMMARY_COLUMNS),
+        pd.DataFrame(flips, columns=FLIPS_COLUMNS),
         pd.DataFrame(items, columns=ITEM_COLUMNS),
     )
 
 
-def _compare(
+def _windows(
     run_dir: Path, row: pd.Series, ref: pd.Series, config: dict[str, Any], top: int
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    entry: dict[str, Any] = {**config, "test": TEST}
-    notes: list[str] = []
-    items: list[dict[str, Any]] = []
-    own_arc, ref_arc = (
-        load_window_arc(run_dir, row["group"]),
-        load_window_arc(run_dir, ref["group"]),
-    )
-    if own_arc is None or ref_arc is None:
-        notes.append("no per-item ARC answers kept (no ARC items, or a run before they were)")
-    else:
-        flips = arc_flips(ref_arc[0], ref_arc[1], own_arc[0], own_arc[1])
-        entry.update(
-            arc_items_paired=flips.paired,
-            right_to_wrong=len(flips.right_to_wrong),
-            wrong_to_right=len(flips.wrong_to_right),
-            mcnemar_p_exact=flips.p_value,
-            right_to_wrong_ids=" ".join(arc_id(i) for i in flips.right_to_wrong),
-            wrong_to_right_ids=" ".join(arc_id(i) for i in flips.wrong_to_right),
-        )
-        for change, indices in (("right_to_wrong", flips.right_to_wrong),
-                                ("wrong_to_right", flips.wrong_to_right)):  # fmt: skip
-            items += [{**config, "kind": "arc", "item": arc_id(i), "change": change,
-                       "excerpt": arc_excerpt(i)} for i in indices]  # fmt: skip
+    """The configuration's summary entry (its window figures; ``note``: why they are missing or
+    have no text, else None) and its ``top`` worst windows as item rows."""
+    entry: dict[str, Any] = {**config, "note": None}
     own_nll = load_window_nll(run_dir, row["group"])
     ref_nll = load_window_nll(run_dir, ref["group"])
     deltas = None if own_nll is None or ref_nll is None else window_dnll(ref_nll, own_nll)
     if deltas is None:
-        notes.append("no paired window scores (missing, or other windows than the reference's)")
-    else:
-        delta, ref_per, own_per = deltas
-        assert own_nll is not None and ref_nll is not None
-        entry["windows_paired"] = int(delta.size)
-        entry["dnll_nats_per_token"] = float(
-            (own_nll[0].sum() - ref_nll[0].sum()) / own_nll[1].sum()
-        )
-        worst = [int(i) for i in np.argsort(-delta, kind="stable")[:top]]
-        texts, why = window_excerpts(
-            str(row["model"]), str(row.get("revision") or "main"),
-            int(row["window_tokens"]), int(delta.size), worst,
-        )  # fmt: skip
-        if why:
-            notes.append(why)
-        for rank, position in enumerate(worst):
-            # the corpus window's index when the tokenizer told it, else the scored position
-            k, text = texts.get(position, (None, ""))
-            label = f"window:{k}" if k is not None else f"scored-window:{position}"
-            if rank == 0:
-                entry["worst_window"] = label
-                entry["worst_dnll_nats_per_token"] = float(delta[position])
-            items.append({**config, "kind": "window", "item": label,
-                          "change": "largest_dnll",
-                          "dnll_nats_per_token": float(delta[position]),
-                          "nll_ref_nats_per_token": float(ref_per[position]),
-                          "nll_nats_per_token": float(own_per[position]),
-                              "excerpt": text})  # fmt: skip
-    items += task_items(run_dir, str(row["group"]), str(ref["group"]), config)
-    entry["note"] = "; ".join(notes)
+        entry["note"] = NO_WINDOWS
+        return entry, []
+    assert own_nll is not None and ref_nll is not None
+    delta, ref_per, own_per = deltas
+    entry["windows_paired"] = int(delta.size)
+    entry["dnll_nats_per_token"] = float((own_nll[0].sum() - ref_nll[0].sum()) / own_nll[1].sum())
+    worst = [int(i) for i in np.argsort(-delta, kind="stable")[:top]]
+    texts, entry["note"] = window_excerpts(
+        str(row["model"]), str(row.get("revision") or "main"),
+        int(row["window_tokens"]), int(delta.size), worst,
+    )  # fmt: skip
+    items: list[dict[str, Any]] = []
+    for rank, position in enumerate(worst):
+        # the corpus window's index when the tokenizer told it, else the scored position
+        k, text = texts.get(position, (None, ""))
+        label = f"window:{k}" if k is not None else f"scored-window:{position}"
+        if rank == 0:
+            entry["worst_window"] = label
+            entry["worst_dnll_nats_per_token"] = float(delta[position])
+        items.append({**config, "kind": "window", "item": label, "change": "largest_dnll",
+                      "dnll_nats_per_token": float(delta[position]),
+                      "nll_ref_nats_per_token": float(ref_per[position]),
+                      "nll_nats_per_token": float(own_per[position]), "excerpt": text})  # fmt: skip
     return entry, items

@@ -95,16 +95,19 @@ def task_categories(points: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def kept_outcomes(run_dir: Path, group: str) -> dict[str, metrics.Outcome]:
+    """A group's per-item task results as the run kept them beside its window scores (task name
+    → outcome; none when it kept no file or no task)."""
+    return metrics.from_arrays(load_window_tasks(run_dir, group) or {})
+
+
 def task_items(
-    run_dir: Path, group: str, ref_group: str, config: dict[str, Any]
+    own: dict[str, metrics.Outcome], refs: dict[str, metrics.Outcome], config: dict[str, Any]
 ) -> list[dict[str, Any]]:
-    """``regressions.csv``'s task rows of one configuration against its reference, from the
-    per-item files kept beside the window scores: the items each task's kind lists
-    (``Kind.misses``: for extract every item it got wrong, with the output's excerpt and the
-    reference's state; else the items that flipped, right → wrong or wrong → right), at most
-    ``FAILURES_PER_TASK`` a task."""
-    own = metrics.from_arrays(load_window_tasks(run_dir, group) or {})
-    refs = metrics.from_arrays(load_window_tasks(run_dir, ref_group) or {})
+    """``regressions.csv``'s task rows of one configuration (its ``kept_outcomes``) against its
+    reference's: the items each task's kind lists (``Kind.misses``: for extract every item it
+    got wrong, with the output's excerpt and the reference's state; else the items that flipped,
+    right → wrong or wrong → right), at most ``FAILURES_PER_TASK`` a task."""
     rows: list[dict[str, Any]] = []
     for name, outcome in own.items():
         ref = refs.get(name)

@@ -46,6 +46,9 @@ from harness.files import FileTooLarge, open_regular, read_capped
 from harness.row import SCHEMA_VERSION, ResultRow
 from harness.run.contracts import WorkContext, is_reference
 from harness.spec.scenario import GroupKey
+from harness.tasks import metrics as task_metrics
+from harness.tasks.arc import NAME as ARC_NAME
+from harness.tasks.arc import arc_rows
 
 POINTS = "points"
 MANIFEST = "manifest.json"
@@ -69,19 +72,14 @@ MAX_J = 1e12  # joules (a 1 MW cluster for 11.6 days)
 MAX_W = 1e6  # watts of one device
 # Measured figures that may be negative (differences); every other number must be ≥ 0.
 SIGNED = {"weights_gap_pct", "peak_gap_pct", "dnll_vs_ref", "dnll_ci_low", "dnll_ci_high",
-          "dnll_ci90_low", "dnll_ci90_high", "arc_diff", "arc_diff_ci90_low", "arc_diff_ci90_high",
-          "train_peak_gap_pct", "train_alloc_gap_pct"}  # fmt: skip
+          "dnll_ci90_low", "dnll_ci90_high", "train_peak_gap_pct",
+          "train_alloc_gap_pct"}  # fmt: skip
 # Figures with a tighter range than [0, +∞).
 RANGES: dict[str, tuple[float, float]] = {
     "ppl": (1.0, math.inf),
     "ppl_ci_low": (1.0, math.inf),
     "ppl_ci_high": (1.0, math.inf),
     "top1_agree": (0.0, 1.0),
-    "arc_acc": (0.0, 1.0),
-    "arc_acc_norm": (0.0, 1.0),
-    "arc_diff": (-1.0, 1.0),
-    "arc_diff_ci90_low": (-1.0, 1.0),
-    "arc_diff_ci90_high": (-1.0, 1.0),
     "slo_attainment": (0.0, 1.0),
     "slo_attainment_target": (0.0, 1.0),
     "concurrency": (1, math.inf),
@@ -233,26 +231,46 @@ def reference_artifact(ctx: WorkContext, group: GroupKey) -> Path:
     return Path(ctx.run_dir) / "quality" / f"reference-{digest}.npz"
 
 
-def _arc_arrays(scores: WindowScores) -> dict[str, Any]:
-    """The per-item ARC answers and task results beside the window scores, when the group
-    scored any."""
-    tasks = dict(scores.task_arrays or {})
-    if scores.arc_index is None or scores.arc_correct is None:
-        return tasks
-    return {"arc_index": scores.arc_index, "arc_correct": scores.arc_correct, **tasks}
-
-
-TASK_PREFIX = "task__"  # the task arrays' names (harness.tasks.metrics.to_arrays)
-
-
 def _task_arrays(data: Any) -> dict[str, Any] | None:
-    """The task arrays of a loaded scores file (None: it has none)."""
-    found = {k: np.asarray(data[k]) for k in data.files if k.startswith(TASK_PREFIX)}
+    """The task arrays of a loaded scores file (None: it has none); a file of a run before ARC
+    was scored as a task gives its ARC answers as ``arc-easy``'s (``legacy_arc_arrays``)."""
+    found = {k: np.asarray(data[k]) for k in data.files if k.startswith(task_metrics.PREFIX)}
+    if "arc_index" in data.files and "arc_correct" in data.files:
+        found = {**legacy_arc_arrays(data["arc_index"], data["arc_correct"]), **found}
     return found or None
 
 
+def legacy_arc_arrays(index: NDArray[Any], hits: NDArray[Any]) -> dict[str, Any]:
+    """An earlier run's ARC answers (item indices in the ARC file [N]; hits [N, 2]: the plain
+    and the length-normalised pick right) as the ``arc-easy`` task's arrays, the arrays that run
+    did not keep left empty (the prediction of a wrong answer: "?"); {} when malformed."""
+    index, hits = np.asarray(index), np.asarray(hits)
+    if index.ndim != 1 or hits.shape != (index.size, 2) or index.dtype.kind not in "iu":
+        return {}
+    rows = arc_rows()
+    if index.size and (index.min() < 0 or index.max() >= len(rows)):
+        return {}
+    gold = np.array([str(rows[i].gold) for i in index.tolist()], dtype=str)
+    correct = hits[:, 0].astype(bool)
+    zeros = np.zeros(index.size, dtype=np.int64)
+    outcome = task_metrics.Outcome(
+        kind="choice", item_id=index.astype(str), category=np.full(index.size, "all"),
+        correct=correct, predicted=np.where(correct, gold, "?"), gold=gold,
+        valid=np.ones(index.size, dtype=bool), required=zeros, present=zeros,
+        output_fields=zeros, output_hits=zeros, field_item=np.zeros(0, dtype=np.int64),
+        field_name=np.array([], dtype=str), field_hit=np.array([], dtype=bool),
+        correct_norm=hits[:, 1].astype(bool),
+    )  # fmt: skip
+    return task_metrics.to_arrays(ARC_NAME, outcome)
+
+
+def _task_results(scores: WindowScores) -> dict[str, Any]:
+    """The group's per-item task arrays ({} when it scored no task)."""
+    return dict(scores.task_arrays or {})
+
+
 def save_scores(path: Path, scores: WindowScores) -> None:
-    """A reference's full scores, its ARC answers included (the paired per-item test)."""
+    """A reference's full scores, its task results included (the paired per-item tests)."""
     buffer = io.BytesIO()
     np.savez(
         buffer,
@@ -261,7 +279,7 @@ def save_scores(path: Path, scores: WindowScores) -> None:
         argmax=scores.argmax,
         topk_ids=scores.topk_ids,
         topk_logprobs=scores.topk_logprobs,
-        **_arc_arrays(scores),
+        **_task_results(scores),
     )
     atomic_write_bytes(path, buffer.getvalue())
 
@@ -270,13 +288,13 @@ def keep_scores(ctx: WorkContext, group: GroupKey, scores: WindowScores) -> None
     """Every group's per-window NLL (paired tests across runs); a reference's full scores too
     (the other groups of its model are compared with them)."""
     buffer = io.BytesIO()
-    np.savez(buffer, nll_sum=scores.nll_sum, tokens=scores.tokens, **_arc_arrays(scores))
+    np.savez(buffer, nll_sum=scores.nll_sum, tokens=scores.tokens, **_task_results(scores))
     atomic_write_bytes(window_scores_path(Path(ctx.run_dir), group.label), buffer.getvalue())
     if is_reference(group, ctx):
         save_scores(reference_artifact(ctx, group), scores)
 
 
-MAX_WINDOW_BYTES = 64 << 20  # a group's per-window NLL and ARC answers: a few MiB at most
+MAX_WINDOW_BYTES = 64 << 20  # a group's per-window NLL and task results: a few MiB at most
 
 
 def load_scores(path: Path) -> WindowScores | None:
@@ -292,15 +310,12 @@ def load_scores(path: Path) -> WindowScores | None:
 
 
 def _window_scores(data: Any) -> WindowScores:
-    arc = "arc_index" in data.files and "arc_correct" in data.files
     return WindowScores(
         nll_sum=data["nll_sum"],
         tokens=data["tokens"],
         argmax=data["argmax"],
         topk_ids=data["topk_ids"],
         topk_logprobs=data["topk_logprobs"],
-        arc_index=data["arc_index"] if arc else None,
-        arc_correct=data["arc_correct"] if arc else None,
         task_arrays=_task_arrays(data),
     )
 
@@ -326,25 +341,6 @@ def load_window_nll(run_dir: Path, group_label: str) -> tuple[NDArray[Any], NDAr
             return np.asarray(data["nll_sum"], float), np.asarray(data["tokens"], float)
     except (OSError, KeyError, ValueError):
         return None
-
-
-def load_window_arc(run_dir: Path, group_label: str) -> tuple[NDArray[Any], NDArray[Any]] | None:
-    """A group's ARC answers as the run kept them beside its window scores: (item indices [N],
-    hits [N, 2]: acc, acc_norm), or None when it kept none (no ARC items, an older run)."""
-    raw = _read_window_file(window_scores_path(run_dir, group_label))
-    if raw is None:
-        return None
-    try:
-        with np.load(io.BytesIO(raw)) as data:
-            if "arc_index" not in data.files or "arc_correct" not in data.files:
-                return None
-            index = np.asarray(data["arc_index"], dtype=np.int64)
-            hits = np.asarray(data["arc_correct"], dtype=bool)
-    except (OSError, KeyError, ValueError):
-        return None
-    if index.ndim != 1 or hits.shape != (index.size, 2):
-        return None
-    return index, hits
 
 
 def load_window_tasks(run_dir: Path, group_label: str) -> dict[str, Any] | None:

@@ -46,7 +46,7 @@ class Engine(BaseModel):
     start_s: its model load's engine start, per device kind, before the weights' own seconds.
     step_floor_s: the seconds one decode step takes at least (any batch): per-call latency bounds
       a small model rather than the roofline.
-    quality_unit_s: the seconds one scored quality unit (a window or an ARC item) takes at least.
+    quality_unit_s: the seconds one scored quality unit (a window) takes at least.
     own_processes: it starts processes of its own (vLLM: its engine core): a group of it never
       runs in a child forked from a node's host (harness.run.host), where forking a process that
       imported it is not proven safe, but in a fresh process.

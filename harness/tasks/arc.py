@@ -18,9 +18,10 @@ from pathlib import Path
 from typing import Final
 
 from harness import corpus
+from harness.row import ARC_TASK
 from harness.tasks.spec import MAX_CHOICES, TaskItem, TaskSpec
 
-NAME: Final = "arc-easy"
+NAME: Final = ARC_TASK
 PROMPT = "{query}\nAnswer:"
 FILE: Path = corpus.ARC_FILE
 SHA256 = "d2d12e59543acf9a5ef6079634a72b30215e36c2fd4236fff3bc855d287b87f5"  # its README's

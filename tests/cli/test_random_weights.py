@@ -69,7 +69,7 @@ def test_measure_random_weights_on_the_cpu_gives_a_speed_only_row_never_priced(
     checkpoint = next(r for r in rows if r["model"] == "tiny-llama")
     assert random["weights"] == "random" and checkpoint["weights"] == "checkpoint"
     assert random["decode_tok_s"] > 0 and random["generated_tokens"] == 4
-    assert random["ppl"] is None and random["arc_acc"] is None and not random["is_reference"]
+    assert random["ppl"] is None and random["tasks"] is None and not random["is_reference"]
     assert random["peak_mib_decode"] > 0 and random["predicted_peak_mib"] > 0
     assert checkpoint["ppl"] is not None
 

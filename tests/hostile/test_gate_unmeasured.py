@@ -149,18 +149,21 @@ def test_a_task_the_reference_scored_and_the_row_did_not_leaves_it_undecided() -
 
 def test_arc_scored_on_other_items_than_the_reference_is_not_a_pass() -> None:
     """ARC items changed on resume: the row has its accuracy but no paired difference."""
-    arc = F.arc(0.60, 0, 0)
-    unpaired = {k: v for k, v in arc.items() if k == "arc_acc" or k == "arc_items"}
+    part = F.arc_part(0.60, 0, 0)
+    alone = ("name", "kind", "items", "units", "score", "unit_rate")
+    unpaired = {k: v for k, v in part.items() if k in alone}
+    unpaired["categories"] = [{"category": "all", "items": part["items"], "score": part["score"],
+                               "unit_rate": part["unit_rate"]}]  # fmt: skip
     rows = [
-        F.reference(group="ref", **F.quality(100.0), **arc),
-        F.row(group="int8", quantization="bnb-int8", **F.quality(100.05), **unpaired),
+        F.reference(group="ref", **F.quality(100.0), tasks=[part]),
+        F.row(group="int8", quantization="bnb-int8", **F.quality(100.05), tasks=[unpaired]),
     ]
-    points = by_group(rows)  # no manifest: every metric a row scored (ppl, arc) is gated
+    points = by_group(rows)  # no manifest: every metric a row scored (ppl, tasks) is gated
     assert points.loc["int8", "ppl_verdict_99"] == "pass"
-    assert points.loc["int8", "arc_verdict_99"] == "not measured"
+    assert points.loc["int8", "tasks_verdict_99"] == "not measured"
     assert points.loc["int8", "verdict_99"] == "undecided"
     assert points.loc["int8", "unmeasured_gates"] == (
-        "arc: no ARC item paired with the reference's (it scored other items)"
+        "task arc-easy: no item ids paired with the reference's"
     )
 
 
@@ -173,7 +176,7 @@ def test_perplexity_never_paired_is_not_passed_on_arc_alone() -> None:
         F.row(group="int8", quantization="bnb-int8", **unpaired, **F.arc(0.60, 0, 0)),
     ]
     points = by_group(rows)
-    assert points.loc["int8", "arc_verdict_99"] == "pass"
+    assert points.loc["int8", "tasks_verdict_99"] == "pass"
     assert points.loc["int8", "ppl_verdict_99"] == "not measured"
     assert points.loc["int8", "verdict_99"] == "undecided"
     assert points.loc["int8", "unmeasured_gates"] == (
@@ -189,12 +192,13 @@ def test_a_metric_the_manifest_gates_on_and_no_row_scored_is_said_not_dropped(
         F.row(group="int8", quantization="bnb-int8", **F.quality(100.05)),
     ]
     F.write_run(tmp_path, rows)
+    # a run before ARC was a task named it `arc`: read as `tasks`
     F.write_manifest(tmp_path, rows, quality_gate=["ppl", "arc"])
     result = aggregate_run(tmp_path)
     points = result.points.set_index("group")
-    assert result.gated == ("ppl", "arc")  # the report states what the scenario gates on
+    assert result.gated == ("ppl", "tasks")  # the report states what the scenario gates on
     assert points.loc["int8", "verdict_99"] == "undecided"
-    assert points.loc["int8", "unmeasured_gates"] == "arc: no ARC item scored on this row"
+    assert points.loc["int8", "unmeasured_gates"] == "tasks: no task scored on this row"
     # a run whose manifest does not say gates on what its rows scored: ppl alone here
     (tmp_path / "manifest.json").unlink()
     assert aggregate_run(tmp_path).points.set_index("group").loc["int8", "verdict_99"] == "pass"
@@ -203,10 +207,10 @@ def test_a_metric_the_manifest_gates_on_and_no_row_scored_is_said_not_dropped(
 def test_a_failing_metric_still_fails_beside_an_unmeasured_one() -> None:
     """60 of 2,376 ARC items lost: beyond class 99's margin for sure; the task unpaired."""
     rows = [
-        F.reference(group="ref", **F.quality(100.0), **F.arc(0.60, 0, 0),
-                    tasks=[passing_task("intent")]),
-        F.row(group="int8", quantization="bnb-int8", **F.quality(100.05), **F.arc(0.60, 60, 0),
-              tasks=[unpaired_task("intent")]),
+        F.reference(group="ref", **F.quality(100.0),
+                    tasks=[F.arc_part(0.60, 0, 0), passing_task("intent")]),
+        F.row(group="int8", quantization="bnb-int8", **F.quality(100.05),
+              tasks=[F.arc_part(0.60, 60, 0), unpaired_task("intent")]),
     ]  # fmt: skip
     points = by_group(rows)
     assert points.loc["int8", "verdict_99"] == "fail"

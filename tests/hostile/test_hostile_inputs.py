@@ -297,7 +297,8 @@ ROWS: dict[str, tuple[dict[str, object] | str, str]] = {
     "negative perplexity": ({"ppl": -3.0}, "ppl = -3 is outside [1, inf]"),
     "perplexity below one": ({"ppl": 0.5}, "ppl = 0.5 is outside [1, inf]"),
     "top1 above one": ({"top1_agree": 1.5}, "top1_agree = 1.5 is outside [0, 1]"),
-    "arc negative": ({"arc_acc": -0.1}, "arc_acc = -0.1 is outside [0, 1]"),
+    # an earlier run's ARC field, read as the arc-easy task's score
+    "arc negative": ({"arc_acc": -0.1, "arc_items": 10}, "tasks.0.score: Input should be greater"),
     "negative memory": ({"peak_mib_decode": -1.0}, "peak_mib_decode = -1 is outside [0, 1e+09]"),
     "negative ttft": ({"ttft_ms_p50": -2.0}, "ttft_ms_p50 = -2 is outside [0, 1e+09]"),
     "negative kl": ({"kl_vs_ref": -1.0}, "kl_vs_ref = -1 is outside"),
@@ -310,13 +311,10 @@ ROWS: dict[str, tuple[dict[str, object] | str, str]] = {
 
 def hostile_row_file(run: Path, spec: dict[str, object] | str) -> Path:
     path = run / "points" / "hostile.json"
-    if isinstance(spec, dict):
-        if spec.get("status") == "great":
-            data = json.loads(F.row().model_dump_json())
-            data.update(spec)
-            path.write_text(json.dumps(data))
-            return path
-        path.write_text(F.row(**spec).model_dump_json())
+    if isinstance(spec, dict):  # written as given: no model between the test and the file
+        data = json.loads(F.row().model_dump_json())
+        data.update(spec)
+        path.write_text(json.dumps(data))
         return path
     if spec.startswith("{"):
         path.write_text(spec)

@@ -200,16 +200,26 @@ def test_an_adapter_row_claiming_to_be_the_reference_is_refused(tmp_path: Path) 
             },
             "is_reference with dnll_vs_ref 0.5: the reference against itself is 0",
         ),
+        # ARC-Easy against itself dropping 0.1: 0.6 − 0.5, every one of 100 items paired
         (
             {
-                "arc_diff": 0.1,
-                "arc_diff_ci90_low": 0.05,
-                "arc_diff_ci90_high": 0.15,
-                "arc_paired_items": 100,
-                "arc_items": 100,
-                "arc_acc": 0.5,
+                "tasks": [
+                    TaskScore(
+                        name="arc-easy",
+                        kind="choice",
+                        items=100,
+                        units=100,
+                        score=0.5,
+                        unit_rate=0.5,
+                        ref_rate=0.6,
+                        diff=0.1,
+                        diff_ci90_low=0.05,
+                        diff_ci90_high=0.15,
+                        paired_units=100,
+                    )
+                ]
             },
-            "is_reference with arc_diff 0.1",
+            "is_reference with task arc-easy's diff 0.1",
         ),
     ],
 )
@@ -264,44 +274,6 @@ def test_the_reference_configuration_includes_weights_and_adapter() -> None:
             },
             "the ΔNLL 90 % interval [0, 0.006] is not inside its 95 % one [0.001, 0.005]",
         ),
-        (
-            {
-                "arc_diff": 0.2,
-                "arc_diff_ci90_low": -0.01,
-                "arc_diff_ci90_high": 0.01,
-                "arc_paired_items": 100,
-                "arc_items": 100,
-                "arc_acc": 0.5,
-            },
-            "arc_diff 0.2 lies outside its own interval",
-        ),
-        (
-            {
-                "arc_diff": 0.0,
-                "arc_diff_ci90_low": -0.01,
-                "arc_diff_ci90_high": 0.01,
-                "arc_paired_items": 101,
-                "arc_items": 100,
-                "arc_acc": 0.5,
-            },
-            "arc_paired_items 101 is above arc_items 100",
-        ),
-        (
-            {"arc_diff": 0.0, "arc_diff_ci90_low": -0.01, "arc_diff_ci90_high": 0.01},
-            "ARC paired figures without arc_paired_items",
-        ),
-        # every item paired: the reference's accuracy = arc_diff + arc_acc = 0.3 + 0.8 = 1.1
-        (
-            {
-                "arc_diff": 0.3,
-                "arc_diff_ci90_low": 0.2,
-                "arc_diff_ci90_high": 0.4,
-                "arc_paired_items": 100,
-                "arc_items": 100,
-                "arc_acc": 0.8,
-            },
-            "arc_diff 0.3 + arc_acc 0.8",
-        ),
         # exp(4.6) = 99.484…, not 181.1
         ({"nll_mean": 4.6}, "ppl 181.1 ≠ exp(nll_mean 4.6) = 99.48"),
         (
@@ -318,6 +290,34 @@ def test_a_quality_part_that_contradicts_itself_is_refused(
     run = run_of(tmp_path, [bad.model_copy(update=overrides)])
     why = why_unreadable(run, "bad")
     assert cause in why
+
+
+def legacy_row(run: Path, key: str, **arc: float) -> None:
+    """A row file as a run before ARC was a task wrote it: its ARC figures in arc_* fields."""
+    row = F.row(key=key, group="tiny-llama|transformers|bnb-int8|kv=auto|cuda",
+                quantization="bnb-int8", provenance=PROV, **F.quality(181.1, 181.0))  # fmt: skip
+    data = {**row.model_dump(mode="json", exclude={"tasks"}), **arc}
+    (run / "points" / f"{key}.json").write_text(json.dumps(data))
+
+
+def test_an_earlier_run_s_arc_fields_are_read_as_the_arc_easy_task_and_checked_as_one(
+    tmp_path: Path,
+) -> None:
+    run = run_of(tmp_path, [])
+    paired = {"arc_items": 100, "arc_paired_items": 100, "arc_diff_ci90_low": 0.05}
+    legacy_row(run, "old", arc_acc=0.5, arc_acc_norm=0.55, arc_diff=0.1,
+               arc_diff_ci90_high=0.15, **paired)  # fmt: skip
+    # every item paired: the reference's accuracy is arc_diff + arc_acc = 0.3 + 0.8 = 1.1
+    legacy_row(run, "impossible", arc_acc=0.8, arc_diff=0.3, arc_diff_ci90_high=0.4, **paired)
+    rows, _ = read_rows(run)
+    (old,) = [r for r in rows if r.key == "old"]
+    assert old.tasks is not None
+    (arc,) = old.tasks
+    assert (arc.name, arc.kind, arc.items, arc.units) == ("arc-easy", "choice", 100, 100)
+    assert (arc.score, arc.acc_norm, arc.diff, arc.paired_units) == (0.5, 0.55, 0.1, 100)
+    assert arc.ref_rate == pytest.approx(0.6)  # 0.1 + 0.5
+    assert [c.category for c in arc.categories] == ["all"] and arc.worst_category == "all"
+    assert "ref_rate" in why_unreadable(run, "impossible")
 
 
 def test_a_consistent_quality_part_with_its_nll_is_admitted(tmp_path: Path) -> None:

@@ -189,7 +189,7 @@ def test_window_scores_that_are_not_a_regular_file_are_absent_not_a_hang(
     path.parent.mkdir(parents=True)
     make(path)
     assert store.load_window_nll(tmp_path, "g") is None
-    assert store.load_window_arc(tmp_path, "g") is None
+    assert store.load_window_tasks(tmp_path, "g") is None
     assert store.load_scores(path) is None
 
 

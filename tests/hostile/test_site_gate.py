@@ -1,7 +1,8 @@
 """The site gates each run as its own report does (issue 35, cause 5): a run that gates on
 ``[ppl]`` passes a configuration on its own page, so the site's cost and cheapest tables price it
-too; another run gating on ``[ppl, arc]`` fails the same configuration on both; the runs table and
-site.json say which metrics each run is gated on."""
+too; another run gating on ``[ppl, arc]`` (as a manifest of a run before ARC was a task says:
+read as ``[ppl, tasks]``) fails the same configuration on both; the runs table and site.json say
+which metrics each run is gated on."""
 
 from __future__ import annotations
 
@@ -84,10 +85,10 @@ def test_the_site_prices_what_its_run_s_page_prices(site: Path) -> None:
 def test_the_runs_table_and_site_json_say_what_each_run_gates_on(site: Path) -> None:
     runs = pd.read_csv(site / "runs.csv").set_index("run")
     assert runs.loc["ppl-only", "gated_on"] == "ppl"
-    assert runs.loc["ppl-arc", "gated_on"] == "ppl, arc"
+    assert runs.loc["ppl-arc", "gated_on"] == "ppl, tasks"
     data = json.loads((site / "site.json").read_text())
     assert {r["run"]: r["gated_on"] for r in data["runs"]} == {
-        "ppl-only": "ppl", "ppl-arc": "ppl, arc",
+        "ppl-only": "ppl", "ppl-arc": "ppl, tasks",
     }  # fmt: skip
     assert data["verdicts_differ"] == []
     page = (site / "index.html").read_text()
@@ -98,10 +99,10 @@ def test_the_runs_table_and_site_json_say_what_each_run_gates_on(site: Path) -> 
 def test_a_run_without_a_gate_in_its_manifest_is_gated_on_what_its_rows_scored(
     tmp_path: Path,
 ) -> None:
-    """No manifest: every metric its rows scored (ppl and arc here), on its page and the site."""
+    """No manifest: every metric its rows scored (ppl and tasks here), on its page and the site."""
     run = run_folder(tmp_path, "old", None)
     out = tmp_path / "site"
     build_site([run], out, F.tariffs())
     assert verdicts(out / "points.csv")["old-int8"] == "fail"
     assert verdicts(out / "runs" / "old" / "points.csv")["old-int8"] == "fail"
-    assert pd.read_csv(out / "runs.csv")["gated_on"].tolist() == ["ppl, arc"]
+    assert pd.read_csv(out / "runs.csv")["gated_on"].tolist() == ["ppl, tasks"]

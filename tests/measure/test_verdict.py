@@ -157,7 +157,7 @@ def test_newcombe_by_hand_on_the_one_flipped_arc_item_of_issue_21() -> None:
     assert got.estimate == pytest.approx(0.01)
     assert got.low == pytest.approx(-0.015461, abs=1e-6)
     assert got.high == pytest.approx(0.036099, abs=1e-6)
-    decision = judge("arc", got, accuracy_margin(0.99, 0.28))
+    decision = judge("tasks", got, accuracy_margin(0.99, 0.28))
     assert decision.verdict == "undecided"
     # the observed 1-point drop would be shown (fail) once the lower half-width
     # d − L = 0.01 + 0.015461 = 0.025461 shrinks (as 1/√n) to the gap d − m = 0.01 − 0.0028:

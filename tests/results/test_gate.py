@@ -100,24 +100,24 @@ def test_accuracy_gates_on_the_paired_items_when_the_row_measured_them() -> None
         F.row(quantization="bnb-int8", **F.arc(0.60, 60, 0), **F.quality(100.05)),
         # 3 lost, 3 gained: within 0.6 points for sure, but not shown within 0.06 (class 99.9)
         F.row(quantization="bnb-nf4", **F.arc(0.60, 3, 3), **F.quality(100.05)),
-        # ARC not measured where the run gates on it: never a pass on ppl alone (issue 35)
+        # ARC (a task) not measured where the run gates on it: never a pass on ppl alone
         F.row(quantization="bnb-fp4", **F.quality(100.05)),
     ]
     points = aggregate(frame_from_rows(rows), F.tariffs()).points.set_index("quantization")
     assert points.loc["bnb-int8", "verdict_99"] == "fail"
-    assert points.loc["bnb-int8", "arc_verdict_99"] == "fail"
+    assert points.loc["bnb-int8", "tasks_verdict_99"] == "fail"
     assert points.loc["bnb-int8", "ppl_verdict_99"] == "pass"
     assert points.loc["bnb-int8", "quality_class"] == "below"
     assert points.loc["bnb-nf4", "verdict_99"] == "pass"
     assert points.loc["bnb-nf4", "verdict_99_9"] == "undecided"
-    assert points.loc["bnb-nf4", "undecided_by_99_9"] == "arc"
-    assert points.loc["bnb-nf4", "arc_more_99_9"] > 0  # items that would decide it
+    assert points.loc["bnb-nf4", "undecided_by_99_9"] == "tasks"
+    assert points.loc["bnb-nf4", "tasks_more_99_9"] > 0  # items that would decide it
     assert points.loc["bnb-nf4", "quality_class"] == "99"
-    assert points.loc["bnb-fp4", "arc_verdict_99"] == "not measured"
+    assert points.loc["bnb-fp4", "tasks_verdict_99"] == "not measured"
     assert points.loc["bnb-fp4", "ppl_verdict_99_9"] == "pass"
     assert points.loc["bnb-fp4", "verdict_99"] == "undecided"
-    assert points.loc["bnb-fp4", "undecided_by_99"] == "arc"
-    assert points.loc["bnb-fp4", "unmeasured_gates"] == "arc: no ARC item scored on this row"
+    assert points.loc["bnb-fp4", "undecided_by_99"] == "tasks"
+    assert points.loc["bnb-fp4", "unmeasured_gates"] == "tasks: no task scored on this row"
     assert points.loc["bnb-fp4", "quality_class"] == "undecided"
 
 
@@ -131,11 +131,11 @@ def test_one_flipped_item_of_a_hundred_never_fails_a_configuration() -> None:
     ]  # fmt: skip
     points = aggregate(frame_from_rows(rows), F.tariffs()).points.set_index("kv_cache_dtype")
     fp8 = points.loc["fp8"]
-    assert fp8["arc_acc"] == pytest.approx(0.27)
-    assert fp8["arc_verdict_99"] == "undecided" and fp8["ppl_verdict_99"] == "pass"
+    assert fp8["tasks"][0]["score"] == pytest.approx(0.27)
+    assert fp8["tasks_verdict_99"] == "undecided" and fp8["ppl_verdict_99"] == "pass"
     assert fp8["verdict_99"] == "undecided"  # never "fail" on one flip
     # the items that would decide it at the observed spread, beyond the 100 scored
-    assert fp8["arc_needed_99"] > 100 and fp8["arc_more_99"] == fp8["arc_needed_99"] - 100
+    assert fp8["tasks_needed_99"] > 100 and fp8["tasks_more_99"] == fp8["tasks_needed_99"] - 100
     # gated on perplexity alone (the default CPU scenario's choice), it passes class 99
     alone = aggregate(frame_from_rows(rows), F.tariffs(), gated=("ppl",)).points
     assert alone.set_index("kv_cache_dtype").loc["fp8", "verdict_99"] == "pass"

@@ -113,11 +113,15 @@ def save(run_dir: Path, group: str, predicted: list[str]) -> None:
 def test_the_items_that_flipped_against_the_reference_are_listed(tmp_path: Path) -> None:
     save(tmp_path, "ref", ["spam", "ham", "spam", "spam"])  # right, right, right, wrong
     save(tmp_path, "cand", ["ham", "ham", "spam", "ham"])  # wrong, right, right, right
-    found = tasks.task_items(tmp_path, "cand", "ref", {"model": "m/x"})
+    own, refs = tasks.kept_outcomes(tmp_path, "cand"), tasks.kept_outcomes(tmp_path, "ref")
+    found = tasks.task_items(own, refs, {"model": "m/x"})
     # i0 right → wrong, i3 wrong → right; i1 and i2 agree with the reference
     assert [(r["item"], r["change"]) for r in found] == [
         ("spam:i0", "right_to_wrong"), ("spam:i3", "wrong_to_right"),
     ]  # fmt: skip
     assert all(r["kind"] == "task:spam" and r["model"] == "m/x" for r in found)
     assert found[0]["excerpt"] == "predicted ham, gold spam"
-    assert tasks.task_items(tmp_path, "nothing", "ref", {}) == []  # no file: no item
+    # without the reference's results no item flipped: a classify task lists none
+    assert tasks.task_items(own, {}, {}) == []
+    assert tasks.kept_outcomes(tmp_path, "nothing") == {}  # no file: no task
+    assert tasks.task_items({}, refs, {}) == []

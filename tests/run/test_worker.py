@@ -63,7 +63,7 @@ def test_rows_are_complete_and_tokens_are_counted_from_outputs(tmp_path: Path) -
         assert row.generated_tokens == row.batch * row.output_tokens
         for name in ("prefill_tok_s", "decode_tok_s", "ttft_ms_p50", "tpot_ms_p50", "itl_ms_p99",
                      "e2e_ms_p50", "peak_mib_load", "peak_mib_prefill", "peak_mib_decode",
-                     "predicted_peak_mib", "ppl", "arc_acc"):  # fmt: skip
+                     "predicted_peak_mib", "ppl", "tasks"):  # fmt: skip
             assert getattr(row, name) is not None, name
         assert row.timer == "perf_counter" and row.memory_source == "rss-sampler"
         assert row.repeats_done is not None and row.repeats_done >= row.repeats
@@ -115,17 +115,19 @@ def test_an_int8_kv_cache_is_compared_with_the_reference(tmp_path: Path) -> None
 def test_rows_carry_the_paired_statistics_the_verdict_reads(tmp_path: Path) -> None:
     (ref,) = run(tmp_path, [point()])
     assert ref.dnll_ci90_low == ref.dnll_ci90_high == 0.0 and ref.dnll_sd == 0.0
-    assert ref.arc_diff == 0.0 and ref.arc_paired_items == QUALITY.arc_items
+    assert ref.tasks is not None
+    (ref_arc,) = ref.tasks  # ARC-Easy, the shipped task arc-easy
+    assert ref_arc.diff == 0.0 and ref_arc.paired_units == QUALITY.arc_items
     (row,) = run(tmp_path, [point(kv_cache_dtype="int8")])
     low, high = row.dnll_ci90_low, row.dnll_ci90_high
     assert low is not None and high is not None and row.dnll_sd is not None
     # the 90 % interval (both one-sided 95 % bounds) lies inside the 95 % one, around the mean
     assert row.dnll_ci_low <= low <= row.dnll_vs_ref <= high <= row.dnll_ci_high  # type: ignore[operator]
     # the reference's ARC answers travelled with its scores: the same items, paired
-    assert row.arc_paired_items == QUALITY.arc_items
-    assert (
-        row.arc_diff is not None and row.arc_diff_ci90_low <= row.arc_diff <= row.arc_diff_ci90_high
-    )  # type: ignore[operator]
+    assert row.tasks is not None
+    (arc,) = row.tasks
+    assert arc.name == "arc-easy" and arc.paired_units == QUALITY.arc_items
+    assert arc.diff is not None and arc.diff_ci90_low <= arc.diff <= arc.diff_ci90_high  # type: ignore[operator]
 
 
 def test_a_failure_after_the_load_still_closes_the_backend(

@@ -42,6 +42,7 @@ from harness.peers.side_by_side_vllm.vllm_side import (
     explain_pass,
     vllm_pass,
 )
+from harness.row import ARC_TASK
 
 DEFAULT_SCENARIO = REPO / "scenarios" / "examples" / "side-by-side-vllm.yaml"
 DEFAULT_OUT = REPO / "results" / "side-by-side-vllm"
@@ -357,6 +358,14 @@ def point_figures(
     }
 
 
+def arc_figures(row: Mapping[str, Any]) -> dict[str, Any]:
+    """ARC-Easy's accuracy and items on a harness row (its task ``arc-easy``; None where the row
+    scored none)."""
+    found = [t for t in row.get("tasks") or [] if t.get("name") == ARC_TASK]
+    arc = found[0] if found else {}
+    return {"arc_acc": arc.get("score"), "arc_items": arc.get("items")}
+
+
 def notes(report: Mapping[str, Any], max_foreign: float) -> list[str]:
     """The sentences under the table: the harness's quality, the engine arguments that differ,
     what the machine did, and the subprocess engine's cost."""
@@ -435,8 +444,8 @@ def build_report(
         "points": compared,
         "subprocess_engine": mp,
         "harness_quality": {
-            k: quality.get(k)
-            for k in ("ppl", "ppl_ci_low", "ppl_ci_high", "arc_acc", "arc_items", "quality_s")
+            **{k: quality.get(k) for k in ("ppl", "ppl_ci_low", "ppl_ci_high", "quality_s")},
+            **arc_figures(quality),
         },
         "harness_wall_s": [h["wall_s"] for h in c.harness_runs],
         "harness_load_s": [h["rows"][0]["load_s"] for h in c.harness_runs],

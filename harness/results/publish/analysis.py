@@ -2,8 +2,9 @@
 
 - Energy: written once (``energy_section``) for either page, through the ``Page`` the page module
   builds (how it writes a heading, a paragraph, a list and a table).
-- The error analysis against the reference, in each page's own words (the page names the window
-  count and shows every flipped item; the README is shorter).
+- The error analysis against the reference, in each page's own words: per configuration its
+  windows, per task its flips with McNemar's test, then the items and worst windows (the HTML page
+  shows every row; the README the first ones).
 - Each mode's own sections: the registry's report parts (``mode_reports``), in its order.
 
 Tables are rendered by the caller's table function (``html.html_table`` / ``markdown.md_table``),
@@ -26,6 +27,7 @@ from harness.results import regressions as reg
 from harness.results.aggregate import Aggregate
 from harness.results.columns import CONFIGURATION, ENGINE_WEIGHTS_KV, table_columns
 from harness.results.publish.format import escape, fmt_usd
+from harness.results.tasks import FAILURES_PER_TASK
 from harness.spec.tariffs import TariffTable
 
 ENERGY_COLUMNS: list[Column] = table_columns(
@@ -51,15 +53,23 @@ SUMMARY_COLUMNS: list[Column] = table_columns(
         "model",
         *ENGINE_WEIGHTS_KV,
         "target",
-        "arc_items_paired",
-        "right_to_wrong",
-        "wrong_to_right",
-        "mcnemar_p_exact",
         "windows_paired",
         "dnll_nats_per_token",
         "worst_window",
         "worst_dnll_nats_per_token",
         "note",
+    )
+)
+FLIPS_COLUMNS: list[Column] = table_columns(
+    (
+        "model",
+        *ENGINE_WEIGHTS_KV,
+        "target",
+        "task",
+        "units_paired",
+        "right_to_wrong",
+        "wrong_to_right",
+        "mcnemar_p_exact",
     )
 )
 ITEM_COLUMNS: list[Column] = table_columns(
@@ -79,7 +89,7 @@ ENERGY_RULES = [
 
 
 def regressions_frame(result: Aggregate) -> pd.DataFrame:
-    """``regressions.csv``: one row per flipped ARC item and per worst window."""
+    """``regressions.csv``: one row per worst window and per item a task's kind lists."""
     return result.regressions.items if result.regressions else reg.Regressions.empty().items
 
 
@@ -151,15 +161,17 @@ def mode_reports() -> list[ReportPart[Aggregate]]:
 
 REGRESSIONS_TITLE = "Error analysis against the reference"
 NO_REFERENCE = "No configuration compared with a reference here."
+FLIPS_TITLE = "Flips per task"
 FLIPPED_TITLE = "Flipped items and worst windows"
 
 
 def regressions_intro(csv_name: str) -> str:
     """What the section's tables say and where the rest is (both renderings)."""
     return (
-        f"Test on the ARC flips: {reg.TEST}. ΔNLL is configuration − reference per predicted "
-        f"token. Every flipped item and the {reg.TOP_WINDOWS} windows with the largest ΔNLL per "
-        f"configuration are in {csv_name}."
+        f"Test on each task's flips: {reg.TEST}. A unit is what the task's kind pairs with the "
+        f"reference (an item; extract: a gold field). ΔNLL is configuration − reference per "
+        f"predicted token. The items each task lists (at most {FAILURES_PER_TASK} a task) and "
+        f"the {reg.TOP_WINDOWS} windows with the largest ΔNLL per configuration are in {csv_name}."
     )
 
 
@@ -173,13 +185,14 @@ def regressions_html(result: Aggregate, table: HtmlTable) -> list[str]:
     heading = f"<h2>{REGRESSIONS_TITLE}</h2>"
     if (found := compared(result)) is None:
         return [heading, f'<p class="note">{NO_REFERENCE}</p>']
-    return [
+    out = [
         heading,
         f'<p class="note">{escape(regressions_intro("regressions.csv"))}</p>',
         table(found.summary, SUMMARY_COLUMNS, "regressions"),
-        f"<h3>{FLIPPED_TITLE}</h3>",
-        table(found.items, ITEM_COLUMNS, "regression-items"),
     ]
+    if not found.flips.empty:
+        out += [f"<h3>{FLIPS_TITLE}</h3>", table(found.flips, FLIPS_COLUMNS, "regression-flips")]
+    return [*out, f"<h3>{FLIPPED_TITLE}</h3>", table(found.items, ITEM_COLUMNS, "regression-items")]
 
 
 # --------------------------------------------------------------------------- Markdown
@@ -206,6 +219,8 @@ def regressions_markdown(result: Aggregate, table: MdTable) -> list[str]:
         regressions_intro("`regressions.csv`") + "\n",
         table(md_rows(found.summary, SUMMARY_COLUMNS[:-1], 50)),
     ]
+    if not found.flips.empty:
+        out += [f"### {FLIPS_TITLE} (first 50)\n", table(md_rows(found.flips, FLIPS_COLUMNS, 50))]
     if not found.items.empty:
         out += [f"### {FLIPPED_TITLE} (first 30)\n",
                 table(md_rows(found.items, ITEM_COLUMNS, 30))]  # fmt: skip

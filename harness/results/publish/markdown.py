@@ -162,7 +162,7 @@ def readme(
     parts += [
         "\n## Files\n",
         "`points.csv` / `points.parquet` (every row), `cost.csv` (row × package), "
-        "`regressions.csv` (flipped ARC items and worst windows vs the reference), "
+        "`regressions.csv` (flipped task items and worst windows vs the reference), "
         "`summary.json`, `report.html` (self-contained, no network).\n",
         "## Data licences\n",
         *[f"- **{md_escape(name)}**: {md_escape(text)}" for name, text in LICENCES],

@@ -14,7 +14,7 @@ LICENCES = [
         "(https://creativecommons.org/licenses/by-sa/3.0/). Files redistributed unchanged.",
     ),
     (
-        "ARC-Easy, the accuracy check",
+        "ARC-Easy, the shipped task arc-easy",
         "ARC (AI2 Reasoning Challenge), Easy set, test split, by Peter Clark, Isaac Cowhey, Oren "
         "Etzioni, Tushar Khot, Ashish Sabharwal, Carissa Schoenick and Oyvind Tafjord (Allen "
         'Institute for AI), "Think you have Solved Question Answering? Try ARC, the AI2 Reasoning '

@@ -44,7 +44,6 @@ def rule_line(quality_class: str, gated: tuple[str, ...]) -> str:
     share = QUALITY_CLASSES[quality_class]
     margins = {
         "ppl": f"ΔNLL ≤ {verdict.ppl_margin(share):.5g} nats/token",
-        "arc": f"ARC accuracy drop ≤ {verdict.accuracy_share(share):.3g} × acc_ref",
         "tasks": f"each task's drop ≤ {verdict.accuracy_share(share):.3g} × its reference rate, "
         "and no category's beyond its own",
     }

@@ -46,8 +46,9 @@ def test_a_training_scenario_checks_its_train_block_and_its_tasks(
 ) -> None:
     text = TRAINING + "quality: {tasks: [snips-intent]}\n"
     entries = manifest_entries(scenario.parse(text))
-    # the scenario's data set with its eval fraction (training.yaml: tinyshakespeare, 0.1)
-    assert asked == [([("tinyshakespeare", 0.1)], ["snips-intent"])]
+    # the scenario's data set with its eval fraction (training.yaml: tinyshakespeare, 0.1), and
+    # every task the configurations are scored on: ARC-Easy too (quality.arc_items' default 100)
+    assert asked == [([("tinyshakespeare", 0.1)], ["snips-intent", "arc-easy"])]
     table = {(row["seen"], row["eval"]): row for row in entries["leakage"]}
     assert len(table) == 2  # 1 seen × 2 eval texts
     assert table[("train block", "eval block")]["shared"] == 0
@@ -62,5 +63,6 @@ def test_a_run_without_training_still_checks_what_its_quantizers_saw(
 ) -> None:
     plain = scenario.load(ROOT / "tests" / "fixtures" / "tiny-sweep.yaml")
     entries = manifest_entries(plain)
-    assert asked == [([], [])]  # no fine-tuning data, no task: the shipped texts only
+    # no fine-tuning data; its one task ARC-Easy (arc_items), with the shipped texts
+    assert asked == [([], ["arc-easy"])]
     assert len(entries["leakage"]) == 2

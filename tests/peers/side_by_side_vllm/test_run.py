@@ -8,7 +8,12 @@ from typing import Any
 
 import pytest
 
-from harness.peers.side_by_side_vllm.run import notes, point_figures, subprocess_figures
+from harness.peers.side_by_side_vllm.run import (
+    arc_figures,
+    notes,
+    point_figures,
+    subprocess_figures,
+)
 
 POINT = (4, 512)
 
@@ -53,6 +58,13 @@ def test_the_subprocess_engine_is_compared_with_the_in_process_latency_at_o() ->
     mp = subprocess_figures(inproc, sub, POINT, 32)
     assert mp["latency_ratio_subprocess_in_process"] == pytest.approx(1.5)
     assert (mp["command_wall_s_in_process"], mp["command_wall_s_subprocess"]) == (9.0, 20.0)
+
+
+def test_the_harness_quality_names_arc_easy_s_accuracy_from_the_row_s_tasks() -> None:
+    row = {"tasks": [{"name": "snips-intent", "score": 0.9, "items": 210},
+                     {"name": "arc-easy", "score": 0.3, "items": 20}]}  # fmt: skip
+    assert arc_figures(row) == {"arc_acc": 0.3, "arc_items": 20}
+    assert arc_figures({"tasks": None}) == {"arc_acc": None, "arc_items": None}
 
 
 def test_the_notes_name_the_points_still_shared_with_others() -> None:

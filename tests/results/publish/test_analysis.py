@@ -91,26 +91,39 @@ def test_without_a_comparison_the_error_analysis_says_so_on_both_pages() -> None
         "_No configuration compared with a reference here._\n",
     ]
     assert list(analysis.regressions_frame(result).columns) == reg.ITEM_COLUMNS
+    empty = reg.Regressions.empty()
+    assert list(empty.summary.columns) == reg.SUMMARY_COLUMNS
+    assert list(empty.flips.columns) == reg.FLIPS_COLUMNS
 
 
-def comparison(items: int) -> reg.Regressions:
-    summary = pd.DataFrame([{"model": "m", "quantization": "fp8", "right_to_wrong": 3,
-                             "wrong_to_right": 1, "note": "n"}])  # fmt: skip
-    flipped = pd.DataFrame([{"model": "m", "item": f"arc-easy:{i}", "change": "right_to_wrong"}
+def comparison(items: int, tasks: int = 1) -> reg.Regressions:
+    summary = pd.DataFrame([{"model": "m", "quantization": "fp8", "windows_paired": 4,
+                             "note": "n"}])  # fmt: skip
+    flips = pd.DataFrame([{"model": "m", "quantization": "fp8", "task": f"t{k}",
+                           "units_paired": 6, "right_to_wrong": 2, "wrong_to_right": 1,
+                           "mcnemar_p_exact": 1.0} for k in range(tasks)])  # fmt: skip
+    flipped = pd.DataFrame([{"model": "m", "item": f"t0:{i}", "change": "right_to_wrong"}
                             for i in range(items)])  # fmt: skip
-    return reg.Regressions(summary, flipped)
+    return reg.Regressions(summary, flips, flipped)
 
 
-def test_a_comparison_is_its_summary_and_its_items_on_both_pages() -> None:
-    result = dataclasses.replace(result_of(row()), regressions=comparison(40))
-    drawn: list[str] = []
+def test_a_comparison_is_its_summary_its_flips_and_its_items_on_both_pages() -> None:
+    result = dataclasses.replace(result_of(row()), regressions=comparison(40, tasks=60))
+    drawn: list[tuple[str, list[str]]] = []
 
     def html_table(frame: pd.DataFrame, columns: Sequence[Column], table_id: str) -> str:
-        drawn.append(table_id)
+        drawn.append((table_id, [name for name, _, _ in columns]))
         return ""
 
     html = analysis.regressions_html(result, html_table)
-    assert drawn == ["regressions", "regression-items"]
+    assert [table_id for table_id, _ in drawn] == ["regressions", "regression-flips",
+                                                   "regression-items"]  # fmt: skip
+    assert html[3] == "<h3>Flips per task</h3>"
+    (_, summary_columns), (_, flips_columns), _ = drawn
+    assert "arc_items_paired" not in summary_columns and "right_to_wrong" not in summary_columns
+    assert flips_columns[-5:] == ["task", "units_paired", "right_to_wrong", "wrong_to_right",
+                                  "mcnemar_p_exact"]  # fmt: skip
+    assert "Test on each task&#x27;s flips: McNemar exact" in html[1] and "ARC" not in html[1]
     assert f"{reg.TOP_WINDOWS} windows with the largest ΔNLL" in html[1]
     tables: list[list[dict[str, str]]] = []
 
@@ -119,11 +132,27 @@ def test_a_comparison_is_its_summary_and_its_items_on_both_pages() -> None:
         return ""
 
     markdown = analysis.regressions_markdown(result, md_table)  # type: ignore[arg-type]
+    assert "### Flips per task (first 50)\n" in markdown
     assert "### Flipped items and worst windows (first 30)\n" in markdown
-    summary, items = tables
-    assert len(items) == 30  # of 40 flipped items
+    summary, flips, items = tables
+    assert len(flips) == 50 and len(items) == 30  # of 60 tasks' rows and 40 flipped items
+    assert flips[0]["task"] == "t0" and flips[0]["units paired"] == "6"
     assert "note" not in summary[0]  # the Markdown summary leaves the note to the HTML page
     assert len(analysis.regressions_frame(result)) == 40
+
+
+def test_without_a_task_both_scored_there_is_no_flips_table() -> None:
+    result = dataclasses.replace(result_of(row()), regressions=comparison(2, tasks=0))
+    drawn: list[str] = []
+
+    def html_table(frame: pd.DataFrame, columns: Sequence[Column], table_id: str) -> str:
+        drawn.append(table_id)
+        return ""
+
+    analysis.regressions_html(result, html_table)
+    assert drawn == ["regressions", "regression-items"]
+    markdown = analysis.regressions_markdown(result, lambda rows: "")
+    assert not any("Flips per task" in part for part in markdown)
 
 
 def test_md_rows_format_or_blank_each_cell_up_to_the_limit() -> None:

@@ -4,7 +4,8 @@ items the default bench scores (``harness.tasks.arc.arc_task(100)``, ARC's promp
 shipped tiny model (transformers, CPU) pick the same choice, plain and length-normalised, on
 every item as the ARC path did before the kinds existed
 (``tests/fixtures/arc_easy_tiny_golden.json``, its ``made_by`` says how it was made); and the
-offline quality phase's ARC figures and kept answers are those."""
+offline quality phase, which scores ARC as a task like any other, keeps those figures and
+answers."""
 
 from __future__ import annotations
 
@@ -13,12 +14,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 
-from harness.backends.base import BackendOptions, WindowScores
-from harness.row import Quality
-from harness.spec.scenario import GroupKey
+from harness.backends.base import BackendOptions
+from harness.spec.scenario import GroupKey, QualitySettings
 from harness.tasks import metrics
 from harness.tasks.arc import arc_task
 from harness.tasks.kinds import kind_of
@@ -56,16 +55,19 @@ def test_arc_through_the_choice_kind_picks_todays_answer_on_every_item(backend: 
     assert metrics.rate(got.correct_norm) == pytest.approx(GOLDEN["acc_norm"])  # 27 of 100
 
 
-def test_the_offline_quality_phase_fills_todays_arc_figures_and_answers(backend: Any) -> None:
-    from harness.modes.offline.device.run import measure_arc
+def test_the_offline_quality_phase_scores_arc_as_a_task_with_todays_figures(backend: Any) -> None:
+    """The scenario's ``arc_items`` becomes the ``arc-easy`` task, scored and kept like any task
+    (the reference's own group: paired with itself, no drop)."""
+    from harness.modes.offline.device.run import measure_tasks
 
-    empty = np.zeros(0)
-    scores = WindowScores(nll_sum=empty, tokens=empty, argmax=empty, topk_ids=empty,
-                          topk_logprobs=empty)  # fmt: skip
-    out = Quality()
-    measure_arc(backend, GOLDEN["arc_items"], out, scores)
-    assert (out.arc_acc, out.arc_acc_norm, out.arc_items) == (0.28, 0.27, 100)  # 28, 27 of 100
-    assert scores.arc_index is not None and scores.arc_index.tolist() == GOLDEN["index"]
-    assert scores.arc_correct is not None
-    assert scores.arc_correct[:, 0].tolist() == GOLDEN["correct"]
-    assert scores.arc_correct[:, 1].tolist() == GOLDEN["correct_norm"]
+    tasks = QualitySettings(arc_items=GOLDEN["arc_items"]).scored_tasks()
+    part, arrays = measure_tasks(backend, tasks, None, reference=True)
+    assert part.tasks is not None
+    (arc,) = part.tasks
+    assert (arc.name, arc.kind, arc.items) == ("arc-easy", "choice", 100)
+    assert (arc.score, arc.acc_norm) == (0.28, 0.27)  # 28 and 27 of 100
+    assert (arc.diff, arc.paired_units, arc.ref_rate) == (0.0, 100, 0.28)
+    (kept,) = metrics.from_arrays(arrays).values()
+    assert [int(i) for i in kept.item_id] == GOLDEN["index"]
+    assert kept.correct.tolist() == GOLDEN["correct"]
+    assert kept.correct_norm is not None and kept.correct_norm.tolist() == GOLDEN["correct_norm"]

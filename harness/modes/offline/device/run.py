@@ -59,10 +59,8 @@ from harness.run.device import (
 from harness.spec import catalog
 from harness.spec.scenario import GroupKey, Point
 from harness.tasks import metrics as task_metrics
-from harness.tasks.arc import arc_task
-from harness.tasks.builtin import tasks_of
 from harness.tasks.kinds import kind_of
-from harness.tasks.spec import TaskEntry, TaskSpec, render_prompt
+from harness.tasks.spec import TaskSpec, render_prompt
 from harness.units import GIB, to_mib
 
 TOPK = 16  # reference top-k kept per position for KL (a lower bound of the full KL)
@@ -78,8 +76,8 @@ def measure_quality(
     ctx: WorkContext,
     ref: WindowScores | None,
 ) -> tuple[Quality, WindowScores, Tasks]:
-    """Perplexity (+CI), paired ΔNLL / KL / top-1 vs the reference, ARC-Easy accuracy, and the
-    scenario's tasks (paired per item or per field)."""
+    """Perplexity (+CI), paired ΔNLL / KL / top-1 vs the reference, and the scenario's tasks
+    (ARC-Easy among them; paired per item or per field)."""
     started = time.perf_counter()
     settings = ctx.quality
     wins = corpus.windows(tokens, settings.window_tokens, settings.max_windows)
@@ -112,33 +110,30 @@ def measure_quality(
         out.top1_agree = quality.top1_agreement(ref.argmax, scores.argmax)
         if at_ref is not None and not np.isnan(at_ref).any():
             out.kl_vs_ref = float(quality.sparse_kl(ref.topk_logprobs, at_ref).mean())
-    if settings.arc_items:
-        measure_arc(backend, settings.arc_count, out, scores)
-        paired_arc(out, ref, scores)
-    if settings.tasks:
+    tasks_part, scores.task_arrays = Tasks(), None
+    if tasks := settings.scored_tasks():
         tasks_part, scores.task_arrays = measure_tasks(
-            backend, settings.tasks, None if reference else ref, reference=reference
+            backend, tasks, None if reference else ref, reference=reference
         )
-        out.quality_s = time.perf_counter() - started
-        return out, scores, tasks_part
     out.quality_s = time.perf_counter() - started
-    return out, scores, Tasks()
+    return out, scores, tasks_part
 
 
 def measure_tasks(
     backend: Backend,
-    entries: Sequence[TaskEntry],
+    tasks: Sequence[TaskSpec],
     ref: WindowScores | None,
     *,
     reference: bool = False,
 ) -> tuple[Tasks, dict[str, Any]]:
-    """The scenario's tasks on this loaded engine (harness.tasks): each item scored, its
-    per-item results kept beside the window scores, paired with the reference's (``reference``:
-    this group is the reference, paired with itself; no ``ref``: nothing paired)."""
+    """The scenario's tasks on this loaded engine (harness.tasks; ARC-Easy is the shipped
+    `arc-easy`): each item scored, its per-item results kept beside the window scores, paired
+    with the reference's (``reference``: this group is the reference, paired with itself; no
+    ``ref``: nothing paired)."""
     ref_outcomes = task_metrics.from_arrays((ref.task_arrays or {}) if ref is not None else {})
     scores: list[TaskScore] = []
     arrays: dict[str, Any] = {}
-    for task in tasks_of(entries):
+    for task in tasks:
         outcome = score_task(backend, task)
         arrays.update(task_metrics.to_arrays(task.name, outcome))
         paired = outcome if reference else ref_outcomes.get(task.name)
@@ -154,33 +149,6 @@ def score_task(backend: Backend, task: TaskSpec) -> task_metrics.Outcome:
     prompts = [render_prompt(task, item, shots) for item in task.scored]
     outcome: task_metrics.Outcome = kind_of(task.kind).score(backend, task, prompts)
     return outcome
-
-
-def paired_arc(out: Quality, ref: WindowScores | None, scores: WindowScores) -> None:
-    """The paired per-item ARC degradation (reference − candidate accuracy) with its 90 %
-    Newcombe interval (harness.measure.verdict), when the reference scored the same items."""
-    if ref is None or ref.arc_correct is None or scores.arc_correct is None:
-        return
-    if ref.arc_index is None or scores.arc_index is None:
-        return
-    if not np.array_equal(ref.arc_index, scores.arc_index):
-        return
-    diff = verdict.accuracy_interval(ref.arc_correct[:, 0], scores.arc_correct[:, 0])
-    out.arc_diff, out.arc_diff_ci90_low, out.arc_diff_ci90_high = diff.estimate, diff.low, diff.high
-    out.arc_diff_sd, out.arc_paired_items = diff.sd, diff.n
-
-
-def measure_arc(backend: Backend, n: int | None, out: Quality, scores: WindowScores) -> None:
-    """ARC-Easy's accuracy, length-normalised accuracy and items on ``n`` items (None: every
-    item), scored as the shipped ``arc-easy`` task through its kind (``choice``); its per-item
-    answers (file index; [acc, acc_norm] hits) kept beside the window scores: flips vs the
-    reference."""
-    outcome = score_task(backend, arc_task(n))
-    norm = outcome.correct if outcome.correct_norm is None else outcome.correct_norm
-    out.arc_acc, out.arc_acc_norm = task_metrics.rate(outcome.correct), task_metrics.rate(norm)
-    out.arc_items = len(outcome.item_id)
-    scores.arc_index = outcome.item_id.astype(np.int64)
-    scores.arc_correct = np.column_stack([outcome.correct, norm]).astype(bool)
 
 
 # --- speed and memory ----------------------------------------------------------------------
