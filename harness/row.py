@@ -13,9 +13,9 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 SCHEMA_VERSION = 1
 
 Status = Literal["ok", "oom", "error", "skipped", "node_lost"]
-# offline: one configuration measured in-process (batch × context); serving: the same configuration
-# behind a server under a load level; training: a fine-tuning step scenario.
-Mode = Literal["offline", "serving", "training"]
+# The mode that measured a row: a name in the modes' registry (harness.modes.REGISTRY, which says
+# what each is); a row file naming another is unreadable (harness.run.store.row_problem).
+MODE_NAME = r"^[a-z][a-z0-9-]{0,31}$"
 # which process measured a group: a child forked from its node's pre-imported host
 # (harness.run.host), a fresh Ray actor process, or the `harness measure` process itself
 ProcessPath = Literal["forkserver", "fresh", "in-process"]
@@ -67,7 +67,7 @@ class Header(Part):
     schema_version: int = SCHEMA_VERSION
     key: str
     run: str | None = None
-    mode: Mode = "offline"
+    mode: str = Field("offline", pattern=MODE_NAME)
     status: Status
     error: str | None = None
     group: str | None = None

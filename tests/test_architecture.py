@@ -74,6 +74,7 @@ ROLE_MAY_IMPORT: dict[str, tuple[str, ...]] = {
     "price": (*RESULTS_READS, "harness.results", "harness.corpus"),
     "report": (*RESULTS_READS, "harness.results", "harness.corpus"),
     "admission": ("harness.row", "harness.results.admission"),  # its rows' own check
+    "columns": (),  # its published columns: plain tuples (units from BASE)
     "pure": ("harness.spec", "harness.measure", "harness.corpus", "harness.tasks"),
     "package": (),
 }
@@ -85,6 +86,7 @@ SAME_MODE: dict[str, tuple[str, ...]] = {
     "price": ("spec", "pure", "price"),
     "report": ("spec", "pure", "price", "report"),
     "admission": ("spec", "pure"),
+    "columns": (),
     "pure": ("spec", "pure"),
     "package": (),
 }
@@ -356,6 +358,8 @@ def test_every_module_is_named_on_the_map() -> None:
 # code, harness/a/b/__init__.py ↔ tests/a/b/test_b.py. A module tested elsewhere has a line here
 # naming the test files that exercise it: each must exist and import or name the module.
 COVERED_BY: dict[str, tuple[str, ...]] = {
+    "harness.modes.serving.columns": ("tests/results/test_columns.py",),
+    "harness.modes.training.columns": ("tests/results/test_columns.py",),
     "harness.backends.base": (
         "tests/backends/test_transformers_backend.py", "tests/backends/test_vllm_backend.py",
         "tests/backends/test_vllm_adapter.py",

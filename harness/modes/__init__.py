@@ -6,7 +6,7 @@ this registry for a mode's part and never import a mode module themselves.
 To add a mode: a package `harness/modes/<name>/` with its role files, one `mode(...)` entry in
 `REGISTRY` (its parts and its `Facts`: budget phase, the row field that measures it, process
 path, tables), and (when its points carry a payload) the payload type re-exported below for
-`Point`, its field on `Point` and its name in `harness.row.Mode`.
+`Point` and its field on `Point`.
 """
 
 from __future__ import annotations
@@ -67,6 +67,7 @@ REGISTRY: dict[str, Mode] = {
             price="price",
             report="REPORT",
             check="serving_problem",
+            columns="COLUMNS",
         ),
         mode(
             "training",
@@ -90,6 +91,7 @@ REGISTRY: dict[str, Mode] = {
             price="price",
             report="REPORT",
             check="training_problem",
+            columns="COLUMNS",
         ),
     )
 }

@@ -11,6 +11,8 @@ A mode is a package `harness/modes/<name>/` whose files each play one role, name
 - `report.py`   its report sections (results side)
 - `manifest.py` what it adds to a run's manifest before anything runs (pure)
 - `admission.py` its rows' own consistency check, read where rows are admitted (results side)
+- `columns.py`  its published columns, declared as `harness.results.columns` declares one
+                (plain tuples; imports `harness.units` only)
 - any other file: pure helpers of the mode (the spec, measure and base rooms only)
 
 The core never imports a mode module: it asks `harness.modes` for a part, and the part is
@@ -34,10 +36,20 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeAlias, TypeVar
 # (harness.spec.inputs)
 # `check`: why one of its rows cannot be trusted (harness.results.admission), None: it can
 Part = Literal[
-    "points", "skip_reason", "inputs", "plan", "run", "price", "report", "manifest", "check"
+    "points",
+    "skip_reason",
+    "inputs",
+    "plan",
+    "run",
+    "price",
+    "report",
+    "manifest",
+    "check",
+    "columns",
 ]
 PARTS: tuple[Part, ...] = (
     "points", "skip_reason", "inputs", "plan", "run", "price", "report", "manifest", "check",
+    "columns",
 )  # fmt: skip
 # The file (module) that holds each part, inside the mode's package: the role of that file.
 PART_MODULE: dict[Part, str] = {
@@ -50,6 +62,7 @@ PART_MODULE: dict[Part, str] = {
     "report": "report",
     "manifest": "manifest",
     "check": "admission",
+    "columns": "columns",
 }
 
 

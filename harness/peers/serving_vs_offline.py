@@ -41,6 +41,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from harness import modes
 from harness.peers.machine import REPO
 
 DEFAULT_SCENARIO = REPO / "scenarios" / "serving.yaml"
@@ -73,10 +74,11 @@ def pairs(out: Path) -> list[dict[str, Any]]:
     from harness.run import store
 
     rows, _ = store.read_rows(out)
-    offline = {(r.group, r.batch): r for r in rows if r.mode == "offline" and r.status == "ok"}
+    in_process = modes.without_payload()  # the offline mode: a point without a payload
+    offline = {(r.group, r.batch): r for r in rows if r.mode == in_process and r.status == "ok"}
     table = []
     for r in sorted(rows, key=lambda r: (r.group or "", r.concurrency or 0)):
-        if r.mode != "serving" or r.concurrency is None:
+        if not modes.get(r.mode).facts.levels or r.concurrency is None:  # a serving load level
             continue
         base = offline.get((r.group, r.concurrency))
         if base is None:

@@ -24,19 +24,17 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from harness import modes
 from harness.modes.base import Column
 from harness.spec import labels
+from harness.units import MTOK_OUT_J, MTOK_OUT_USD, NATS
 
 Direction = Literal[-1, 0, 1]
 # the formatters of harness.results.publish.format a column may name (None: text, as is)
 Format = Literal["fmt_float", "fmt_int", "fmt_usd", "fmt_count", "fmt_value", "fmt_interval"]
 FORMAT_MODULE = "harness.results.publish.format"
 
-# units said once (the labels abbreviate them)
-MTOK_OUT_USD = "USD per 1e6 output tokens"
-MTOK_OUT_J = "J per 1e6 output tokens"
-NATS = "nats/token"
-PROMPT_SHARE = "share of the prompt tokens looked up in the prefix cache"
+# units said once (the labels abbreviate them; those the modes' columns share: harness.units)
 PAIRED_UNITS = "share of paired units (items; extract: gold fields)"
 ACCEPTED_SHARE = "% of draft tokens accepted"
 ACCEPTED_LENGTH = "tokens per target step (1 + accepted / drafts)"
@@ -177,78 +175,6 @@ _SPECS: tuple[ColumnSpec, ...] = (
     _c("worst_change_with_ci", "worst drop [90 % CI]", PAIRED_UNITS, "fmt_interval", -1),
     _c("tasks_verdict", "tasks verdict"),
     _c("tasks_failed_by", "failed by"),
-    # --- serving (modes/serving/report.py) ----------------------------------------------------
-    _c("level_at_slo", "level at SLO"),
-    _c("output_tok_s", "output tok/s", "tok/s", "fmt_float", +1),
-    _c("output_tok_s_at_slo", "output tok/s at SLO", "tok/s", "fmt_float", +1),
-    _c("usd_per_mtok_output_at_slo", "$/Mtok out at SLO", MTOK_OUT_USD, "fmt_usd", -1),
-    _c("j_per_mtok_output_at_slo", "J/Mtok out at SLO", MTOK_OUT_J, "fmt_float", -1),
-    _c("goodput_rps", "goodput req/s", "req/s", "fmt_float", +1),
-    _c("goodput_rps_at_slo", "goodput req/s", "req/s", "fmt_float", +1),
-    _c("slo_attainment", "attainment", "share of requests", "fmt_float", +1),
-    _c("slo_attainment_at_slo", "attainment", "share of requests", "fmt_float", +1),
-    _c("levels_meeting_slo", "levels meeting SLO", "levels", "fmt_int", +1),
-    _c("levels_measured", "levels ok", "levels", "fmt_int"),
-    _c("requests_ok", "ok", "requests", "fmt_int", +1),
-    _c("requests_failed", "failed", "requests", "fmt_int", -1),
-    _c("j_per_token_serving", "J/token out", "J/token", "fmt_float", -1),
-    _c("request_throughput", "req/s", "req/s", "fmt_float", +1),
-    _c("ttft_ms_p99", "TTFT p99 ms", "ms", "fmt_float", -1),
-    _c("tpot_ms_p99", "TPOT p99 ms", "ms", "fmt_float", -1),
-    _c("saturated", "saturated"),
-    # the search for the highest load meeting the SLO, and cost against interactivity
-    _c("search_axis", "searched on"),
-    _c("max_rate_at_slo", "max load at SLO", "req/s or clients (searched on)", "fmt_float", +1),
-    _c("search_bracket_low", "bracket low (meets)", "req/s or clients", "fmt_float"),
-    _c("search_bracket_high", "bracket high (misses)", "req/s or clients", "fmt_float"),
-    _c("search_probes", "probes", "levels", "fmt_int"),
-    _c("search_stop", "stopped by"),
-    _c("goodput_rps_at_max_rate", "goodput req/s at max load", "req/s", "fmt_float", +1),
-    _c("output_tok_s_at_max_rate", "output tok/s at max load", "tok/s", "fmt_float", +1),
-    _c("usd_per_mtok_output_at_max_rate", "$/Mtok out at max load", MTOK_OUT_USD, "fmt_usd", -1),
-    _c("tok_s_per_user", "tok/s/user", "output tok/s per user (1000 / TPOT ms)", "fmt_float", +1),
-    _c("interactivity_tpot", "TPOT pct."),
-    _c("band_tok_s_user", "band ≥ tok/s/user", "output tok/s per user", "fmt_float"),
-    _c("gpu_flips", "GPU flips"),
-    _c("prefix_caching", "prefix caching"),
-    _c("prefix_cache_hit_rate", "prefix-cache hit rate", PROMPT_SHARE, "fmt_float", +1),
-    _c("prefix_cache_hit_rate_at_slo", "prefix-cache hit rate", PROMPT_SHARE, "fmt_float", +1),
-    # --- training (modes/training/report.py; its cells as fmt_value writes them) --------------
-    _c("train_method", "method"),
-    _c("micro_batch", "micro-batch", "sequences", "fmt_value"),
-    _c("grad_accum", "accum.", "micro-batches per step", "fmt_value"),
-    _c("seq_len", "seq len", "tokens", "fmt_value"),
-    _c("optimizer", "optimizer"),
-    _c("trainable_params", "trainable params", "parameters", "fmt_value"),
-    _c("train_tok_s", "train tok/s", "tok/s", "fmt_value", +1),
-    _c("usd_per_mtok_train", "$/1M train tok", "USD per 1e6 training tokens", "fmt_value", -1),
-    _c("j_per_mtok_train", "J/1M train tok", "J per 1e6 training tokens", "fmt_value", -1),
-    _c("target_eval_loss", "target loss", NATS, "fmt_value"),
-    _c("steps_to_target", "steps to target", "optimizer steps", "fmt_value", -1),
-    _c("usd_to_target", "$ to target", "USD", "fmt_value", -1),
-    _c("train_peak_mib_forward", "fwd MiB", "MiB", "fmt_value", -1),
-    _c("predicted_train_mib_forward", "fwd MiB plan", "MiB", "fmt_value"),
-    _c("train_peak_mib_backward", "bwd MiB", "MiB", "fmt_value", -1),
-    _c("predicted_train_mib_backward", "bwd MiB plan", "MiB", "fmt_value"),
-    _c("train_peak_mib_optimizer", "opt MiB", "MiB", "fmt_value", -1),
-    _c("predicted_train_mib_optimizer", "opt MiB plan", "MiB", "fmt_value"),
-    _c("step_s", "step s", "s", "fmt_value", -1),
-    _c("loss_first", "loss first", NATS, "fmt_value"),
-    _c("loss_last", "loss last", NATS, "fmt_value", -1),
-    _c("grad_norm_last", "grad norm", "L2 norm", "fmt_value"),
-    _c("eval_loss", "held-out loss", NATS, "fmt_value", -1),
-    _c("eval_loss_ci_low", "CI low", NATS, "fmt_value"),
-    _c("eval_loss_ci_high", "CI high", NATS, "fmt_value"),
-    _c("dloss_vs_full", "Δ vs full", NATS, "fmt_value", -1),
-    _c("dloss_vs_full_ci_high", "Δ CI high", NATS, "fmt_value"),
-    _c("train_pass_99", "pass 99", "", "fmt_value", +1),
-    _c("split_a", "mb×acc a"),
-    _c("split_b", "mb×acc b"),
-    _c("tokens_per_step", "tokens/step", "tokens", "fmt_value"),
-    _c("max_abs_dloss_curve", "max abs Δ train loss", NATS, "fmt_value", -1),
-    _c("abs_deval_loss", "abs Δ held-out loss", NATS, "fmt_value", -1),
-    _c("tolerance", "tolerance", NATS, "fmt_value"),
-    _c("equivalent", "equivalent"),
     # leakage (the run's manifest)
     _c("seen", "text seen (training, calibration)"),
     _c("eval", "text scored"),
@@ -272,11 +198,6 @@ _SPECS: tuple[ColumnSpec, ...] = (
     _c("greedy_items", "greedy items compared", "sequences and extract items", "fmt_int"),
     _c("greedy_differing", "items differing", "sequences and extract items", "fmt_int", -1),
     _c("greedy_identical", "greedy identical"),
-    # speculation against plain decoding per interactivity band (harness.modes.serving.price)
-    _c("plain_usd_per_mtok_output", "plain $/Mtok out", MTOK_OUT_USD, "fmt_usd", -1),
-    _c("speculation_saving_pct", "speculation saves %", "% of plain $/Mtok out", "fmt_float", +1),
-    _c("cheaper", "cheaper"),  # speculation | plain | speculation only | plain only
-    _c("cheaper_flips", "cheaper flips"),  # the cheaper differs from the band below's
     # --- a site across runs (results/site.py, publish/site_html.py) ---------------------------
     _c("run", "run"),
     _c("folder", "folder"),
@@ -297,7 +218,26 @@ _SPECS: tuple[ColumnSpec, ...] = (
     _c("provenance_git_sha", "git sha"),
 )
 
-COLUMNS: dict[str, ColumnSpec] = {c.name: c for c in _SPECS}
+
+def mode_columns() -> tuple[ColumnSpec, ...]:
+    """Every mode's own columns (its ``columns`` part: ``ColumnSpec`` fields as tuples), in the
+    registry's order."""
+    rows = [row for m in modes.REGISTRY.values() if m.ref("columns") for row in m.load("columns")]
+    return tuple(ColumnSpec(*row) for row in rows)
+
+
+def declared_once(specs: Iterable[ColumnSpec]) -> dict[str, ColumnSpec]:
+    """name → column; a ValueError naming a column declared twice (here and in a mode, or in
+    two modes), which would give one name two labels."""
+    out: dict[str, ColumnSpec] = {}
+    for column in specs:
+        if column.name in out:
+            raise ValueError(f"column {column.name!r} is declared twice")
+        out[column.name] = column
+    return out
+
+
+COLUMNS: dict[str, ColumnSpec] = declared_once((*_SPECS, *mode_columns()))
 
 # --- column groups: runs of columns several tables show together, named once -----------------
 # a configuration within a model: engine, weights, KV cache, batch, context (the fields of its

@@ -108,7 +108,10 @@ def upper_bound(name: str) -> float:
 
 
 def row_problem(row: ResultRow) -> str | None:
-    """Why a parsed row cannot be trusted (a non-finite, negative or out-of-range figure)."""
+    """Why a parsed row cannot be trusted (a mode this harness does not know; a non-finite,
+    negative or out-of-range figure)."""
+    if row.mode not in modes.REGISTRY:
+        return f"mode: {row.mode!r} is not a mode; expected one of: {', '.join(modes.REGISTRY)}"
     for name, value in row.model_dump(exclude={"provenance"}).items():
         if name == "tasks" and value is not None:
             problem = tasks_problem(value)

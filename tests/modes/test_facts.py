@@ -3,20 +3,25 @@ points' payloads, the results' tables."""
 
 from __future__ import annotations
 
-from typing import get_args
+from pathlib import Path
 
 import pandas as pd
 import pytest
 
 from harness import modes
 from harness.results.aggregate import aggregate
-from harness.row import Mode
 from tests import factories as F
 
 
-def test_the_rows_modes_are_the_registrys() -> None:
-    # harness.row keeps its closed Literal (the stored format); it must name the same modes
-    assert get_args(Mode) == tuple(modes.REGISTRY)
+def test_a_row_of_a_mode_the_registry_does_not_know_is_unreadable_by_name(tmp_path: Path) -> None:
+    from harness.run.store import read_row, write_row
+
+    for name in modes.REGISTRY:  # every registered mode's name is a row's mode
+        assert F.row(mode=name).mode == name
+    path = write_row(tmp_path, F.row(key="k", mode="streaming"))
+    assert read_row(path) == (
+        "mode: 'streaming' is not a mode; expected one of: offline, serving, training"
+    )
 
 
 def test_payloads_and_the_mode_of_a_point_without_one() -> None:

@@ -18,7 +18,14 @@ from harness.cli import results as cli_results
 from harness.results import compare
 from harness.results import publish as publish_pkg
 from harness.results.aggregate import aggregate_run
-from harness.results.columns import COLUMNS, COMPARED, headers, spec, table_columns
+from harness.results.columns import (
+    COLUMNS,
+    COMPARED,
+    ColumnSpec,
+    headers,
+    spec,
+    table_columns,
+)
 from harness.results.publish import format as fmt
 from harness.results.publish import headline_table, report
 from harness.spec.labels import configuration_label
@@ -93,6 +100,20 @@ def test_every_column_has_a_label_a_unit_a_known_format_and_a_direction() -> Non
         assert column.direction in (-1, 0, 1), name
         formatter = column.formatter()
         assert formatter is None or formatter is getattr(fmt, str(column.fmt)), name
+
+
+def test_each_mode_declares_its_own_columns_through_the_registry_once() -> None:
+    from harness.modes.serving.columns import COLUMNS as SERVING
+    from harness.modes.training.columns import COLUMNS as TRAINING
+    from harness.results.columns import declared_once, mode_columns
+
+    assert [c.name for c in mode_columns()] == [row[0] for row in (*SERVING, *TRAINING)]
+    assert spec("output_tok_s") == ColumnSpec("output_tok_s", "output tok/s", "tok/s",
+                                              "fmt_float", +1)  # fmt: skip
+    assert spec("train_tok_s").fmt == "fmt_value" and spec("train_tok_s").direction == +1
+    twice = [ColumnSpec("model", "model"), ColumnSpec("model", "the model")]
+    with pytest.raises(ValueError, match="column 'model' is declared twice"):
+        declared_once(twice)
 
 
 def test_units_of_priced_and_timed_columns_say_what_they_count() -> None:
