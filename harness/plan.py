@@ -608,18 +608,26 @@ def fit_verdict(
     )
 
 
-def decode_ceiling_tok_s(card: GpuSpec, weights: float, arch: ModelArch, point: Point) -> float:
-    """The bandwidth roofline (measure.roofline) for a point: weight bytes read per step + the KV
-    cache at the mean decode context. An untied input embedding is a lookup of B rows, not a
-    read of the whole table."""
-    new = point.output_tokens
-    mean_tokens = roofline.mean_decode_context(point.context, new) if new >= 2 else point.context
-    kv = kv_cache_bytes(arch, point.kv_cache_dtype, point.quantization, mean_tokens, point.batch)
-    per_param = unquantized_bytes_per_param(arch, point.quantization)
+def decode_step_bytes(
+    arch: ModelArch, weights: float, quantization: str, kv_cache_dtype: str, batch: int,
+    context: int, new_tokens: int,
+) -> tuple[float, float]:  # fmt: skip
+    """(weight bytes, KV-cache bytes) one decode step reads: ``weights`` less an untied input
+    embedding (a lookup of B rows, not a read of the whole table), and the batch's KV cache at
+    the mean decode context."""
+    mean = roofline.mean_decode_context(context, new_tokens) if new_tokens >= 2 else context
+    kv = kv_cache_bytes(arch, kv_cache_dtype, quantization, mean, batch)
+    per_param = unquantized_bytes_per_param(arch, quantization)
     lookup_only = 0 if arch.tie_embeddings else param_counts(arch).embeddings * per_param
-    return roofline.decode_ceiling_tok_s(
-        card.bandwidth_gb_s, weights - lookup_only, kv, point.batch
-    )
+    return weights - lookup_only, kv
+
+
+def decode_ceiling_tok_s(card: GpuSpec, weights: float, arch: ModelArch, point: Point) -> float:
+    """The bandwidth roofline (measure.roofline) for a point: the bytes a decode step reads
+    (``decode_step_bytes``) at the card's bandwidth."""
+    read, kv = decode_step_bytes(arch, weights, point.quantization, point.kv_cache_dtype,
+                                 point.batch, point.context, point.output_tokens)  # fmt: skip
+    return roofline.decode_ceiling_tok_s(card.bandwidth_gb_s, read, kv, point.batch)
 
 
 def allreduce_seconds(card: GpuSpec, arch: ModelArch, point: Point, tokens: int) -> float:

@@ -85,12 +85,13 @@ def decode_roofline_tok_s(
     card: GpuSpec, arch: ModelArch, weights: str, batch: int, context: int, output: int,
     gpus: int = 1,
 ) -> float:  # fmt: skip
-    """The pure bandwidth roofline of a decode (aggregate tok/s): every weight and the batch's KV
-    cache at the mean decode context read once per step (the planner's bytes)."""
-    weight_bytes = plan.weights_bytes(arch, weights)
-    mean = roofline.mean_decode_context(context, output) if output >= 2 else float(context)
-    kv = plan.kv_cache_bytes(arch, "auto", weights, mean, batch)
-    return roofline.decode_ceiling_tok_s(card.bandwidth_gb_s * gpus, weight_bytes, kv, batch)
+    """The pure bandwidth roofline of a decode (aggregate tok/s) over ``gpus`` cards: the bytes
+    the planner says a step reads (``plan.decode_step_bytes``: the weights less an untied input
+    embedding, the batch's KV cache at the mean decode context)."""
+    read, kv = plan.decode_step_bytes(
+        arch, plan.weights_bytes(arch, weights), weights, "auto", batch, context, output
+    )
+    return roofline.decode_ceiling_tok_s(card.bandwidth_gb_s * gpus, read, kv, batch)
 
 
 def prefill_roofline_tok_s(card: GpuSpec, arch: ModelArch, weights: str, gpus: int = 1) -> float:
