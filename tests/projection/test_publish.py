@@ -140,9 +140,9 @@ def test_the_site_shows_the_ranking_and_the_ledger_table(published: tuple[Path, 
     where = ("shipped: Argonne", "decode", "same vendor")
     shipped = next(r for r in lines if (r["ledger"], r["phase"], r["card class"]) == where)
     # harness/data/external/argonne/ledger.csv, its first line: 676 pairs, MAPE 13.2915 %,
-    # roofline 134.873 %, band [0.85141, 1.17453], held-out 79.882 %
+    # roofline 142.945 %, band [0.85141, 1.17453], held-out 79.882 %
     assert (shipped["pairs (source → held-out card)"], shipped["MAPE (%)"]) == ("676", "13.3")
-    assert shipped["pure-roofline MAPE (%)"] == "134.9"
+    assert shipped["pure-roofline MAPE (%)"] == "142.9"
     assert shipped["band, measured ÷ projected"] == "[0.851, 1.175]"
     assert shipped["held-out coverage (%)"] == "79.9"
     prefill = next(
