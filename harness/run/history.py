@@ -54,7 +54,7 @@ from harness.budget import (
 )
 from harness.console import GroupProgress, duration, err_console
 from harness.errors import IN_A_NAME, UserInputError, without_controls
-from harness.files import open_regular
+from harness.files import open_regular, strict_json
 from harness.row import ResultRow
 
 HISTORY_ENV = "HARNESS_HISTORY"
@@ -150,10 +150,12 @@ def tail_bytes(path: Path, cap: int) -> bytes:
 
 
 def parse_line(raw: bytes) -> RunLine | None:
-    """One line as a RunLine, or None: not UTF-8, not JSON (or nested past the parser's depth),
-    not schema 1, or a phase time that is not finite and ≥ 0."""
+    """One line as a RunLine, or None: not UTF-8, not JSON as ``files.strict_json`` reads it (a
+    key given twice, a number that is not finite, nested past the parser's depth), not schema
+    1, or a phase time that is not finite and ≥ 0. Lines are read one by one, not as a file
+    (``files.text_lines``), so that one bad line costs that line only."""
     try:
-        return RunLine.model_validate(json.loads(raw.decode("utf-8")))
+        return RunLine.model_validate(strict_json(raw.decode("utf-8")))
     except (UnicodeDecodeError, ValueError, RecursionError, ValidationError):
         return None
 

@@ -42,7 +42,7 @@ from harness.atomic import atomic_write_bytes, atomic_write_json, atomic_write_t
 from harness.backends.base import WindowScores
 from harness.console import err_console
 from harness.errors import IN_A_NAME, UserInputError, quote, without_controls
-from harness.files import FileTooLarge, open_regular, read_capped
+from harness.files import FileTooLarge, JsonRefused, open_regular, read_capped, strict_json
 from harness.row import SCHEMA_VERSION, ResultRow
 from harness.run.contracts import WorkContext, is_reference
 from harness.spec.scenario import GroupKey
@@ -370,7 +370,7 @@ def read_manifest(run_dir: Path) -> dict[str, Any]:
         return {}
     todo = "move it away (or choose another --out) and run again"
     try:
-        data = json.loads(read_capped(path, MAX_MANIFEST_BYTES, "manifest"))
+        data = strict_json(read_capped(path, MAX_MANIFEST_BYTES, "manifest"))
     except FileTooLarge:
         raise UserInputError(
             f"larger than {MAX_MANIFEST_BYTES:,} bytes: not a harness manifest; {todo}",
@@ -379,7 +379,13 @@ def read_manifest(run_dir: Path) -> dict[str, Any]:
     except UserInputError as exc:  # not a regular file (a FIFO, a device): never read
         raise UserInputError(f"{exc.message}; {todo}", file=str(path)) from None
     except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
-        cause = exc.msg if isinstance(exc, json.JSONDecodeError) else type(exc).__name__
+        cause = (
+            exc.msg
+            if isinstance(exc, json.JSONDecodeError)
+            else str(exc)
+            if isinstance(exc, JsonRefused)
+            else type(exc).__name__
+        )
         raise UserInputError(f"unreadable manifest ({cause}); {todo}", file=str(path)) from None
     runs = data.get("runs") if isinstance(data, dict) else None
     if (

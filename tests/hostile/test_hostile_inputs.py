@@ -390,6 +390,10 @@ def test_rows_of_two_scenarios_stop_aggregate_unless_allow_mixed_which_the_repor
 MANIFESTS: dict[str, tuple[bytes, str]] = {
     "garbage": (b"garbage{", "unreadable manifest (Expecting value)"),
     "binary": (b"\xff\xfe\x00", "unreadable manifest"),
+    "a key twice": (
+        b'{"runs": [], "runs": []}',
+        "unreadable manifest (key 'runs' given twice in one object; give it once)",
+    ),
     "a list": (b"[1, 2]", "not a harness manifest"),
     "runs not a list": (b'{"runs": 5}', "not a harness manifest"),
     "foreign object": (b'{"hello": "world"}', "not a harness manifest"),

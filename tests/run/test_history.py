@@ -124,6 +124,17 @@ def test_a_history_line_that_is_not_ours_is_left_out(tmp_path: Path) -> None:
     assert history.read(tmp_path / "absent.jsonl").runs == []
 
 
+def test_a_history_line_with_a_key_given_twice_is_left_out_not_read_as_its_last(
+    tmp_path: Path,
+) -> None:
+    """JSON that plain ``json.loads`` takes (the last ``schema`` wins: 1) but a strict reader
+    refuses, as every input of the harness is read (``files.strict_json``)."""
+    path = tmp_path / "history.jsonl"
+    path.write_bytes(b'{"schema": 7, "schema": 1, "phases": []}\n{"schema": 1, "phases": []}\n')
+    recorded = history.read(path)
+    assert len(recorded.runs) == 1 and recorded.skipped == [1]
+
+
 def test_the_end_of_run_line_names_each_phase_that_differs() -> None:
     plan = tiny_plan()
     rows = rows_for(plan, load_s=30.0, quality_s=0.5, work_s=0.01)
