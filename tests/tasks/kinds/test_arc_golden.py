@@ -10,14 +10,12 @@ answers."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from harness.backends.base import BackendOptions
-from harness.spec.scenario import GroupKey, QualitySettings
+from harness.spec.scenario import QualitySettings
 from harness.tasks import metrics
 from harness.tasks.arc import arc_task
 from harness.tasks.kinds import kind_of
@@ -29,17 +27,9 @@ ROOT = Path(__file__).resolve().parents[3]
 GOLDEN = json.loads((ROOT / "tests" / "fixtures" / "arc_easy_tiny_golden.json").read_text())
 
 
-@pytest.fixture(scope="module")
-def backend() -> Iterator[Any]:
-    from harness.backends.transformers import TransformersBackend
-
-    group = GroupKey(target="cpu", model="tiny-llama", revision="main", backend="transformers",
-                     quantization="none", kv_cache_dtype="auto")  # fmt: skip
-    tiny = ROOT / "harness" / "data" / "tiny-llama"
-    loaded = TransformersBackend(group, BackendOptions(device="cpu", model_path=str(tiny)))
-    loaded.load()
-    yield loaded
-    loaded.close()
+@pytest.fixture
+def backend(tiny_backend: Any) -> Any:
+    return tiny_backend
 
 
 def test_arc_through_the_choice_kind_picks_todays_answer_on_every_item(backend: Any) -> None:

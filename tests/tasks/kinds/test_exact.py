@@ -107,3 +107,24 @@ def test_an_exact_outcome_survives_the_run_folders_arrays(tmp_path: Path) -> Non
     cand = metrics.outcome_of(task, ["Paris", "Kyoto", "Rome"])
     back = metrics.from_arrays(metrics.to_arrays("capitals", cand))["capitals"]
     assert back.kind == "exact" and back.correct.tolist() == [True, False, True]
+
+
+@pytest.mark.engine  # the shipped tiny model on transformers
+def test_the_kind_scores_the_tiny_model_s_greedy_text_against_each_answer(
+    tmp_path: Path, tiny_backend: object
+) -> None:
+    """Golden: the shipped tiny model (transformers, CPU, fp32, greedy) writes " , and the S"
+    after "Capital of France:" and "s , and the" after "Capital of Japan:" in 4 tokens. France's
+    answer ", and the s." is that text normalised (case, spaces, the final stop): right; Japan's
+    "Tokyo" is not: wrong."""
+    rows = [
+        {"id": "fr", "text": "France", "answer": ", and the s."},
+        {"id": "jp", "text": "Japan", "answer": "Tokyo"},
+    ]
+    entry = TaskFile(path=str(write(tmp_path / "own.jsonl", rows)), kind="exact",
+                     prompt="Capital of {text}:", max_new_tokens=4)  # fmt: skip
+    task = load_task_file(entry)
+    prompts = ["Capital of France:", "Capital of Japan:"]
+    got = kind_of("exact").score(tiny_backend, task, prompts)
+    assert got.predicted.tolist() == [" , and the S", "s , and the"]
+    assert got.correct.tolist() == [True, False]
