@@ -133,6 +133,7 @@ def measure_here(scenario: Path, out: Path, gpu: str | None, resume: bool) -> Sw
     launcher = InlineLauncher()
     with store.run_lock(out, "measure"):  # one writer per run folder
         plan, todo = sweep.begin(scenario, out, gpu=gpu, resume=resume, mode="in-process")
+        todo = in_process_order(todo)
         started = time.perf_counter()
         tracker, rows = sweep_tracker(plan, todo), []
         with progress_bar(plan.total_points) as (progress, task):
@@ -149,6 +150,16 @@ def measure_here(scenario: Path, out: Path, gpu: str | None, resume: bool) -> Sw
         sweep.finish_manifest(out, wall_s=wall_s)
     lines = history_lines(scenario, out, plan, rows, wall_s, runner="in-process")
     return SweepOutcome(out, wall_s, plan.total_points, len(plan.skipped), lines)
+
+
+def in_process_order(todo: list[Any]) -> list[Any]:
+    """The groups as one process runs them: the references first (the others pair with their
+    scores), and groups with speculative decoding after every group without: vLLM's n-gram
+    proposer leaves compiled state in the process that a later plain vLLM engine there fails on
+    ("'_lib_fn_wrapper' object has no attribute 'get'"); Ray's paths run each group in a process
+    of its own."""
+    return sorted(todo, key=lambda item: (not item[0].reference,
+                                          item[0].group.speculative is not None))  # fmt: skip
 
 
 def group_here(launcher: Launcher, call: GroupCall, run_dir: Path) -> Iterator[ResultRow]:

@@ -158,3 +158,20 @@ def test_measure_here_runs_each_group_in_this_process_and_writes_its_rows(
     assert (outcome.points, outcome.skipped) == (8, 0) and outcome.lines
     manifest = store.read_manifest(tmp_path / "run")
     assert manifest["runs"][-1]["wall_s"] == outcome.wall_s
+
+
+def test_in_one_process_the_reference_runs_first_and_speculative_groups_last() -> None:
+    from harness.spec.scenario import GroupKey
+    from harness.spec.speculative import Ngram
+
+    def work(name: str, reference: bool = False, speculative: bool = False) -> sweep.Work:
+        group = GroupKey(target="cpu", model="tiny-llama", revision="main", backend="vllm",
+                         quantization=name, kv_cache_dtype="auto",
+                         speculative=Ngram(tokens=4) if speculative else None)  # fmt: skip
+        return sweep.Work(group=group, points=[], reference=reference, est_seconds=1.0)
+
+    todo = [(work("bf16", speculative=True), []), (work("fp16"), []),
+            (work("fp32", reference=True), []), (work("none"), [])]  # fmt: skip
+    order = [(w.group.quantization, w.group.speculative is not None)
+             for w, _ in session.in_process_order(todo)]  # fmt: skip
+    assert order == [("fp32", False), ("fp16", False), ("none", False), ("bf16", True)]
