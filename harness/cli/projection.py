@@ -115,18 +115,18 @@ def _rows_table(title: str, rows: list[dict[str, str]]) -> Table:
 
 def print_before_you_rent(rent: BeforeYouRent, quality_class: str) -> None:
     """The ranking per model and package with its verdict (projected figures labelled)."""
-    from harness.projection import rent as r
+    from harness.projection import text
 
     for (model, days), lines in rent.ranking.items():
         title = (
             f"Before you rent: {model}, {days}-day package, class {quality_class} "
             "($/Mtok of output; measured or projected with the ledger's band)"
         )
-        console.print(_rows_table(title, r.ranking_rows(lines)))
+        console.print(_rows_table(title, text.ranking_rows(lines)))
         found = rent.verdicts.get((model, days))
         if found is not None:
             console.print(found.text, highlight=False)
-    console.print(r.SERVING_NOTE, highlight=False)
+    console.print(text.SERVING_NOTE, highlight=False)
 
 
 def rent_cmd(
@@ -151,6 +151,7 @@ def rent_cmd(
 
     from harness.errors import UserInputError
     from harness.projection import rent as r
+    from harness.projection import text, traffic_fit
     from harness.results.aggregate import aggregate_run
     from harness.results.pricing import check_quality_class, check_utilisation
     from harness.spec.tariffs import load_tariffs
@@ -168,16 +169,16 @@ def rent_cmd(
     result = aggregate_run(run, table, utilisation, allow_mixed)
     rent = r.before_you_rent(result.points, table, quality_class, utilisation)
     print_before_you_rent(rent, quality_class)
-    projected = r.projection_rows(rent.projections)
+    projected = text.projection_rows(rent.projections)
     if projected:
         console.print(_rows_table("Projected configurations (never in measured tables)", projected))
     if traffic is None:
         return
     for model in dict.fromkeys(p.model for p in rent.projections):
-        options = r.fit_traffic(rent.projections, table, model, traffic)
+        options = traffic_fit.fit_traffic(rent.projections, table, model, traffic)
         title = f"The package that fits {traffic:.3g} output tokens a day: {model}, cheapest first"
-        console.print(_rows_table(title, r.option_rows(options)))
-        console.print(r.choice_line(options, traffic), highlight=False)
+        console.print(_rows_table(title, text.option_rows(options)))
+        console.print(text.choice_line(options, traffic), highlight=False)
 
 
 MAX_TRAFFIC = 1e15  # output tokens a day: far beyond any fleet

@@ -21,7 +21,7 @@ import pandas as pd
 from pydantic import BaseModel, ConfigDict
 
 from harness.modes.base import Column
-from harness.projection import ledger, rent
+from harness.projection import ledger, rent, text
 from harness.results.aggregate import Aggregate
 from harness.results.publish.files import Extra, Extras
 from harness.results.publish.format import escape, md_escape, number
@@ -103,18 +103,18 @@ def ranking_html(ahead: rent.BeforeYouRent, quality_class: str) -> list[str]:
         "share of the roofline (decode by bandwidth, prefill by the format's tensor peak); each "
         "projected figure carries the band the error ledger below sets. $/Mtok of output "
         "tokens; [low, high] from the decode band. " + escape(NEVER_MEASURED) + " "
-        + escape(rent.SERVING_NOTE) + "</p>",
+        + escape(text.SERVING_NOTE) + "</p>",
     ]  # fmt: skip
     for i, ((model, days), lines) in enumerate(ahead.ranking.items()):
         out += [
             f"<h3>{escape(model)}, {escape(days)}-day package</h3>",
             ranking_chart(model, days, lines),
-            text_table(rent.ranking_rows(lines), f"rent-{i}"),
+            text_table(text.ranking_rows(lines), f"rent-{i}"),
         ]
         found = ahead.verdicts.get((model, days))
         if found is not None:
             out.append(f'<p class="verdict">{escape(found.text)}</p>')
-    rows = rent.projection_rows(ahead.projections)
+    rows = text.projection_rows(ahead.projections)
     if rows:
         out += [
             "<h3>Projected configurations (never in the measured tables)</h3>",
@@ -290,7 +290,7 @@ def sections(
     if ahead is None and tariffs is not None:
         ahead = rent.before_you_rent(points, tariffs, quality_class, utilisation)
     books = ledgers(points, quality_class)
-    markdown = [] if ahead is None else rent.markdown(ahead, quality_class, md_table)
+    markdown = [] if ahead is None else text.markdown(ahead, quality_class, md_table)
     html = [] if ahead is None else ranking_html(ahead, quality_class)
     return Extra(markdown=[*markdown, *ledger_markdown(books)], html=[*html, *ledger_html(books)])
 

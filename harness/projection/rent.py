@@ -22,24 +22,15 @@ contention (its low ≤ the cheapest's high), the plan's budget (``harness.budge
 configurations in contention, billed on that card's shortest tariff (hourly, rounded up to its
 billing unit, the whole node); the cheapest such rental.
 
-Traffic (``fit_traffic``), T output tokens a day, per tariff and option (each package, and hourly
-billing), with the card's cheapest configuration (tok/s r, replicas n = cards ÷ cards used):
-- one node's capacity a day C = r × n × (86,400 − setup ÷ days) for a package (the setup, the
-  run's measured model load + engine start, paid again on each rental), r × n × 86,400 hourly;
-- nodes = ⌈T ÷ C⌉; utilisation = min(1, T ÷ C);
-- package: $/day = nodes × package price ÷ days;
-- hourly: each node is started once a day, busy T ÷ (nodes × r × n) s plus the setup, billed
-  rounded up to the tariff's unit (at most 24 h), plus ``storage_usd_per_day`` × the stopped
-  share of the day;
-- the cheapest option, the runner-up and the margin; the package's break-even utilisation against
-  hourly billing is ``pricing.breakeven_utilisation`` (without setup or storage).
+The package that fits a traffic: ``harness.projection.traffic_fit``; the text of all of it:
+``harness.projection.text``.
 """
 
 from __future__ import annotations
 
 import csv
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -579,193 +570,6 @@ def billed_seconds(seconds: float, billing: str) -> float:
     return math.ceil(seconds / unit - 1e-9) * unit
 
 
-# --- the package that fits a traffic ------------------------------------------------------------
-
-
-class Option(BaseModel):
-    """One (tariff, package or hourly) priced for a traffic."""
-
-    model_config = ConfigDict(frozen=True)
-    provider: str
-    card: str
-    package: str  # "7 days" or "hourly"
-    label: str
-    configuration: str
-    nodes: int
-    utilisation: float
-    setup_s: float
-    usd_per_day: float
-    usd_per_mtok: float
-    breakeven_utilisation: float | None
-
-
-def node_capacity_per_day(
-    tok_s: float, replicas: float, setup_s: float, days: float | None
-) -> float:
-    """Tokens one node serves a day: r × n × (86,400 − setup ÷ days); hourly (days None): the
-    setup is paid within each day's billed hours instead."""
-    lost = 0.0 if days is None else setup_s / days
-    return tok_s * replicas * max(SECONDS_PER_DAY - lost, 0.0)
-
-
-def package_option(tariff: Tariff, days: int, p: Projection, traffic: float) -> Option:
-    assert p.decode_tok_s is not None
-    package = next(x for x in tariff.packages if x.days == days)
-    price_usd = tariff.package_price_usd(package)
-    setup = p.setup_s or 0.0
-    capacity = node_capacity_per_day(p.decode_tok_s, tariff.gpus_per_node, setup, days)
-    nodes = max(1, math.ceil(traffic / capacity - 1e-9))
-    per_day = nodes * price_usd / days
-    breakeven = float(pricing.breakeven_utilisation(price_usd, tariff.hourly_usd, days))
-    return Option(
-        provider=tariff.provider, card=tariff.gpu, package=f"{days} days", label=p.label,
-        configuration=p.configuration, nodes=nodes, utilisation=min(1.0, traffic / capacity),
-        setup_s=setup, usd_per_day=per_day, usd_per_mtok=per_day / traffic * 1e6,
-        breakeven_utilisation=breakeven,
-    )  # fmt: skip
-
-
-def hourly_option(tariff: Tariff, p: Projection, traffic: float) -> Option:
-    assert p.decode_tok_s is not None
-    setup = p.setup_s or 0.0
-    capacity = node_capacity_per_day(p.decode_tok_s, tariff.gpus_per_node, setup, None)
-    nodes = max(1, math.ceil(traffic / capacity - 1e-9))
-    busy = traffic / (nodes * p.decode_tok_s * tariff.gpus_per_node)
-    billed = min(billed_seconds(busy + setup, tariff.billing), SECONDS_PER_DAY)
-    stopped = 1 - billed / SECONDS_PER_DAY
-    per_node = billed / 3600 * tariff.hourly_usd + (tariff.storage_usd_per_day or 0.0) * stopped
-    per_day = nodes * per_node
-    return Option(
-        provider=tariff.provider, card=tariff.gpu, package=f"hourly (per {tariff.billing})",
-        label=p.label, configuration=p.configuration, nodes=nodes,
-        utilisation=min(1.0, traffic / capacity), setup_s=setup, usd_per_day=per_day,
-        usd_per_mtok=per_day / traffic * 1e6, breakeven_utilisation=None,
-    )  # fmt: skip
-
-
-def fit_traffic(
-    projections: Sequence[Projection], tariffs: TariffTable, model: str, traffic: float
-) -> list[Option]:
-    """Every option for the model at ``traffic`` output tokens a day, cheapest first."""
-    if not traffic > 0 or not math.isfinite(traffic):
-        raise ValueError(f"traffic must be a finite number of tokens a day > 0, got {traffic!r}")
-    options: list[Option] = []
-    for tariff in tariffs.tariffs:
-        usable = [p for p in projections if p.model == model and p.card == tariff.gpu and p.usable]
-        if not usable:
-            continue
-        # the measured row on its own card, else the highest projected decode (cheapest)
-        best = max(usable, key=lambda p: (p.label == MEASURED, p.decode_tok_s or 0.0))
-        options += [package_option(tariff, x.days, best, traffic) for x in tariff.packages]
-        options.append(hourly_option(tariff, best, traffic))
-    return sorted(options, key=lambda o: o.usd_per_day)
-
-
-# --- as text ------------------------------------------------------------------------------------
-
-
-def _usd(value: float | None) -> str:
-    if value is None:
-        return "—"
-    return f"${value:.4g}" if value < 1000 else f"${value:,.0f}"
-
-
-def ranking_rows(lines: Sequence[RankLine]) -> list[dict[str, str]]:
-    """The ranking as table cells (CLI and Markdown)."""
-    rows = []
-    for x in lines:
-        rng = "—" if x.usd_low is None else f"[{_usd(x.usd_low)}, {_usd(x.usd_high)}]"
-        rows.append({
-            "card (tariff)": f"{x.card}×{x.gpus_per_node} ({x.provider})",
-            "figures": x.label,
-            "configuration": x.configuration or "—",
-            "$/Mtok out": _usd(x.usd_per_mtok),
-            "[low, high]": rng,
-            "band from": x.band_source or "—",
-            "note": x.note,
-        })  # fmt: skip
-    return rows
-
-
-def projection_rows(projections: Sequence[Projection]) -> list[dict[str, str]]:
-    """Every projected configuration with its bands and the planner's figures (measured rows
-    stay in the measured tables)."""
-    rows = []
-    for p in projections:
-        if p.label == MEASURED:
-            continue
-        rows.append({
-            "model": p.model, "configuration": p.configuration, "card": p.card,
-            "figures": p.label,
-            "decode tok/s": _tok(p.decode_tok_s, p.decode_band),
-            "prefill tok/s": _tok(p.prefill_tok_s, p.prefill_band),
-            "fits": "—" if p.fits is None else ("yes" if p.fits else "no"),
-            "KV room GiB": "—" if p.kv_room_gib is None else f"{p.kv_room_gib:.1f}",
-            "largest batch": "—" if p.largest_batch is None else str(p.largest_batch),
-            "skipped / flags": p.skipped or "; ".join(p.flags),
-        })  # fmt: skip
-    return rows
-
-
-def _tok(value: float | None, band: Band | None) -> str:
-    if value is None:
-        return "—"
-    if band is None:
-        return f"{value:,.0f} (too few keys in the ledger to state a band)"
-    return f"{value:,.0f} [{value * band.low:,.0f}, {value * band.high:,.0f}]"
-
-
-def option_rows(options: Sequence[Option]) -> list[dict[str, str]]:
-    return [
-        {
-            "card (tariff)": f"{o.card} ({o.provider})", "package": o.package,
-            "figures": o.label, "configuration": o.configuration, "nodes": str(o.nodes),
-            "utilisation": f"{o.utilisation:.3f}", "setup s": f"{o.setup_s:.1f}",
-            "$/day": f"${o.usd_per_day:,.2f}", "$/Mtok": _usd(o.usd_per_mtok),
-            "break-even utilisation": "—" if o.breakeven_utilisation is None
-            else f"{o.breakeven_utilisation:.3f}",
-        }
-        for o in options
-    ]  # fmt: skip
-
-
-def choice_line(options: Sequence[Option], traffic: float) -> str:
-    if not options:
-        return "no card of the tariffs can serve it (nothing passed, fits or projects)"
-    best = options[0]
-    text = (
-        f"at {traffic:.3g} output tokens a day: {best.card} ({best.provider}) {best.package}, "
-        f"{best.nodes} node(s), utilisation {best.utilisation:.3f}, ${best.usd_per_day:,.2f}/day "
-        f"({best.label})"
-    )
-    runner = next(
-        (
-            o
-            for o in options[1:]
-            if (o.provider, o.card, o.package) != (best.provider, best.card, best.package)
-        ),
-        None,
-    )
-    if runner is not None:
-        margin = (runner.usd_per_day - best.usd_per_day) / best.usd_per_day * 100
-        text += (
-            f"; runner-up {runner.card} ({runner.provider}) {runner.package} at "
-            f"${runner.usd_per_day:,.2f}/day, {margin:.1f} % dearer"
-        )
-    if best.breakeven_utilisation is not None:
-        text += (
-            f"; this package beats hourly billing above utilisation "
-            f"{best.breakeven_utilisation:.3f} (without setup or storage)"
-        )
-    return text
-
-
-SERVING_NOTE = (
-    "Serving at the SLO is not projected: a level's attainment depends on queueing, which the "
-    "ratio of peaks does not carry. Rent the card to measure it."
-)
-
-
 class BeforeYouRent(BaseModel):
     """Everything `harness report` and `harness rent` show."""
 
@@ -786,28 +590,3 @@ def before_you_rent(
     verdicts = {k: verdict(v, projections, tariffs, utilisation) for k, v in ranked.items()}
     return BeforeYouRent(projections=projections, ranking=ranked, verdicts=verdicts,
                          own_pairs=len(own))  # fmt: skip
-
-
-def markdown(
-    rent: BeforeYouRent, quality_class: str, render: Callable[[list[dict[str, str]]], str]
-) -> list[str]:
-    """The report's section: the ranking per model and package with its verdict, and the
-    projections (``render``: rows → a Markdown table)."""
-    parts = [
-        f"\n## Before you rent: every tariff's card, class {quality_class}\n",
-        "Measured rows are carried to every tariff's card at their measured share of the "
-        "roofline (decode by bandwidth, prefill by the format's tensor peak); each projected "
-        "figure carries the band the leave-one-card-out ledger sets. Projected figures are "
-        "labelled and never enter the measured tables above. $/Mtok of output tokens, "
-        f"[low, high] from the decode band; {SERVING_NOTE}\n",
-    ]
-    for (model, days), lines in rent.ranking.items():
-        parts.append(f"### {model}, {days}-day package\n")
-        parts.append(render(ranking_rows(lines)))
-        found = rent.verdicts.get((model, days))
-        if found is not None:
-            parts.append(f"**{found.text}**\n")
-    rows = projection_rows(rent.projections)
-    if rows:
-        parts += ["### Projected configurations\n", render(rows)]
-    return parts

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from harness.errors import UserInputError
-from harness.projection import rent
+from harness.projection import rent, text, traffic_fit
 from harness.spec import catalog
 from harness.spec.tariffs import parse_tariffs
 
@@ -144,7 +144,7 @@ def test_billing_rounds_up_to_its_unit() -> None:
 def test_utilisation_is_capped_at_one_and_more_nodes_are_rented() -> None:
     table = parse_tariffs(TARIFFS)
     p = projection("H200-141GB", 1000.0, label=rent.MEASURED)
-    got = rent.package_option(table.tariffs[1], 30, p, 2e8)
+    got = traffic_fit.package_option(table.tariffs[1], 30, p, 2e8)
     # one node: 1000 tok/s × 86,400 s = 8.64e7 a day; 2e8 needs ⌈2.315⌉ = 3 nodes
     assert got.utilisation == 1.0 and got.nodes == 3
     assert got.usd_per_day == pytest.approx(3 * 600 / 30)  # 60 $/day
@@ -159,7 +159,7 @@ def test_setup_is_paid_in_each_days_billed_hours() -> None:
     )
     table = parse_tariffs(text)
     p = projection("L40S", 1000.0, setup_s=1800.0)
-    got = rent.hourly_option(table.tariffs[0], p, 7.2e6)
+    got = traffic_fit.hourly_option(table.tariffs[0], p, 7.2e6)
     # busy 7.2e6 ÷ 1000 = 7200 s, + setup 1800 = 9000 s → 3 h billed × 2 $ = 6 $;
     # stopped 21 of 24 h: 0.24 × 21/24 = 0.21 $ → 6.21 $/day
     assert got.usd_per_day == pytest.approx(6.21)
@@ -169,14 +169,14 @@ def test_setup_is_paid_in_each_days_billed_hours() -> None:
 def test_the_choice_flips_from_the_7_to_the_30_day_package_as_traffic_grows() -> None:
     table = parse_tariffs(TARIFFS)
     ps = [projection("L40S", 1000.0), projection("H200-141GB", 4000.0, label=rent.MEASURED)]
-    low = rent.fit_traffic(ps, table, "tiny-llama", 5e7)
+    low = traffic_fit.fit_traffic(ps, table, "tiny-llama", 5e7)
     # L40S: 1 node (8.64e7 a day ≥ 5e7) at 70 ÷ 7 = 10 $/day; H200 30-day 20 $/day
     assert (low[0].card, low[0].package, low[0].usd_per_day) == ("L40S", "7 days", 10.0)
     assert low[1].usd_per_day == 20.0 and low[1].package == "30 days"
-    high = rent.fit_traffic(ps, table, "tiny-llama", 2e8)
+    high = traffic_fit.fit_traffic(ps, table, "tiny-llama", 2e8)
     # L40S: ⌈2e8 ÷ 8.64e7⌉ = 3 nodes = 30 $/day; H200: 3.456e8 a day, 1 node = 20 $/day
     assert (high[0].card, high[0].package, high[0].usd_per_day) == ("H200-141GB", "30 days", 20.0)
-    line = rent.choice_line(high, 2e8)
+    line = text.choice_line(high, 2e8)
     assert "runner-up L40S (P) 7 days at $30.00/day, 50.0 % dearer" in line
 
 
