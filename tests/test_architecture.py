@@ -432,6 +432,9 @@ COVERED_BY: dict[str, tuple[str, ...]] = {
         "tests/results/test_svg_ranking.py", "tests/results/test_markdown_escape.py",
     ),
     "harness.results.publish.verdicts": ("tests/results/test_verdicts_report.py",),
+    "harness.row.tasks": (
+        "tests/hostile/test_row_parts_whole.py", "tests/results/test_gate_tasks.py",
+    ),
     "harness.row": (
         "tests/hostile/test_row_admission.py", "tests/hostile/test_row_parts_whole.py",
         "tests/hostile/test_schema_version.py", "tests/run/test_worker.py",

@@ -26,8 +26,8 @@ non-finite value is, and never priced:
   - every mode, quality: each interval the right way up (low ≤ high) and holding its own estimate
     (dnll_vs_ref within both ΔNLL intervals, the 90 % one inside the 95 % one: the same
     resamples; ppl within its CI); ppl = exp(nll_mean). A task part's own agreement (ARC-Easy's
-    too: the task ``arc-easy``) is its schema's (``harness.row.TaskScore``: a row that breaks it
-    is unreadable, named by field).
+    too: the task ``arc-easy``) is its schema's (``harness.row.tasks.TaskScore``: a row that
+    breaks it is unreadable, named by field).
 
   - each mode, its rows' own parts: its `check` part (``harness.modes``), whose rules its
     ``harness/modes/<mode>/admission.py`` states (serving: the request counts, rates and

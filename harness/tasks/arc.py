@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Final
 
 from harness import corpus
-from harness.row import ARC_TASK
+from harness.row.tasks import ARC_TASK
 from harness.tasks.spec import MAX_CHOICES, TaskItem, TaskSpec
 
 NAME: Final = ARC_TASK

@@ -36,7 +36,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from harness.measure import verdict
-from harness.row import CategoryScore, TaskScore
+from harness.row.tasks import CategoryScore, TaskScore
 from harness.tasks.kinds import KINDS, kind_of
 from harness.tasks.spec import TaskKind, TaskSpec
 

@@ -16,7 +16,8 @@ import pytest
 
 from harness.results.aggregate import aggregate, aggregate_run
 from harness.results.frame import frame_from_rows
-from harness.row import ResultRow, TaskScore
+from harness.row import ResultRow
+from harness.row.tasks import TaskScore
 from harness.tasks import metrics
 from harness.tasks.spec import TaskItem, TaskSpec
 from tests import factories as F

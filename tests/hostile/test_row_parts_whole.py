@@ -15,7 +15,8 @@ import pytest
 
 from harness.results.aggregate import aggregate_run
 from harness.results.frame import load_run
-from harness.row import Provenance, ResultRow, TaskScore
+from harness.row import Provenance, ResultRow
+from harness.row.tasks import TaskScore
 from harness.run.store import point_path, read_rows
 from tests import factories as F
 

@@ -16,7 +16,8 @@ from harness.atomic import atomic_write_bytes
 from harness.measure import verdict
 from harness.results.aggregate import aggregate_run
 from harness.results.publish import report
-from harness.row import ResultRow, TaskScore
+from harness.row import ResultRow
+from harness.row.tasks import TaskScore
 from harness.run.store import load_window_tasks, window_scores_path
 from harness.tasks import metrics
 from harness.tasks.builtin import SNIPS_INTENTS

@@ -42,7 +42,7 @@ from harness.peers.side_by_side_vllm.vllm_side import (
     explain_pass,
     vllm_pass,
 )
-from harness.row import ARC_TASK
+from harness.row.tasks import ARC_TASK
 
 DEFAULT_SCENARIO = REPO / "scenarios" / "examples" / "side-by-side-vllm.yaml"
 DEFAULT_OUT = REPO / "results" / "side-by-side-vllm"

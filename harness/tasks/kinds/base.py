@@ -18,7 +18,7 @@ from typing import Any, ClassVar, Protocol
 import numpy as np
 from numpy.typing import NDArray
 
-from harness.row import TaskScore
+from harness.row.tasks import TaskScore
 from harness.tasks.metrics import Outcome, rate
 from harness.tasks.spec import TaskFile, TaskItem, TaskSpec, Where
 

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from harness.errors import quote
-from harness.row import TaskScore
+from harness.row.tasks import TaskScore
 from harness.tasks.kinds.base import Gold, Pick
 from harness.tasks.metrics import Outcome, rate
 from harness.tasks.spec import MAX_CHOICES, TaskFile, TaskItem, TaskSpec, Where

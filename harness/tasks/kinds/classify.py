@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from harness.errors import did_you_mean, one_of, quote
-from harness.row import TaskScore
+from harness.row.tasks import TaskScore
 from harness.tasks.kinds.base import Gold, Pick
 from harness.tasks.metrics import Outcome, confusion, macro_f1, rate
 from harness.tasks.spec import (

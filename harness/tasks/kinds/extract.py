@@ -14,7 +14,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from harness.errors import quote
-from harness.row import TaskScore
+from harness.row.tasks import TaskScore
 from harness.tasks.kinds.base import Generate, Gold, Miss, excerpt
 from harness.tasks.metrics import Outcome, field_prf, json_validity, presence_rate
 from harness.tasks.spec import (

@@ -41,8 +41,8 @@ from harness.row import (
     Speed,
     Status,
     Tasks,
-    TaskScore,
 )
+from harness.row.tasks import TaskScore
 from harness.run.contracts import GroupItem, WorkContext, is_reference
 from harness.run.device import (
     Job,
