@@ -11,7 +11,8 @@ from harness.measure import verdict
 from harness.row import Provenance, ResultRow
 from harness.run.contracts import WorkContext
 from harness.run.store import write_row
-from harness.spec.scenario import Point, QualitySettings, Reference, VllmOptions
+from harness.spec.quality import QualitySettings
+from harness.spec.scenario import Point, Reference, VllmOptions
 from harness.spec.tariffs import Package, Tariff, TariffTable
 
 _counter = itertools.count()

@@ -8,21 +8,6 @@ import pytest
 from harness import budget
 
 
-def test_arc_items_are_scored_as_the_arc_easy_task_and_a_listed_one_decides() -> None:
-    from harness.spec.scenario import QualitySettings
-
-    def scored(**settings: object) -> list[tuple[str, int]]:
-        tasks = QualitySettings.model_validate(settings).scored_tasks()
-        return [(t.name, len(t.scored)) for t in tasks]
-
-    assert scored(arc_items=10) == [("arc-easy", 10)]
-    assert scored(arc_items="all") == [("arc-easy", 2376)]  # every item the corpus ships
-    assert scored(arc_items=0) == []
-    assert scored(arc_items=10, tasks=["snips-intent"]) == [("snips-intent", 210), ("arc-easy", 10)]
-    # listed, it is scored as listed (every item), once
-    assert scored(arc_items=10, tasks=["arc-easy"]) == [("arc-easy", 2376)]
-
-
 def test_the_budget_carries_each_groups_quality_phase_and_all_items_cost_more() -> None:
     from harness.spec.scenario import Scenario, expand
 

@@ -208,7 +208,8 @@ def _worker_check(out: Path, names: list[str], options: Options) -> Check:
     """One small point per backend through the worker; the transformers group is the reference."""
     from harness.run.contracts import WorkContext
     from harness.run.worker import measure_group
-    from harness.spec.scenario import Point, QualitySettings, Reference, VllmOptions
+    from harness.spec.quality import QualitySettings
+    from harness.spec.scenario import Point, Reference, VllmOptions
 
     quality = QualitySettings(window_tokens=64, max_windows=4, arc_items=8)
     ctx = WorkContext(

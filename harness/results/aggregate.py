@@ -31,7 +31,7 @@ from harness.results import frame as frames
 from harness.results import regressions as reg
 from harness.results.columns import CONFIGURATION, PEAK_MEMORY
 from harness.run.store import read_manifest
-from harness.spec.scenario import GATE_METRICS, gate_names
+from harness.spec.quality import GATE_METRICS, gate_names
 from harness.spec.tariffs import TariffTable
 
 SPEED_ONLY_COLUMNS = (

@@ -63,7 +63,7 @@ from harness.results.frame import (
     with_columns,
 )
 from harness.results.pricing import QUALITY_CLASSES, pass_column, verdict_column
-from harness.spec.scenario import gate_names
+from harness.spec.quality import gate_names
 
 # A reference is of the same run, model and revision; the same target is preferred.
 SAME_REFERENCE = ("run", "model", "revision")

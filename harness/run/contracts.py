@@ -15,7 +15,8 @@ from pydantic import BaseModel, ConfigDict
 
 from harness.backends.base import WindowScores
 from harness.row import Energy, Header, Part, PointColumns, Provenance, ResultRow, Status
-from harness.spec.scenario import GroupKey, Point, QualitySettings, Reference, VllmOptions
+from harness.spec.quality import QualitySettings
+from harness.spec.scenario import GroupKey, Point, Reference, VllmOptions
 
 GroupItem = WindowScores | ResultRow
 

@@ -10,30 +10,23 @@ grid capped at ``MAX_GRID_POINTS`` before it is expanded.
 from __future__ import annotations
 
 import hashlib
-import itertools
 import json
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import (
-    BaseModel,
-    ConfigDict,
     Field,
     NonNegativeInt,
     PositiveInt,
-    ValidationError,
     ValidationInfo,
     field_validator,
     model_validator,
 )
-from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from harness import __version__, modes
 from harness.errors import UserInputError
 from harness.spec import adapters, catalog, inputs, models
 from harness.spec.capabilities import (
-    MAX_CARDS,
     WEIGHT_FORMATS,
     Backend,
     KvCacheDtype,
@@ -43,6 +36,8 @@ from harness.spec.capabilities import (
 )
 from harness.spec.compat import layout_rule_for, rule_for
 from harness.spec.labels import adapter_label, model_key
+from harness.spec.parallel import Parallel
+from harness.spec.quality import QualitySettings
 from harness.spec.speculative import (
     Speculative,
     SpeculativeEntry,
@@ -50,12 +45,15 @@ from harness.spec.speculative import (
     without_speculation,
 )
 from harness.spec.speculative import rule_for as speculation_rule_for
-from harness.spec.yamlinput import excerpt, load_model, parse_model, unique
-from harness.tasks.arc import NAME as ARC_NAME
-from harness.tasks.arc import arc_task
-from harness.tasks.builtin import tasks_of
-from harness.tasks.kinds import kind_of
-from harness.tasks.spec import TaskEntry, TaskSpec
+from harness.spec.yamlinput import (
+    Input,
+    Strict,
+    excerpt,
+    load_model,
+    located,
+    parse_model,
+    unique,
+)
 
 # Plausible bounds: a value outside them is a typo or an attack, never a benchmark.
 MAX_BATCH = 4096
@@ -65,10 +63,6 @@ MAX_REPEATS = 100
 MAX_WARMUPS = 100
 MAX_MIN_DURATION_S = 3600.0
 MAX_SEED = 2**32 - 1  # numpy's seed range
-MAX_WINDOW_TOKENS = 8192
-MAX_WINDOWS = 100_000
-MAX_ARC_ITEMS = 10_000
-MAX_BOOTSTRAP = 100_000
 MAX_MODELS = 32
 MAX_AXIS_VALUES = 64  # values in one list: batch, context, …
 MAX_EXCLUDES = 256
@@ -78,16 +72,6 @@ MAX_PATH = 4096  # characters of a path (an adapter folder)
 
 Batch = Annotated[int, Field(gt=0, le=MAX_BATCH)]
 Context = Annotated[int, Field(gt=0, le=MAX_CONTEXT)]
-
-
-class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class Input(Strict):
-    """What a person writes: no coercion, no inf/nan."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
 
 
 Weights = Literal["checkpoint", "random"]
@@ -157,76 +141,6 @@ class Reference(Input):
     kv_cache_dtype: KvCacheDtype = "auto"
 
 
-# The metrics the equal-quality gate can decide on (harness.measure.verdict): the paired
-# per-window ΔNLL (perplexity) and the scored tasks (harness.tasks: per item or per field, overall
-# and per category; ARC-Easy is the shipped task `arc-easy`).
-GateMetric = Literal["ppl", "tasks"]
-GATE_METRICS: tuple[GateMetric, ...] = ("ppl", "tasks")
-# Gate names of earlier versions, read as what they are now (scenarios and run manifests): ARC
-# had a metric of its own before it was scored as a task.
-GATE_RENAMED: dict[str, GateMetric] = {"arc": "tasks"}
-MAX_TASKS = 32
-
-
-def gate_names(names: Iterable[str]) -> list[str]:
-    """``names`` with earlier gate names read as today's (``GATE_RENAMED``), each once."""
-    return list(dict.fromkeys(GATE_RENAMED.get(n, n) for n in names))
-
-
-class QualitySettings(Input):
-    window_tokens: int = Field(256, gt=0, le=MAX_WINDOW_TOKENS)
-    max_windows: int | None = Field(64, gt=0, le=MAX_WINDOWS)  # None = every window
-    # ARC-Easy test items scored as the shipped task `arc-easy`, spread evenly over the file
-    # ("all": every item; 0: none); a scenario that lists `arc-easy` in `tasks` decides there
-    arc_items: Annotated[int, Field(ge=0, le=MAX_ARC_ITEMS)] | Literal["all"] = 100
-    bootstrap_samples: int = Field(1000, gt=0, le=MAX_BOOTSTRAP)
-    # which measured metrics decide equal quality; None: every metric the run measures
-    gate: Annotated[list[GateMetric], Field(min_length=1)] | None = None
-    # tasks scored on the group's engine (harness.tasks): a shipped task's name, one with
-    # settings, or a user's task file ({path, kind, prompt, ...}), read and checked here; the
-    # entry's type is chosen from its shape (harness.tasks.spec.entry_shape)
-    tasks: Annotated[list[TaskEntry], Field(min_length=1, max_length=MAX_TASKS)] | None = None
-
-    @field_validator("gate", mode="before")
-    @classmethod
-    def earlier_gate_names(cls, value: object) -> object:
-        return gate_names(map(str, value)) if isinstance(value, list) else value
-
-    @model_validator(mode="after")
-    def task_files_are_valid(self) -> QualitySettings:
-        """Every task file read strictly now (one line: file, line, field), names distinct."""
-        self.scored_tasks()
-        return self
-
-    def scored_tasks(self) -> list[TaskSpec]:
-        """Every task a group scores: the listed ones, then `arc-easy` on ``arc_items`` items
-        unless listed or 0."""
-        listed = tasks_of(self.tasks or [])
-        if self.arc_items and all(t.name != ARC_NAME for t in listed):
-            listed.append(arc_task(None if self.arc_items == "all" else self.arc_items))
-        return listed
-
-    def task_calls(self) -> tuple[int, int]:
-        """(continuations scored, tokens generated at most) by the tasks of one group, as each
-        task's kind counts them (harness.tasks.kinds: each label or choice of each scored item
-        scored, or max_new_tokens per item generated)."""
-        continuations = generated = 0
-        for task in self.scored_tasks():
-            scored, made = kind_of(task.kind).work(task)
-            continuations, generated = continuations + scored, generated + made
-        return continuations, generated
-
-    def task_texts(self) -> list[tuple[str, str]]:
-        """(name, every prompt and answer) of each task, for the leakage check."""
-        return [(t.name, t.text()) for t in self.scored_tasks()]
-
-    def gated(self) -> tuple[GateMetric, ...]:
-        """The metrics the gate reads, in GATE_METRICS order (tasks only where one is scored)."""
-        wanted = self.gate if self.gate is not None else list(GATE_METRICS)
-        scored = {"tasks": bool(self.tasks) or bool(self.arc_items)}
-        return tuple(m for m in GATE_METRICS if m in wanted and scored.get(m, True))
-
-
 class VllmOptions(Input):
     gpu_memory_utilization: float = Field(0.9, gt=0.0, le=1.0)
     enforce_eager: bool = False
@@ -234,61 +148,6 @@ class VllmOptions(Input):
 
 
 Few = Field(min_length=1, max_length=MAX_AXIS_VALUES)
-Cards = Annotated[int, Field(gt=0, le=MAX_CARDS)]
-
-
-class Parallel(Input):
-    """The layouts to measure (harness.spec.capabilities.Layout): every combination of
-    `tensor`, `pipeline` and `expert`. `cards`: the cards of one node, `nodes`: the nodes of the
-    cluster (when given, tensor ranks stay inside a node and tensor × pipeline within the
-    cluster). Data parallelism follows from the node's cards (pricing), not listed here."""
-
-    cards: Cards | None = None
-    nodes: Cards = 1
-    tensor: list[Cards] = Field(default_factory=lambda: [1], min_length=1, max_length=64)
-    pipeline: list[Cards] = Field(default_factory=lambda: [1], min_length=1, max_length=64)
-    expert: list[bool] = Field(default_factory=lambda: [False], min_length=1, max_length=2)
-
-    @field_validator("tensor", "pipeline", "expert")
-    @classmethod
-    def each_once(cls, value: list[Any]) -> list[Any]:
-        return unique(value)
-
-    @field_validator("tensor")
-    @classmethod
-    def tensor_within_a_node(cls, value: list[int], info: ValidationInfo) -> list[int]:
-        cards = info.data.get("cards")
-        if cards is not None and max(value) > cards:
-            raise ValueError(
-                f"tensor={max(value)} exceeds the node's {cards} cards (parallel.cards); tensor "
-                "ranks all-reduce every layer and stay inside one node"
-            )
-        return value
-
-    @field_validator("pipeline")
-    @classmethod
-    def ranks_within_the_cluster(cls, value: list[int], info: ValidationInfo) -> list[int]:
-        cards, nodes = info.data.get("cards"), info.data.get("nodes", 1)
-        tensor = info.data.get("tensor")
-        if cards is None or not tensor:
-            return value
-        largest = max(tensor) * max(value)
-        if largest > cards * nodes:
-            raise ValueError(
-                f"tensor × pipeline = {max(tensor)} × {max(value)} = {largest} exceeds the "
-                f"cluster's {cards * nodes} cards ({nodes} node(s) of {cards}: parallel.cards, "
-                "parallel.nodes)"
-            )
-        return value
-
-    def layouts(self) -> list[Layout | None]:
-        """Every layout, in (tensor, pipeline, expert) order; one card without experts spread
-        is None (the keys of earlier runs)."""
-        out: list[Layout | None] = []
-        for tp, pp, ep in itertools.product(self.tensor, self.pipeline, self.expert):
-            layout = Layout(tensor=tp, pipeline=pp, expert=ep)
-            out.append(None if layout.is_single_card else layout)
-        return out
 
 
 class Exclude(Input):
@@ -480,15 +339,6 @@ class Scenario(Input):
 
 
 INFERENCE_AXES = ("quantization", "batch", "context", "output_tokens")
-
-
-def located(loc: tuple[int | str, ...], message: str, value: object) -> ValidationError:
-    """A validator's refusal of one element inside its field (``loc`` below the field), so the
-    error names that element's line and path, not the field's."""
-    error = PydanticCustomError("value_error", "{message}", {"message": message})
-    return ValidationError.from_exception_data(
-        "Scenario", [InitErrorDetails(type=error, loc=loc, input=value)]
-    )
 
 
 # The fields that say which configuration a point measures (the rest of a Point says how:

@@ -44,6 +44,7 @@ from pydantic import (
 from harness.errors import UserInputError
 from harness.spec import catalog
 from harness.spec.capabilities import ALL_TARGETS, GPU_TARGETS, VLLM, Backend, Target
+from harness.spec.yamlinput import Input
 
 MAX_SPECULATIVE_TOKENS = 16  # draft tokens per step: beyond this acceptance has long collapsed
 MAX_LOOKUP = 64  # n-gram lookup window, tokens
@@ -52,10 +53,6 @@ NONE = "none"  # the axis value without speculation
 NONE_ENTRY: Literal["none"] = "none"
 
 MethodName = Literal["ngram", "draft", "eagle", "eagle3", "mtp"]
-
-
-class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
 
 
 class SpeculationMethod(BaseModel):
@@ -119,7 +116,7 @@ MTP_MODEL_TYPES = frozenset({
 })  # fmt: skip
 
 
-class _Base(Strict):
+class _Base(Input):
     tokens: int = Field(gt=0, le=MAX_SPECULATIVE_TOKENS)  # draft tokens per step (k)
     # replay a fixed mean acceptance length L (vLLM's synthetic rejection sampler), 1 ≤ L ≤ k+1
     synthetic: float | None = Field(None, ge=1.0, le=MAX_SPECULATIVE_TOKENS + 1.0)

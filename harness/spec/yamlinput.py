@@ -19,12 +19,24 @@ from pathlib import Path
 from typing import Annotated, Any, TypeVar, Union, get_args, get_origin
 
 import yaml
-from pydantic import BaseModel, Tag, ValidationError
+from pydantic import BaseModel, ConfigDict, Tag, ValidationError
+from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from harness.errors import QUOTE_CHARS, UserInputError, as_field, did_you_mean, quote
 from harness.files import decode_utf8, read_capped
 
 M = TypeVar("M", bound=BaseModel)
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Input(Strict):
+    """What a person writes: no coercion, no inf/nan."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
+
 
 MAX_INPUT_BYTES = 1 << 20  # 1 MiB: the largest shipped file is a few KiB
 MAX_DEPTH = 32  # nesting levels of mappings and lists
@@ -261,3 +273,12 @@ def line_of(root: yaml.Node | None, loc: tuple[Any, ...]) -> int | None:
         node = child
         line = node.start_mark.line + 1
     return line
+
+
+def located(loc: tuple[int | str, ...], message: str, value: object) -> ValidationError:
+    """A validator's refusal of one element inside its field (``loc`` below the field), so the
+    error names that element's line and path, not the field's."""
+    error = PydanticCustomError("value_error", "{message}", {"message": message})
+    return ValidationError.from_exception_data(
+        "Scenario", [InitErrorDetails(type=error, loc=loc, input=value)]
+    )

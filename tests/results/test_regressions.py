@@ -269,7 +269,8 @@ def test_a_real_tiny_model_run_gets_a_regressions_table(tmp_path: Path) -> None:
     written as a run writes them, aggregated and published."""
     from harness.run.contracts import WorkContext
     from harness.run.worker import measure_group
-    from harness.spec.scenario import QualitySettings, Reference, VllmOptions
+    from harness.spec.quality import QualitySettings
+    from harness.spec.scenario import Reference, VllmOptions
     from tests.run.test_worker import point
 
     quality = QualitySettings(window_tokens=64, max_windows=4, arc_items=16, bootstrap_samples=50)

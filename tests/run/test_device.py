@@ -21,7 +21,8 @@ from harness.run import device as dev
 from harness.run import sweep, worker
 from harness.run.contracts import GroupItem, WorkContext
 from harness.spec import catalog
-from harness.spec.scenario import GroupKey, Point, QualitySettings, Reference, VllmOptions
+from harness.spec.quality import QualitySettings
+from harness.spec.scenario import GroupKey, Point, Reference, VllmOptions
 
 
 def context(tmp_path: Path, gpu: str | None = None) -> WorkContext:

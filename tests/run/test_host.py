@@ -36,7 +36,8 @@ from harness.run import forking, host, sweep
 from harness.run.contracts import WorkContext
 from harness.run.store import read_rows
 from harness.run.worker import iter_group, measure_group
-from harness.spec.scenario import Point, QualitySettings
+from harness.spec.quality import QualitySettings
+from harness.spec.scenario import Point
 from tests import factories as F
 
 QUALITY = QualitySettings(window_tokens=64, max_windows=2, arc_items=2, bootstrap_samples=200)

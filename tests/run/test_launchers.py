@@ -23,7 +23,8 @@ from harness.run import forking, sweep
 from harness.run.contracts import GroupItem, WorkContext, point_row
 from harness.run.launchers import base, forked, inline
 from harness.run.launchers.base import GroupCall, Launched
-from harness.spec.scenario import Point, QualitySettings
+from harness.spec.quality import QualitySettings
+from harness.spec.scenario import Point
 from tests import factories as F
 
 QUALITY = QualitySettings(window_tokens=64, max_windows=2, arc_items=2, bootstrap_samples=200)

@@ -17,7 +17,7 @@ import pytest
 
 from harness.run import driver, sweep
 from harness.run.launchers.actor import ActorLauncher
-from harness.spec.scenario import QualitySettings
+from harness.spec.quality import QualitySettings
 from tests import factories as F
 
 # Loads an engine or starts Ray: not in `make test-fast` (tests/conftest.py).

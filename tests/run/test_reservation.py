@@ -15,7 +15,8 @@ from harness import corpus
 from harness.run import driver, forking, reservation, store, sweep
 from harness.run.contracts import point_row
 from harness.spec.capabilities import Layout
-from harness.spec.scenario import GroupKey, QualitySettings
+from harness.spec.quality import QualitySettings
+from harness.spec.scenario import GroupKey
 from tests import factories as F
 
 QUALITY = QualitySettings(window_tokens=64, max_windows=2, arc_items=2, bootstrap_samples=200)

@@ -12,7 +12,8 @@ from harness.row import ResultRow
 from harness.run.contracts import WorkContext
 from harness.run.store import reference_artifact
 from harness.run.worker import measure_group
-from harness.spec.scenario import Point, QualitySettings
+from harness.spec.quality import QualitySettings
+from harness.spec.scenario import Point
 from tests import factories as F
 
 # Loads an engine or starts Ray: not in `make test-fast` (tests/conftest.py).

@@ -12,7 +12,8 @@ import pytest
 from harness.row import ResultRow
 from harness.run.contracts import WorkContext
 from harness.run.worker import measure_group
-from harness.spec.scenario import Point, QualitySettings, Reference, VllmOptions
+from harness.spec.quality import QualitySettings
+from harness.spec.scenario import Point, Reference, VllmOptions
 from tests import factories as F
 
 pytestmark = pytest.mark.skipif(

@@ -13,7 +13,8 @@ from harness.row import ResultRow
 from harness.run.contracts import WorkContext
 from harness.run.store import load_scores, load_window_tasks, reference_artifact
 from harness.run.worker import measure_group
-from harness.spec.scenario import Point, QualitySettings, Reference, VllmOptions
+from harness.spec.quality import QualitySettings
+from harness.spec.scenario import Point, Reference, VllmOptions
 from harness.tasks import metrics
 from harness.tasks.builtin import SNIPS_INTENTS
 

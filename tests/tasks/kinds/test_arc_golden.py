@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from harness.spec.scenario import QualitySettings
+from harness.spec.quality import QualitySettings
 from harness.tasks import metrics
 from harness.tasks.arc import arc_task
 from harness.tasks.kinds import kind_of

@@ -17,7 +17,8 @@ from harness.modes.serving.device.server import ServerConfig, ServerError, VllmS
 from harness.modes.serving.spec import Load, SloTargets
 from harness.run.contracts import WorkContext
 from harness.run.device import Job
-from harness.spec.scenario import QualitySettings, Reference, VllmOptions
+from harness.spec.quality import QualitySettings
+from harness.spec.scenario import Reference, VllmOptions
 from tests.run.test_device import SERVED
 
 # A stand-in child: prints what the builder gives it, then exits (a server "not ready").

@@ -9,7 +9,8 @@ from harness.modes.serving.device.loadgen import LevelResult, mark_saturation
 from harness.modes.serving.device.run import earlier_levels
 from harness.row import ResultRow
 from harness.run.contracts import WorkContext
-from harness.spec.scenario import GroupKey, QualitySettings, Reference, VllmOptions
+from harness.spec.quality import QualitySettings
+from harness.spec.scenario import GroupKey, Reference, VllmOptions
 from tests.factories import row, write_run
 
 GROUP = GroupKey(

@@ -20,7 +20,8 @@ from harness.row import Part, ResultRow, Serving, Speed, Status
 from harness.run import store
 from harness.run.contracts import WorkContext, point_row
 from harness.spec import scenario as scen
-from harness.spec.scenario import Point, QualitySettings, Reference, VllmOptions
+from harness.spec.quality import QualitySettings
+from harness.spec.scenario import Point, Reference, VllmOptions
 
 SCENARIO = """\
 name: search-run-test

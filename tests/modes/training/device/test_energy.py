@@ -16,7 +16,8 @@ from harness.row import ResultRow
 from harness.run.contracts import WorkContext
 from harness.run.device import Job
 from harness.spec import models
-from harness.spec.scenario import Point, QualitySettings, Reference, VllmOptions
+from harness.spec.quality import QualitySettings
+from harness.spec.scenario import Point, Reference, VllmOptions
 from tests.run.test_worker_energy import constant_power
 
 # Loads an engine or starts Ray: not in `make test-fast` (tests/conftest.py).

@@ -17,7 +17,8 @@ from harness.run import store
 from harness.run.contracts import WorkContext
 from harness.run.device import Job
 from harness.spec import models
-from harness.spec.scenario import Point, QualitySettings, Reference, VllmOptions
+from harness.spec.quality import QualitySettings
+from harness.spec.scenario import Point, Reference, VllmOptions
 from tests.factories import row, write_run
 
 # Loads an engine or starts Ray: not in `make test-fast` (tests/conftest.py).

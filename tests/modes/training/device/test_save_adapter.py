@@ -15,7 +15,8 @@ from harness.modes.training.spec import TrainingPoint
 from harness.run.contracts import WorkContext
 from harness.run.device import Job
 from harness.spec import adapters, models
-from harness.spec.scenario import Point, QualitySettings, Reference, VllmOptions
+from harness.spec.quality import QualitySettings
+from harness.spec.scenario import Point, Reference, VllmOptions
 
 # Loads an engine or starts Ray: not in `make test-fast` (tests/conftest.py).
 pytestmark = pytest.mark.engine
