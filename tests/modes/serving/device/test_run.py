@@ -53,6 +53,7 @@ KILLED_LEVEL = "r1"
 
 
 WATTS = 30.0
+COUNTER_LAG = 0.3  # the share of a level's window the test's counter thread may run late
 RANGE_UJ = 1 << 40
 
 
@@ -195,8 +196,12 @@ def test_each_levels_energy_is_read_over_its_load_window_at_the_counters_power(
             continue
         measured += 1
         assert row.energy_unavailable_reason is None, label
-        assert row.avg_power_w_serving == pytest.approx(WATTS, rel=0.1), label
-        assert row.energy_j_serving == pytest.approx(WATTS * row.serving_duration_s, rel=0.1)
+        # the counter is rewritten by a thread of this process every 10 ms: on a loaded machine
+        # it runs late, by a few hundred ms over a window of 1 to 3 s (22.3 W once, beside a
+        # second test run); a wrong window (the server's start, another level) is off by far more
+        assert row.avg_power_w_serving == pytest.approx(WATTS, rel=COUNTER_LAG), label
+        energy = WATTS * row.serving_duration_s
+        assert row.energy_j_serving == pytest.approx(energy, rel=COUNTER_LAG)
         data = json.loads(next(run["dir"].glob(f"serving/*/levels/{label}.json")).read_text())
         tokens = sum(q.output_tokens for q in parse_bench_json(data).requests if q.ok)
         assert row.j_per_token_serving == pytest.approx(row.energy_j_serving / tokens)
