@@ -496,8 +496,3 @@ def level_problems(server: VllmServer, rc: int, timed_out: bool, timeout_s: floa
     elif rc != 0:
         problems.append(f"vllm bench serve exited with code {rc}")
     return problems
-
-
-def run_levels(server: VllmServer, levels: Sequence[Load], run: LevelRun) -> list[LevelResult]:
-    """Every level in order (a dead server makes the rest `error` records), saturation marked."""
-    return mark_saturation([run_level(server, level, run) for level in levels])

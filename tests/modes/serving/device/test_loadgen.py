@@ -21,6 +21,7 @@ from harness.modes.serving.device.loadgen import (
     load_args,
     mark_saturation,
     parse_bench_json,
+    run_level,
 )
 from harness.modes.serving.device.server import ServerConfig, VllmServer
 from harness.modes.serving.slo import meets
@@ -221,3 +222,26 @@ def test_a_levels_hit_rate_is_the_difference_of_the_counters() -> None:
     assert off["prefix_cache_hit_rate"] == 0.0 and off["prefix_cache_queried_tokens"] == 0
     assert "prefix_cache_hit_rate" not in cache_fields(on, None, (1.0, 1.0))  # unreadable
     assert "prefix_cache_hit_rate" not in cache_fields(on, (9.0, 9.0), (1.0, 1.0))  # restarted
+
+
+class DeadServer:
+    """A server whose process has ended (killed: 137), with the last lines of its log."""
+
+    def alive(self) -> bool:
+        return False
+
+    def returncode(self) -> int:
+        return 137
+
+    def log_tail(self) -> list[str]:
+        return ["engine core died"]
+
+
+def test_a_level_against_a_dead_server_is_an_error_record_and_never_runs(tmp_path: Path) -> None:
+    run = LevelRun(dataset=tmp_path / "prompts.jsonl", out_dir=tmp_path / "levels",
+                   slo=RECORDED_SLO, requests=16, command=("false",))  # fmt: skip
+    got = run_level(DeadServer(), Load(concurrency=4), run)  # type: ignore[arg-type]
+    assert got.status == "error" and got.requests_failed == 16 and got.requests_ok == 0
+    assert got.error == "the server was not running (exit code 137); level not run"
+    assert got.server_log_tail == ["engine core died"]
+    assert list((tmp_path / "levels").iterdir()) == []  # no generator was started

@@ -77,7 +77,7 @@ def kill_during(run_dir: Path, label: str, done: threading.Event, found: dict[st
     """SIGKILL the serving group's current server 1.5 s after `label`'s main run started."""
     deadline = time.monotonic() + 850
     while time.monotonic() < deadline and not done.is_set():
-        logs = list(run_dir.glob(f"serving/*/levels/{label}.bench.log"))
+        logs = list(run_dir.glob(f"serving/**/levels/{label}.bench.log"))
         if logs and "Starting main benchmark run" in logs[0].read_text(errors="replace"):
             time.sleep(1.5)
             starts = json.loads((logs[0].parents[1] / "server.json").read_text())
@@ -170,7 +170,7 @@ def test_attainment_is_recomputed_from_the_generators_per_request_data(
     for label, row in serving_rows(run).items():
         if row.status != "ok":
             continue
-        result = next(run["dir"].glob(f"serving/*/levels/{label}.json"))
+        result = next(run["dir"].glob(f"serving/**/levels/{label}.json"))
         data = json.loads(result.read_text())
         requests = parse_bench_json(data).requests
         assert len(requests) == REQUESTS
@@ -202,7 +202,7 @@ def test_each_levels_energy_is_read_over_its_load_window_at_the_counters_power(
         assert row.avg_power_w_serving == pytest.approx(WATTS, rel=COUNTER_LAG), label
         energy = WATTS * row.serving_duration_s
         assert row.energy_j_serving == pytest.approx(energy, rel=COUNTER_LAG)
-        data = json.loads(next(run["dir"].glob(f"serving/*/levels/{label}.json")).read_text())
+        data = json.loads(next(run["dir"].glob(f"serving/**/levels/{label}.json")).read_text())
         tokens = sum(q.output_tokens for q in parse_bench_json(data).requests if q.ok)
         assert row.j_per_token_serving == pytest.approx(row.energy_j_serving / tokens)
     assert measured >= 1  # c1 and r4 last seconds even on a fast machine
@@ -221,12 +221,23 @@ def test_killing_the_server_mid_level_gives_an_error_row_and_the_next_level_runs
     # the next level ran on a fresh server, with its own log
     assert rows["r4"].status == "ok"
     assert rows["r4"].server_log != killed.server_log
-    starts = json.loads(next(run["dir"].glob("serving/*/server.json")).read_text())
+    starts = json.loads(next(run["dir"].glob("serving/**/server.json")).read_text())
     assert len(starts) == 2
 
 
+def test_a_server_without_prefix_caching_reports_no_lookups_and_no_hits(
+    run: dict[str, Any],
+) -> None:
+    for label, row in serving_rows(run).items():
+        if row.status != "ok":
+            continue
+        assert row.prefix_caching is False, label
+        assert (row.prefix_cache_queried_tokens, row.prefix_cache_hit_tokens) == (0, 0), label
+        assert row.prefix_cache_hit_rate == 0, label
+
+
 def test_no_server_is_left_listening_or_running(run: dict[str, Any]) -> None:
-    starts = json.loads(next(run["dir"].glob("serving/*/server.json")).read_text())
+    starts = json.loads(next(run["dir"].glob("serving/**/server.json")).read_text())
     for start in starts:
         assert not port_in_use(int(start["port"]))
         assert group_members(int(start["pgid"])) == []

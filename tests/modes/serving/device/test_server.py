@@ -1,7 +1,8 @@
 """The server wrapper without vLLM: argument mapping, and the process-group life cycle driven with
 a stand-in server (a few lines of Python that answer /health and /v1/models, and leave a child
 that ignores SIGTERM), so start, health check, failure with the log's tail, and stop (SIGTERM,
-then SIGKILL) are tested in seconds. The real `vllm serve` is in test_serve_vllm_cpu.py."""
+then SIGKILL) are tested in seconds. The real `vllm serve` is in test_run.py (the serving runner
+end to end)."""
 
 from __future__ import annotations
 
