@@ -19,6 +19,7 @@ a manifest that is not JSON or not a harness manifest is refused with what to do
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import errno
 import fcntl
 import hashlib
@@ -48,7 +49,8 @@ from harness.run.contracts import WorkContext, is_reference
 from harness.spec.scenario import GroupKey
 from harness.tasks import metrics as task_metrics
 from harness.tasks.arc import NAME as ARC_NAME
-from harness.tasks.arc import arc_rows
+from harness.tasks.arc import arc_task
+from harness.tasks.kinds.base import item_outcome
 
 POINTS = "points"
 MANIFEST = "manifest.json"
@@ -250,20 +252,15 @@ def legacy_arc_arrays(index: NDArray[Any], hits: NDArray[Any]) -> dict[str, Any]
     index, hits = np.asarray(index), np.asarray(hits)
     if index.ndim != 1 or hits.shape != (index.size, 2) or index.dtype.kind not in "iu":
         return {}
-    rows = arc_rows()
-    if index.size and (index.min() < 0 or index.max() >= len(rows)):
+    arc = arc_task(None)
+    if index.size and (index.min() < 0 or index.max() >= len(arc.scored)):
         return {}
-    gold = np.array([str(rows[i].gold) for i in index.tolist()], dtype=str)
-    correct = hits[:, 0].astype(bool)
-    zeros = np.zeros(index.size, dtype=np.int64)
-    outcome = task_metrics.Outcome(
-        kind="choice", item_id=index.astype(str), category=np.full(index.size, "all"),
-        correct=correct, predicted=np.where(correct, gold, "?"), gold=gold,
-        valid=np.ones(index.size, dtype=bool), required=zeros, present=zeros,
-        output_fields=zeros, output_hits=zeros, field_item=np.zeros(0, dtype=np.int64),
-        field_name=np.array([], dtype=str), field_hit=np.array([], dtype=bool),
-        correct_norm=hits[:, 1].astype(bool),
-    )  # fmt: skip
+    task = dataclasses.replace(arc, scored=tuple(arc.scored[i] for i in index.tolist()))
+    gold = [str(item.gold) for item in task.scored]
+    correct = hits[:, 0].astype(bool).tolist()
+    predicted = [g if right else "?" for g, right in zip(gold, correct, strict=True)]
+    made = item_outcome("choice", task, correct, predicted, gold)
+    outcome = dataclasses.replace(made, correct_norm=hits[:, 1].astype(bool))
     return task_metrics.to_arrays(ARC_NAME, outcome)
 
 
