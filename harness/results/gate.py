@@ -63,7 +63,7 @@ from harness.results.frame import (
     with_columns,
 )
 from harness.results.pricing import QUALITY_CLASSES, pass_column, verdict_column
-from harness.spec.quality import gate_names
+from harness.spec.quality import GATE_METRICS, gate_names
 
 # A reference is of the same run, model and revision; the same target is preferred.
 SAME_REFERENCE = ("run", "model", "revision")
@@ -144,8 +144,8 @@ def references(
 METRIC_COLUMNS: dict[str, tuple[str, str, str, str]] = {
     "ppl": ("dnll_vs_ref", "dnll_ci90_low", "dnll_ci90_high", "quality_windows"),
 }
+# what each metric the gate judges (spec.quality.GATE_METRICS, in the order it shows them) counts
 UNITS = {"ppl": "windows", "tasks": "task units (items or gold fields)"}
-GATE_METRICS = tuple(UNITS)  # every metric the gate judges, in the order it shows them
 NOT_MEASURED = "not measured"  # a metric's verdict column where the row did not measure it
 UNMEASURED = "unmeasured_gates"  # per row: each gated metric not measured, and why
 GATED_ON = "gated_on"  # per row: the metrics its verdict reads, comma-separated

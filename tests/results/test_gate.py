@@ -158,3 +158,10 @@ def test_the_reference_is_per_model_and_run_and_prefers_the_same_target() -> Non
     assert np.isnan(by[("run-b", "tiny-llama", "cuda", "bnb-nf4")])
     result = aggregate(frame_from_rows(rows), F.tariffs())
     assert result.counts["models_without_reference"] == ["no-ref"]
+
+
+def test_every_metric_the_gate_judges_says_what_its_units_are() -> None:
+    from harness.results import gate
+    from harness.spec.quality import GATE_METRICS
+
+    assert tuple(gate.UNITS) == GATE_METRICS == ("ppl", "tasks")
