@@ -522,15 +522,17 @@ def fit_verdict(
 
 def decode_step_bytes(
     arch: ModelArch, weights: float, quantization: str, kv_cache_dtype: str, batch: int,
-    context: int, new_tokens: int,
+    context: int, new_tokens: int, layout: Layout | None = None, stage: int = 0,
 ) -> tuple[float, float]:  # fmt: skip
-    """(weight bytes, KV-cache bytes) one decode step reads: ``weights`` less an untied input
-    embedding (a lookup of B rows, not a read of the whole table), and the batch's KV cache at
-    the mean decode context."""
+    """(weight bytes, KV-cache bytes) one decode step reads: ``weights`` (the whole model's, or
+    under ``layout`` one rank's of ``stage``) less its untied input embedding (a lookup of B
+    rows, not a read of the whole table), and the whole batch's KV cache at the mean decode
+    context."""
     mean = roofline.mean_decode_context(context, new_tokens) if new_tokens >= 2 else context
     kv = kv_cache_bytes(arch, kv_cache_dtype, quantization, mean, batch)
     per_param = unquantized_bytes_per_param(arch, quantization)
-    lookup_only = 0 if arch.tie_embeddings else param_counts(arch).embeddings * per_param
+    embeddings = param_counts(arch, layout, stage).embeddings
+    lookup_only = 0 if arch.tie_embeddings else embeddings * per_param
     return weights - lookup_only, kv
 
 
@@ -558,19 +560,14 @@ def layout_decode_ceiling_tok_s(card: GpuSpec, arch: ModelArch, point: Point) ->
     """Tokens/s of a batch under a layout: B / (Σ over stages of the stage's rank bytes read per
     step at the card's bandwidth (its weights less the embedding lookup, its KV at the mean
     decode context) + the step's all-reduces)."""
-    layout = point.layout
+    layout, q = point.layout, point.quantization
     assert layout is not None
-    new = point.output_tokens
-    mean_tokens = roofline.mean_decode_context(point.context, new) if new >= 2 else point.context
-    kv_all = kv_cache_bytes(
-        arch, point.kv_cache_dtype, point.quantization, mean_tokens, point.batch
-    )
-    per_param = unquantized_bytes_per_param(arch, point.quantization)
     step = allreduce_seconds(card, arch, point, point.batch)
     for s in range(layout.pipeline):
-        counts = param_counts(arch, layout, s)
-        lookup = 0 if arch.tie_embeddings else counts.embeddings * per_param
-        read = weights_bytes(arch, point.quantization, layout, s) - lookup
+        read, kv_all = decode_step_bytes(
+            arch, weights_bytes(arch, q, layout, s), q, point.kv_cache_dtype, point.batch,
+            point.context, point.output_tokens, layout, s,
+        )  # fmt: skip
         read += kv_all * rank_kv_share(arch, layout, s)
         step += read / (card.bandwidth_gb_s * 1e9)
     return point.batch / step
