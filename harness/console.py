@@ -1,6 +1,8 @@
 """The terminal: one console for tables and one for errors and progress, shared by the CLI.
 
-Logs (no terminal) get 160 columns, so tables stay readable in `make bench > log`. A sweep's
+Logs (no terminal) get 160 columns, so tables stay readable in `make bench > log`, or the
+columns ``HARNESS_LOG_WIDTH`` names (the tests render at a fixed wide width this way, so no
+line they read is wrapped where a temporary path happens to end). A sweep's
 progress (`SweepProgress`) is a rich bar on a terminal and one line per point and per finished
 group in a log, with the same figures: points done / total, elapsed time, the remaining-time
 estimate and the group's status counts.
@@ -13,6 +15,7 @@ character a caller let through (``SafeConsole``), so no escape sequence is ever 
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -27,6 +30,7 @@ from rich.text import Text
 from harness.errors import CONTROLS, IN_A_NAME, without_controls
 
 LOG_WIDTH = 160
+LOG_WIDTH_ENV = "HARNESS_LOG_WIDTH"
 
 
 def shown(name: object) -> str:
@@ -45,8 +49,14 @@ class SafeConsole(Console):
         return super().render_str(without_controls(text, CONTROLS), **options)
 
 
-console = SafeConsole(width=None if sys.stdout.isatty() else LOG_WIDTH)
-err_console = SafeConsole(stderr=True, width=None if sys.stderr.isatty() else LOG_WIDTH)
+def log_width() -> int:
+    """The columns of a log: ``HARNESS_LOG_WIDTH`` when it is a whole number of them, else 160."""
+    named = os.environ.get(LOG_WIDTH_ENV, "")
+    return int(named) if named.isdigit() and int(named) > 0 else LOG_WIDTH
+
+
+console = SafeConsole(width=None if sys.stdout.isatty() else log_width())
+err_console = SafeConsole(stderr=True, width=None if sys.stderr.isatty() else log_width())
 
 
 def duration(seconds: float) -> str:

@@ -12,6 +12,11 @@ import tempfile
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+# The CLI renders at a fixed wide width in tests (and in the commands they start), set before
+# harness.console is imported: a line is never wrapped where a temporary path happens to end, so
+# tests read lines as written, never joined back (harness.console.log_width).
+TEST_LOG_WIDTH = "1000"
+os.environ["HARNESS_LOG_WIDTH"] = TEST_LOG_WIDTH
 os.environ.setdefault("RAY_AUTH_MODE", "token")
 if "RAY_AUTH_TOKEN_PATH" not in os.environ and "RAY_AUTH_TOKEN" not in os.environ:
     folder = Path(tempfile.mkdtemp(prefix="harness-ray-auth-"))

@@ -82,8 +82,8 @@ def bad(tmp_path: Path, model: str, *args: str) -> str:
     result = CliRunner().invoke(app, [*args, str(scenario(tmp_path, model)), "--out", str(out)])
     assert result.exit_code == 2, result.output
     assert not out.exists(), "nothing is written"
-    assert result.output.count("error:") == 1, result.output  # one message (the terminal wraps it)
-    return " ".join(result.output.split())
+    assert result.output.count("error:") == 1, result.output  # one message
+    return result.output
 
 
 @pytest.mark.parametrize("command", ["measure", "run"])

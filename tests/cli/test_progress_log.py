@@ -56,6 +56,6 @@ def test_a_piped_run_logs_progress_with_an_eta_and_calibrates_the_next_plan(
     assert all(s > 0 for s in took.values())
     assert sum(took.values()) == pytest.approx(run["wall_s"], rel=1e-6)
 
-    plan = harness("plan", str(scenario), env=env).replace("\n", " ")
+    plan = harness("plan", str(scenario), env=env)
     assert f"calibrated from {path}: " in plan, plan[-600:]
     assert "1 run of tiny-llama/" in plan, plan[-600:]

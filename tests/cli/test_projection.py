@@ -38,7 +38,7 @@ def test_the_ledger_of_two_cards_by_hand(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, ["ledger", str(external(tmp_path)), "--out", str(out)])
     assert result.exit_code == 0, result.output
     assert "Projection ledger (leave one card out): ext.csv" in result.output
-    assert f"written: {out}" in result.output.replace("\n", "")
+    assert f"written: {out}" in result.output
     rows = ledger_rows(out)
     lines = {(r["phase"], r["klass"]): r for r in rows if r["table"] == "ledger"}
     assert set(lines) == {("decode", "same vendor"), ("decode", "all")}

@@ -63,7 +63,7 @@ def test_a_bad_task_line_is_exit_2_naming_file_line_and_field(tmp_path: Path) ->
     )
     result = CliRunner().invoke(app, ["plan", str(scenario(tmp_path, task))])
     assert result.exit_code == 2
-    line = " ".join(result.output.split())
+    line = result.output
     assert f"{task}:2: label: 'sport' is not in the task's labels" in line
 
 
@@ -77,7 +77,7 @@ def test_measure_scores_tasks_on_the_engine_and_warns_of_leaked_text(tmp_path: P
     out = tmp_path / "run"
     result = CliRunner().invoke(app, ["measure", str(scenario(tmp_path, task)), "--out", str(out)])
     assert result.exit_code == 0, result.output
-    output = " ".join(result.output.split())
+    output = result.output
     assert "warning" in output and "task my-task shares" in output
     assert "tiny-llama pretraining" in output
     (row,), _ = read_rows(out)

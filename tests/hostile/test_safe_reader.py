@@ -149,7 +149,7 @@ def test_a_point_file_that_is_not_a_regular_file_is_named_unreadable_by_aggregat
     bad = make(run / "points" / "liar.json")
     result = CliRunner().invoke(app, ["aggregate", str(run)])
     assert result.exit_code == 0, result.output[-2000:]
-    flat = " ".join(result.output.split())
+    flat = result.output
     assert f"unreadable, skipped: {bad}" in flat and cause in flat, flat[-1500:]
 
 

@@ -85,7 +85,7 @@ def test_a_level_or_probe_past_a_cap_is_refused_in_one_line(
     code, output, path = plan(tmp_path, serving)
     assert code == 2, output
     assert len(output.strip().splitlines()) == 1, output
-    assert str(path) in output.replace("\n", "")
+    assert str(path) in output
     assert f"{MAX_SERVING_DURATION_S:g} s" in output or f"{MAX_REQUESTS:,}" in output, output
 
 
@@ -94,7 +94,7 @@ def test_the_refusal_names_the_serving_line_and_the_level(tmp_path: Path) -> Non
     assert code == 2
     # json.dumps(indent=1) puts "serving" on its own line: the 14th of the file
     line = next(i for i, t in enumerate(path.read_text().splitlines(), 1) if '"serving"' in t)
-    assert f"{path}:{line}: serving" in output.replace("\n", "")
+    assert f"{path}:{line}: serving" in output
     assert "search.request_rate LOW 0.001" in output
     assert "16 requests at 0.001/s take 16000 s" in output  # 16 / 0.001 = 16,000 s
 
