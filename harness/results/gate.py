@@ -57,7 +57,9 @@ from harness.measure.verdict import VERDICTS
 from harness.results.frame import (
     Array,
     Codes,
+    Phrases,
     groups_of,
+    joined_phrases,
     joint_key,
     random_weights,
     with_columns,
@@ -161,7 +163,10 @@ Gates = RunGates | Mapping[str, RunGates]
 def _scored(frame: pd.DataFrame, metric: str) -> bool:
     """Whether any row of ``frame`` scored ``metric`` (ppl: always gated where nothing says)."""
     if metric == "tasks":
-        return "tasks" in frame.columns and bool(frame["tasks"].map(_is_list).any())
+        if "tasks" not in frame.columns:
+            return False
+        column = frame["tasks"].to_numpy(dtype=object)
+        return any(_is_list(v) for v in column[pd.notna(column)])
     return True
 
 
@@ -182,24 +187,36 @@ def measured_gates(frame: pd.DataFrame, gated: RunGates) -> tuple[str, ...]:
 def gates_by_run(frame: pd.DataFrame, gated: Gates) -> dict[str, tuple[str, ...]]:
     """Each run's gated metrics (``measured_gates`` over that run's rows); a run a mapping does
     not name is gated as one whose manifest does not say."""
-    runs = frame["run"].astype("object").where(frame["run"].notna(), "") if len(frame) else None
-    names = [] if runs is None else list(dict.fromkeys(str(r) for r in runs))
+    codes, names = _run_codes(frame)
+    scored = frame[[c for c in ("tasks",) if c in frame.columns]]  # what measured_gates reads
     out: dict[str, tuple[str, ...]] = {}
-    for name in names or [""]:
+    for i, name in enumerate(names or [""]):
         own = gated.get(name) if isinstance(gated, Mapping) else gated
-        rows = frame if runs is None else frame[(runs == name).to_numpy(dtype=bool)]
+        rows = scored if len(names) < 2 else scored[codes == i]
         out[name] = measured_gates(rows, own)
     return out
 
 
+def _run_codes(frame: pd.DataFrame) -> tuple[Array, list[str]]:
+    """Per row, its run as a position in the run names (in order of appearance; "" for none)."""
+    if not len(frame):
+        return np.zeros(0, dtype=np.int64), []
+    found, uniques = pd.factorize(frame["run"].to_numpy(dtype=object))
+    codes: Array = found
+    names = [str(u) for u in uniques]
+    if (codes < 0).any():  # no run named
+        names += [] if "" in names else [""]
+        codes = np.where(codes < 0, names.index(""), codes)
+    return codes.astype(np.int64), names
+
+
 def _gate_masks(frame: pd.DataFrame, by_run: dict[str, tuple[str, ...]]) -> dict[str, Array]:
     """Per metric: the rows whose verdict it decides."""
-    runs = (
-        frame["run"].astype("object").where(frame["run"].notna(), "").astype(str).to_numpy()
-        if len(frame)
-        else np.array([], dtype=object)
-    )
-    return {m: np.isin(runs, [r for r, ms in by_run.items() if m in ms]) for m in GATE_METRICS}
+    codes, names = _run_codes(frame)
+    return {
+        m: np.isin(codes, [i for i, r in enumerate(names) if m in by_run.get(r, ())])
+        for m in GATE_METRICS
+    }
 
 
 def metric_column(metric: str, what: str, quality_class: str) -> str:
@@ -239,22 +256,22 @@ def quality_gate(
     )
     by_run = gates_by_run(out, gated)
     decides = _gate_masks(out, by_run)
-    cols[GATED_ON] = _joined(decides, ", ", len(out))
+    cols[GATED_ON] = _joined(decides, ", ")
     why = _unmeasured(out, ppl, known, ppl_rule)
     for metric, text in why.items():
-        cols[unmeasured_column(metric)] = np.where(reference, "", text).astype(object)
+        cols[unmeasured_column(metric)] = Phrases.constant("", len(out)).where(reference, text)
     cols[UNMEASURED] = _reasons(why, decides, ~reference)
     for name, share in QUALITY_CLASSES.items():
         margin = np.full(len(out), verdict.ppl_margin(share))
         # every metric is judged and shown; only the gated ones decide the configuration
         judged = {"ppl": _judge_metric(out, cols, "ppl", margin, name, measured=known)}
         judged["tasks"] = _judge_tasks(
-            out, cols, share, name, measured=known, unpaired=why["tasks"]
+            out, cols, share, name, measured=known, unpaired=~why["tasks"].is_("")
         )
         _combine(cols, len(out), name, judged, decides, reference)
     passes = [np.asarray(cols[pass_column(name)], dtype=bool) for name in PASSING]
-    verdict_99 = np.asarray(cols[verdict_column(LOOSEST)])
-    below = [verdict_99 == "undecided", verdict_99 == "fail"]
+    verdict_99: Phrases = cols[verdict_column(LOOSEST)]
+    below = [verdict_99.is_("undecided"), verdict_99.is_("fail")]
     code = np.select(
         [*passes, *(known & b for b in below)], list(range(len(PASSING) + 2)), len(PASSING) + 2
     )
@@ -264,7 +281,8 @@ def quality_gate(
     for suffix in ("", "_ci_low", "_ci_high"):
         source = "dnll_vs_ref" if not suffix else f"dnll{suffix}"
         cols[f"dppl_pct{suffix}"] = np.expm1(_floats(out, source)) * 100
-    return with_columns(out, pd.DataFrame(cols, index=out.index))
+    texts = {k: v.column() for k, v in cols.items() if isinstance(v, Phrases)}
+    return with_columns(out, pd.DataFrame({**cols, **texts}, index=out.index))
 
 
 def _floats(frame: pd.DataFrame, column: str) -> Array:
@@ -275,12 +293,9 @@ def _floats(frame: pd.DataFrame, column: str) -> Array:
     return values
 
 
-def _joined(masks: dict[str, Array], sep: str, n: int) -> Array:
-    """Per row (of ``n``): the names of the masks that hold there, joined with ``sep``."""
-    out: Array = np.full(n, "", dtype=object)
-    for name, mask in masks.items():
-        out = np.where(mask, np.where(out == "", name, out + sep + name), out).astype(object)
-    return out
+def _joined(masks: dict[str, Array], sep: str) -> Phrases:
+    """Per row: the names of the masks that hold there, joined with ``sep``."""
+    return joined_phrases([Phrases.flag(mask, name) for name, mask in masks.items()], sep)
 
 
 # --- a gated metric that was never compared ----------------------------------------------------
@@ -288,15 +303,13 @@ def _joined(masks: dict[str, Array], sep: str, n: int) -> Array:
 
 def _unmeasured(
     out: pd.DataFrame, ppl: Array, known: Array, ppl_rule: References
-) -> dict[str, Array]:
+) -> dict[str, Phrases]:
     """Per metric and row: why the row has no paired comparison of that metric with its
     reference ("" where it has one): one clause per metric, each task named on its own."""
-    n = len(out)
-    base: Array = np.full(n, "", dtype=object)
-    base = np.where(np.isnan(ppl), "no perplexity scored on this row", base)
+    no_ppl = "no perplexity scored on this row"
     no_ref = "no reference row of its run, model and revision scored perplexity"
-    base = np.where((base == "") & ~known, no_ref, base)
-    why: dict[str, Array] = {}
+    base = Phrases(np.select([np.isnan(ppl), ~known], [1, 2], 0), ("", no_ppl, no_ref))
+    why: dict[str, Phrases] = {}
     ppl_pair = [_floats(out, c) for c in METRIC_COLUMNS["ppl"][:3]]
     unpaired = np.isnan(ppl_pair[0]) | np.isnan(ppl_pair[1]) | np.isnan(ppl_pair[2])
     why["ppl"] = _clause("ppl", base, [
@@ -306,13 +319,13 @@ def _unmeasured(
     return why
 
 
-def _clause(metric: str, base: Array, causes: list[tuple[Array, str]]) -> Array:
+def _clause(metric: str, base: Phrases, causes: list[tuple[Array, str]]) -> Phrases:
     """Per row, ``<metric>: <the first cause that holds>`` ("" where none holds); ``base``: a
     cause of every metric of the row (no quality, no reference), before the metric's own."""
-    cause: Array = np.asarray(base, dtype=object)
+    cause = base
     for mask, text in causes:
-        cause = np.where((cause == "") & mask, text, cause).astype(object)
-    return np.where(cause == "", "", metric + ": " + cause).astype(object)
+        cause = Phrases.constant(text, len(base)).where(cause.is_("") & mask, cause)
+    return cause.map(lambda text: f"{metric}: {text}" if text else "")
 
 
 def _reference_tasks(out: pd.DataFrame, rule: References) -> list[set[str]]:
@@ -333,7 +346,7 @@ def _reference_tasks(out: pd.DataFrame, rule: References) -> list[set[str]]:
     ]
 
 
-def _tasks_unmeasured(out: pd.DataFrame, base: Array, rule: References) -> Array:
+def _tasks_unmeasured(out: pd.DataFrame, base: Phrases, rule: References) -> Phrases:
     """Per row: each task not paired with the reference ("task <name>: no item ids paired with
     the reference's"), or the reference scored and the row did not, joined with "; "."""
     n = len(out)
@@ -342,9 +355,10 @@ def _tasks_unmeasured(out: pd.DataFrame, base: Array, rule: References) -> Array
     why: Array = np.full(n, "", dtype=object)
     column = out["tasks"].tolist()
     wanted = _reference_tasks(out, rule)
+    causes = base.texts()
     for i, tasks in enumerate(column):
-        if base[i]:
-            why[i] = f"tasks: {base[i]}"
+        if causes[i]:
+            why[i] = f"tasks: {causes[i]}"
             continue
         if not _is_list(tasks) or not tasks:
             why[i] = "tasks: no task scored on this row"
@@ -360,17 +374,16 @@ def _tasks_unmeasured(out: pd.DataFrame, base: Array, rule: References) -> Array
             for name in sorted(wanted[i] - own)
         ]
         why[i] = "; ".join(clauses)
-    return why
+    return Phrases.of(why)
 
 
-def _reasons(why: dict[str, Array], decides: dict[str, Array], judged: Array) -> Array:
+def _reasons(why: dict[str, Phrases], decides: dict[str, Array], judged: Array) -> Phrases:
     """Per row: the reasons of the metrics it gates on, joined with "; " ("" for a reference
     row)."""
-    out: Array = np.full(len(judged), "", dtype=object)
-    for metric, text in why.items():
-        mark = decides[metric] & judged & (text != "")
-        out = np.where(mark, np.where(out == "", text, out + "; " + text), out).astype(object)
-    return out
+    nothing = Phrases.constant("", len(judged))
+    return joined_phrases(
+        [text.where(decides[metric] & judged, nothing) for metric, text in why.items()], "; "
+    )
 
 
 # --- each metric's verdict ---------------------------------------------------------------------
@@ -394,8 +407,7 @@ def _judge_metric(
     bound = np.where(codes == VERDICTS.index("fail"), low, high)
     bound = np.where(undecided & (est > margin), low, bound)
     needed = np.where(undecided, verdict.needed_units(est, low, high, margin, units), np.nan)
-    names = np.array([*VERDICTS, NOT_MEASURED], dtype=object)
-    cols[metric_column(metric, "verdict", quality_class)] = names[codes]  # -1: NOT_MEASURED
+    cols[metric_column(metric, "verdict", quality_class)] = _verdict_names(codes)
     cols[metric_column(metric, "bound", quality_class)] = np.where(present, bound, np.nan)
     cols[metric_column(metric, "margin", quality_class)] = np.where(present, margin, np.nan)
     cols[metric_column(metric, "needed", quality_class)] = needed
@@ -450,9 +462,12 @@ def _judge_tasks(
     codes = np.full(n, -1, dtype=np.int64)
     bound, margin, needed, units = (np.full(n, np.nan) for _ in range(4))
     failed: Array = np.full(n, "", dtype=object)
-    column = out["tasks"] if "tasks" in out.columns else pd.Series([None] * n)
-    for i, tasks in enumerate(column.tolist()):
-        if not measured[i] or not isinstance(tasks, list):
+    column: Array = (
+        out["tasks"].to_numpy(dtype=object) if "tasks" in out.columns else np.full(n, None)
+    )
+    for i in np.flatnonzero(measured & pd.notna(column)).tolist():
+        tasks = column[i]
+        if not isinstance(tasks, list):
             continue
         decided = _task_decisions(tasks, share)
         verdicts = [d.verdict for _, d in decided]
@@ -465,15 +480,18 @@ def _judge_tasks(
         bound[i], margin[i] = decision.bound, decision.margin
         needed[i] = np.nan if decision.needed is None else decision.needed
         units[i] = decision.interval.n
-    cols[metric_column("tasks", "verdict", quality_class)] = np.array(
-        [*VERDICTS, NOT_MEASURED], dtype=object
-    )[codes]
+    cols[metric_column("tasks", "verdict", quality_class)] = _verdict_names(codes)
     cols[metric_column("tasks", "bound", quality_class)] = bound
     cols[metric_column("tasks", "margin", quality_class)] = margin
     cols[metric_column("tasks", "needed", quality_class)] = needed
     cols[metric_column("tasks", "more", quality_class)] = np.maximum(needed - units, 0)
-    cols["tasks_failed_by_" + quality_class.replace(".", "_")] = failed
+    cols["tasks_failed_by_" + quality_class.replace(".", "_")] = Phrases.of(failed)
     return codes
+
+
+def _verdict_names(codes: Array) -> Phrases:
+    """Verdict codes (VERDICTS' indices; -1: not measured) as their names."""
+    return Phrases(np.where(codes < 0, len(VERDICTS), codes), (*VERDICTS, NOT_MEASURED))
 
 
 def _failure(task: str, decided: verdict.TaskDecision) -> str:
@@ -506,18 +524,15 @@ def _combine(
     gated = np.vstack([decides[m] for m in metrics]) if metrics else np.zeros((1, n), dtype=bool)
     any_fail = (gated & (stacked == fail_code)).any(axis=0)
     all_pass = gated.any(axis=0) & (~gated | (stacked == pass_code)).all(axis=0)
-    result = np.select([reference, any_fail, all_pass], ["pass", "fail", "pass"], "undecided")
-    cols[verdict_column(quality_class)] = result
-    cols[pass_column(quality_class)] = result == "pass"
+    result = np.select([reference, any_fail, all_pass], [0, 1, 0], 2)  # pass, fail, undecided
+    cols[verdict_column(quality_class)] = Phrases(result, ("pass", "fail", "undecided"))
+    cols[pass_column(quality_class)] = result == 0
     undecided_code = VERDICTS.index("undecided")
     leaving = _joined(
         {
-            m: decides[m]
-            & ((codes[m] == undecided_code) | (codes[m] < 0))
-            & (result == "undecided")
+            m: decides[m] & ((codes[m] == undecided_code) | (codes[m] < 0)) & (result == 2)
             for m in metrics
         },
         ",",
-        n,
     )
     cols["undecided_by_" + quality_class.replace(".", "_")] = leaving
