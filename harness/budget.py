@@ -115,6 +115,7 @@ class PhaseSeconds(BaseModel):
     default_s: float
     seconds: float
     runs: int = 0  # the history runs that calibrated `seconds` (0: the default)
+    noisy: bool = False  # those runs were all made while other work loaded the node
 
     @property
     def key(self) -> tuple[str, str, str, str]:
@@ -142,6 +143,7 @@ class Calibration(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     factors: dict[PhaseKey, float] = {}
     runs: dict[PhaseKey, int] = {}  # the runs each factor is read from
+    noisy: list[PhaseKey] = []  # factors read from loaded runs only (no quiet run had the key)
     source: str | None = None  # the history file ("" or None: none read)
     runs_read: int = 0  # every valid run in it, matching or not
 
@@ -328,7 +330,9 @@ def calibrate(phases: list[PhaseSeconds], calibration: Calibration) -> list[Phas
             out.append(p.model_copy(update={"seconds": p.default_s, "runs": 0}))
         else:
             runs = calibration.runs.get(key, 0)
-            out.append(p.model_copy(update={"seconds": p.default_s * factor, "runs": runs}))
+            noisy = key in calibration.noisy
+            update = {"seconds": p.default_s * factor, "runs": runs, "noisy": noisy}
+            out.append(p.model_copy(update=update))
     return out
 
 
@@ -360,7 +364,8 @@ def _runs_words(p: PhaseSeconds) -> str:
     """'3 runs of tiny-llama/vllm on cpu'"""
     model = "any model" if p.phase in MODEL_FREE_PHASES or p.model == ANY else p.model
     engine = "" if p.engine == ANY else f"/{p.engine}"
-    return f"{p.runs} run{'s' if p.runs != 1 else ''} of {model}{engine} on {p.device}"
+    loaded = " made beside other load (noisy)" if p.noisy else ""
+    return f"{p.runs} run{'s' if p.runs != 1 else ''} of {model}{engine} on {p.device}{loaded}"
 
 
 def budget(

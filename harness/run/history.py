@@ -21,6 +21,12 @@ would be partial, and a failed group's 0 s would scale every later plan to nothi
 phase no row carries; the startup rest is then not recorded either (the wall holds time no phase
 accounts for).
 
+Each line records the foreign load the run started under (``foreign_load``: the node's 1-minute
+load average per core when it began, as `make side-by-side` reads the machine before a timed run).
+A run that began above QUIET_LOAD ran beside other work and took longer for it: calibration
+reads quiet runs (and lines older than the field) first, and a key only loaded runs hold is
+calibrated from them and said to be noisy.
+
 The history is input like any other: each line is read on its own and checked (`RunLine`: JSON
 of schema 1, UTF-8, every phase time finite, ≥ 0 and at most MAX_PHASE_S); a line that fails is
 left out and counted, and one warning names the file and the lines. A run is appended as one
@@ -65,6 +71,15 @@ SHOWN_GAP = 0.10  # the end-of-run line names each phase more than 10 % (and 1 s
 MAX_PHASE_S = 366 * 86_400.0  # no phase of one run on a rented node takes more than a year
 SHOWN_LINES = 8  # the line numbers a warning lists before "and N more"
 KEY_CHARS = 256  # the longest engine, device, model or phase name a line may hold
+QUIET_LOAD = 0.5  # a run that began with more than half the node's cores busy ran beside others
+
+
+def foreign_load() -> float | None:
+    """The node's 1-minute load average per core, now (None where the system does not say)."""
+    try:
+        return os.getloadavg()[0] / (os.cpu_count() or 1)
+    except OSError:
+        return None
 
 
 def history_path() -> Path:
@@ -101,7 +116,13 @@ class RunLine(BaseModel):
     model_config = ConfigDict(extra="ignore", strict=True, frozen=True, populate_by_name=True)
     schema_version: Literal[1] = Field(alias="schema")
     scenario_hash: str | None = None
+    foreign_load: Annotated[float, Field(ge=0.0, allow_inf_nan=False)] | None = None
     phases: list[PhaseFigure]
+
+    @property
+    def quiet(self) -> bool:
+        """Whether the run began on a quiet node (unknown for lines older than the field)."""
+        return self.foreign_load is None or self.foreign_load <= QUIET_LOAD
 
 
 class History(BaseModel):
@@ -194,12 +215,14 @@ _WARNED: set[str] = set()  # the history warnings this process has printed
 def calibration(history: History, scenario_hash: str | None = None) -> Calibration:
     """Measured ÷ default seconds per calibration_key (harness.budget: the same engine, device
     kind and model; any model for the model-free phases), from the latest RUNS_USED runs holding
-    each key; runs of `scenario_hash` first when it has any. A figure that planned or took no
-    time is no measurement and is not used."""
-    ordered = sorted(history.runs, key=lambda r: r.scenario_hash == scenario_hash)  # stable
+    each key; quiet runs first, a key only loaded runs hold calibrated from them (``noisy``);
+    among those, runs of `scenario_hash` first when it has any. A figure that planned or took
+    no time is no measurement and is not used."""
+    ordered = sorted(history.runs, key=lambda r: (r.quiet, r.scenario_hash == scenario_hash))
     sums: dict[PhaseKey, list[float]] = {}
     used: dict[PhaseKey, int] = {}
-    for run in reversed(ordered):  # the same scenario's runs, newest first, then the others'
+    quiet: set[PhaseKey] = set()  # keys a quiet run calibrates: no loaded run joins them
+    for run in reversed(ordered):  # quiet runs (the scenario's, newest first), then loaded ones
         mine: dict[PhaseKey, list[float]] = {}
         for figure in run.phases:
             if figure.planned_s > 0 and figure.took_s > 0:
@@ -207,6 +230,10 @@ def calibration(history: History, scenario_hash: str | None = None) -> Calibrati
                 acc[0] += figure.planned_s
                 acc[1] += figure.took_s
         for key, (planned, took) in mine.items():
+            if run.quiet:
+                quiet.add(key)
+            elif key in quiet:
+                continue
             if used.get(key, 0) < RUNS_USED:
                 acc = sums.setdefault(key, [0.0, 0.0])
                 acc[0] += planned
@@ -216,6 +243,7 @@ def calibration(history: History, scenario_hash: str | None = None) -> Calibrati
     return Calibration(
         factors={k: f for k, f in factors.items() if math.isfinite(f)},
         runs=used,
+        noisy=sorted(k for k in used if k not in quiet),
         source=str(history.path),
         runs_read=len(history.runs),
     )
@@ -326,9 +354,10 @@ def entry(
     scenario_hash: str,
     runner: str,
     wall_s: float,
+    load: float | None = None,
 ) -> dict[str, Any]:
     """The history line of one run: each phase's default, planned (calibrated) and measured
-    seconds, summed per (engine, device, model, phase)."""
+    seconds, summed per (engine, device, model, phase), and the foreign load it began under."""
     figures: dict[tuple[str, str, str, str], list[float]] = {}
     plan_of = {(p.group, p.phase): p for p in planned}
     for t in took:
@@ -345,6 +374,7 @@ def entry(
         "runner": runner,
         "wall_s": wall_s,
         "planned_wall_s": sum(p.seconds for p in planned),
+        **({} if load is None else {"foreign_load": round(load, 3)}),
         "phases": [
             {
                 "engine": k[0],
@@ -422,18 +452,21 @@ def finish(
     wall_s: float,
     cluster_s: float | None = None,
     path: Path | None = None,
+    load: float | None = None,
 ) -> list[str]:
     """At the end of a run: what each phase of the groups that ran took, appended to the history
     (`path`, default history_path()); the lines to print (planned against took, per phase where
-    they differ, and where the figures went)."""
+    they differ, and where the figures went). `load`: the foreign load the run began under
+    (``foreign_load()`` read before its first process started)."""
     ran = {row.group for row in rows}
     sweep_own = {"startup"} if cluster_s is None else {"startup", "cluster"}
     planned = [p for p in phases if p.group in ran or (not p.group and p.phase in sweep_own)]
     took = took_phases(planned, rows, wall_s=wall_s, cluster_s=cluster_s)
     path = path or history_path()
     figures = entry(
-        planned, took, run=run, scenario_hash=scenario_hash, runner=runner, wall_s=wall_s
-    )
+        planned, took, run=run, scenario_hash=scenario_hash, runner=runner, wall_s=wall_s,
+        load=load,
+    )  # fmt: skip
     lines = summary_lines(planned, took, wall_s)
     try:
         record(path, figures)

@@ -87,11 +87,11 @@ def sweep_locked(
     forked: ForkedLauncher | None = None,
 ) -> SweepOutcome:
     """The sweep, its run folder locked. `server`: this node's host server, already started."""
-    from harness.run import driver, sweep
+    from harness.run import driver, history, sweep
     from harness.run.launchers.actor import ActorLauncher
 
     forked = forked or ForkedLauncher()
-    started = time.perf_counter()
+    started, load = time.perf_counter(), history.foreign_load()
     cluster_s: list[float] = []
     clusters: list[dict[str, Any]] = []  # what connecting said
 
@@ -121,20 +121,20 @@ def sweep_locked(
     wall_s = time.perf_counter() - started
     sweep.finish_manifest(run_dir, wall_s=wall_s, failures=failures)
     lines = history_lines(scenario, run_dir, plan, rows, wall_s, runner="ray",
-                          cluster_s=sum(cluster_s))  # fmt: skip
+                          cluster_s=sum(cluster_s), load=load)  # fmt: skip
     return SweepOutcome(run_dir, wall_s, plan.total_points, len(plan.skipped), lines)
 
 
 def measure_here(scenario: Path, out: Path, gpu: str | None, resume: bool) -> SweepOutcome:
     """Every group in this process, one after another (no Ray): the inline launcher."""
-    from harness.run import store, sweep
+    from harness.run import history, store, sweep
     from harness.run.launchers.inline import InlineLauncher
 
     launcher = InlineLauncher()
     with store.run_lock(out, "measure"):  # one writer per run folder
         plan, todo = sweep.begin(scenario, out, gpu=gpu, resume=resume, mode="in-process")
         todo = in_process_order(todo)
-        started = time.perf_counter()
+        started, load = time.perf_counter(), history.foreign_load()
         tracker, rows = sweep_tracker(plan, todo), []
         with progress_bar(plan.total_points) as (progress, task):
             progress.advance(task, plan.total_points - sum(len(pts) for _, pts in todo))
@@ -148,7 +148,7 @@ def measure_here(scenario: Path, out: Path, gpu: str | None, resume: bool) -> Sw
                         tracker.row(row.group, row.status)
         wall_s = time.perf_counter() - started
         sweep.finish_manifest(out, wall_s=wall_s)
-    lines = history_lines(scenario, out, plan, rows, wall_s, runner="in-process")
+    lines = history_lines(scenario, out, plan, rows, wall_s, runner="in-process", load=load)
     return SweepOutcome(out, wall_s, plan.total_points, len(plan.skipped), lines)
 
 
@@ -245,9 +245,10 @@ def sweep_tracker(plan: Any, todo: list[Any], started: float | None = None) -> A
 
 def history_lines(
     scenario: Path, run_dir: Path, plan: Any, rows: list[Any], wall_s: float, *, runner: str,
-    cluster_s: float | None = None,
+    cluster_s: float | None = None, load: float | None = None,
 ) -> list[str]:  # fmt: skip
-    """The phases' times join the node's history (harness.run.history); the lines "planned
+    """The phases' times join the node's history (harness.run.history), with the foreign load
+    the run began under (`load`); the lines "planned
     3 m 40 s, took 3 m 55 s (+7 %)", per phase where they differ (none when nothing ran)."""
     from harness.run import history, sweep
 
@@ -255,7 +256,7 @@ def history_lines(
         return []
     return history.finish(
         plan.phases, rows, run=run_dir.name, scenario_hash=sweep.scenario_hash(scenario),
-        runner=runner, wall_s=wall_s, cluster_s=cluster_s,
+        runner=runner, wall_s=wall_s, cluster_s=cluster_s, load=load,
     )  # fmt: skip
 
 
