@@ -7,7 +7,11 @@ harness.run.history), the wall time they add up to, and its price.
                 points; each phase = its default × the node's measured ÷ default ratio
   GPU-hours   = card-hours: Σ phases × the cards its group holds (a layout's tensor × pipeline
                 ranks, else 1) / 3600 when a GPU target is in the sweep, else 0
-  cost (USD)  = GPU-hours × the package-hour price
+  CPU-hours   = the same card-hours of a sweep with no GPU target (a CPU node's "cards" are
+                what its tariff counts: gpus_per_node), else 0
+  cost (USD)  = those card-hours × the package-hour price per card of the node the sweep
+                rents (the GPU's tariff, or the ``cpu`` tariff of a CPU-only sweep); a tariff
+                file with no row for it leaves the cost out and says which (``unpriced``)
 """
 
 from __future__ import annotations
@@ -98,8 +102,10 @@ class Budget(BaseModel):
     est_phase_seconds: dict[str, Seconds] = {}  # every phase (PHASES), calibrated where history is
     calibrated_from: str | None = None  # what calibrated the figures, in words (calibration_note)
     est_gpu_hours: Seconds
+    est_cpu_hours: Seconds = 0.0  # card-hours of a sweep with no GPU target
     est_cost_usd: Seconds | None = None
     tariff: str | None = None
+    unpriced: str | None = None  # why a tariff file given did not price the budget
 
 
 class PhaseSeconds(BaseModel):
@@ -388,6 +394,7 @@ def budget(
     cards = {p.point.group.label: p.point.group.cards for p in fitting}
     card_seconds = sum(p.seconds * cards.get(p.group, 1) for p in phases)
     gpu_hours = card_seconds / 3600 if on_gpu else 0.0
+    cpu_hours = 0.0 if on_gpu else card_seconds / 3600
     return Budget(
         points=len(fitting),
         skipped=len(skipped),
@@ -398,5 +405,6 @@ def budget(
         est_quality_seconds=by_phase.get("quality", 0.0),
         est_phase_seconds=by_phase,
         est_gpu_hours=gpu_hours,
-        est_cost_usd=gpu_hours * hourly_usd if hourly_usd is not None else None,
+        est_cpu_hours=cpu_hours,
+        est_cost_usd=(gpu_hours + cpu_hours) * hourly_usd if hourly_usd is not None else None,
     )

@@ -56,16 +56,18 @@ def friendly(fn: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
-def hourly_price(tariffs: Path | None, gpu: str) -> tuple[float | None, str | None]:
-    """Hourly $ per GPU of the first tariff for this card, if a tariff file was given."""
+def hourly_price(tariffs: Path | None, gpu: str) -> tuple[float | None, str | None, str | None]:
+    """Hourly $ per card of the first tariff for this card (``cpu``: a CPU node), if a tariff
+    file was given: (price, the tariff's name, None), or (None, None, why it has none)."""
     if tariffs is None:
-        return None, None
+        return None, None, None
     from harness.spec.tariffs import load_tariffs
 
     for tariff in load_tariffs(tariffs).tariffs:
         if tariff.gpu == gpu:
-            return tariff.hourly_usd / tariff.gpus_per_node, f"{tariff.provider} {tariff.gpu}"
-    raise UserInputError(f"no tariff for GPU {gpu!r}", file=str(tariffs), field="gpu")
+            price = tariff.hourly_usd / tariff.gpus_per_node
+            return price, f"{tariff.provider} {tariff.gpu}", None
+    return None, None, f"{tariffs} has no tariff for {gpu!r}"
 
 
 @app.command()
@@ -84,11 +86,13 @@ def plan(
     from harness.spec import scenario as scen
 
     grid = scen.expand(scen.load(scenario), str(scenario))
-    gpu_targets = [t for t in grid.scenario.targets if t != "cpu"] or ["cuda"]
-    card = planner.default_card(gpu_targets[0], gpu or grid.scenario.gpu)
-    price, tariff_name = hourly_price(tariffs, card.name)
+    gpu_targets = [t for t in grid.scenario.targets if t != "cpu"]
+    card = planner.default_card(gpu_targets[0], gpu or grid.scenario.gpu) if gpu_targets else None
+    # the node the sweep rents: its GPU's, or a CPU node's for a sweep with no GPU target
+    price, tariff_name, unpriced = hourly_price(tariffs, card.name if card else "cpu")
     result = calibrated_plan(grid, scenario, gpu=gpu, hourly_usd=price)
     result.budget.tariff = tariff_name
+    result.budget.unpriced = unpriced
     if as_json:
         sys.stdout.write(json.dumps(result.contract()) + "\n")
         return
@@ -162,12 +166,14 @@ def print_budget(b: Any) -> None:
     from harness.console import duration
 
     cost = f", ≈ ${b.est_cost_usd:.2f} on {b.tariff}" if b.est_cost_usd is not None else ""
+    cost += f", not priced: {b.unpriced}" if b.unpriced else ""
+    hours = f"{b.est_cpu_hours:.3f} CPU-h" if b.est_cpu_hours else f"{b.est_gpu_hours:.3f} GPU-h"
     parts = [f"{label} {duration(b.est_phase_seconds[phase])}"
              for phase, label in PHASES.items() if phase in b.est_phase_seconds]  # fmt: skip
     console.print(
         f"budget: {b.points} points in {b.groups} groups, {b.skipped} skipped; "
         f"≈ {duration(b.est_seconds)} in all ({', '.join(parts)}), "
-        f"{b.est_gpu_hours:.3f} GPU-h{cost}; {b.calibrated_from or 'defaults'}",
+        f"{hours}{cost}; {b.calibrated_from or 'defaults'}",
         highlight=False,
         markup=False,  # it names the history file: a path, never markup
     )
