@@ -25,7 +25,7 @@ from pydantic import (
 
 from harness import __version__, modes
 from harness.errors import UserInputError
-from harness.spec import adapters, catalog, inputs, models
+from harness.spec import adapters, catalog, inputs, models, yamlinput
 from harness.spec.capabilities import (
     WEIGHT_FORMATS,
     Backend,
@@ -492,14 +492,15 @@ def expand(scenario: Scenario, source: str | None = None) -> Grid:
     tasks = inputs.task_files(scenario.quality.tasks or [])
     for mode in modes.REGISTRY.values():
         mode_skip = mode.load("skip_reason") if mode.ref("skip_reason") else None
-        for made in mode.load("points")(scenario, points):  # a mode sees the points before it
-            point = made.model_copy(update={"inputs": inputs.pairs(point_inputs(made, tasks))})
-            arch = archs[model_key(point.model, point.revision)]
-            reason = skip_reason(scenario, point, arch) or (mode_skip and mode_skip(point, arch))
-            if reason:
-                skipped.append(Skip(point=point, reason=reason))
-            else:
-                points.append(point)
+        with yamlinput.fields_of(source):  # a field refused as its files are read: its line
+            for made in mode.load("points")(scenario, points):  # it sees the points before it
+                point = made.model_copy(update={"inputs": inputs.pairs(point_inputs(made, tasks))})
+                arch = archs[model_key(point.model, point.revision)]
+                why = skip_reason(scenario, point, arch) or (mode_skip and mode_skip(point, arch))
+                if why:
+                    skipped.append(Skip(point=point, reason=why))
+                else:
+                    points.append(point)
     return Grid(scenario=scenario, points=points, skipped=skipped)
 
 

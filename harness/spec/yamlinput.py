@@ -13,8 +13,10 @@ second one (never last-wins). Messages quote at most ``EXCERPT_CHARS`` of a valu
 
 from __future__ import annotations
 
+import contextlib
 import re
 import types
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any, TypeVar, Union, get_args, get_origin
 
@@ -282,3 +284,28 @@ def located(loc: tuple[int | str, ...], message: str, value: object) -> Validati
     return ValidationError.from_exception_data(
         "Scenario", [InitErrorDetails(type=error, loc=loc, input=value)]
     )
+
+
+def field_line(path: str, field: str) -> int | None:
+    """The line of ``field`` (``serving.workload.trace``, ``models[0].id``) in the YAML file at
+    ``path``, read again for a refusal found after it was loaded; None where it cannot say."""
+    try:
+        raw = read_capped(Path(path), MAX_INPUT_BYTES, "a YAML file")
+        root, _ = parse_yaml(decode_utf8(raw, path, "the YAML file"), path)
+    except (OSError, UserInputError):
+        return None
+    parts = [p for p in re.split(r"[.\[\]]+", field) if p]
+    return line_of(root, tuple(int(p) if p.isdigit() else p for p in parts)) if root else None
+
+
+@contextlib.contextmanager
+def fields_of(path: str | None) -> Iterator[None]:
+    """A refusal of a field of the file at ``path`` (one with a field and no file of its own)
+    raised inside, with that file and the field's line in it."""
+    try:
+        yield
+    except UserInputError as exc:
+        if exc.file is not None or path is None or not exc.field:
+            raise
+        line = field_line(path, exc.field)
+        raise UserInputError(exc.message, file=path, line=line, field=exc.field) from None

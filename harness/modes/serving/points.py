@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from harness.errors import UserInputError
 from harness.modes.serving import workload
 from harness.modes.serving.spec import SPARE_TOKENS, Serving, ServingLevel
 from harness.spec import catalog
@@ -50,7 +51,23 @@ def arrivals(serving: Serving) -> tuple[float, float] | None:
     """A trace workload's (requests/s, gamma shape), None for any other block."""
     if serving.workload is None or serving.workload.trace is None:
         return None
-    return workload.trace_arrivals(workload.scaled_requests(serving.workload))
+    try:
+        return workload.trace_arrivals(workload.scaled_requests(serving.workload))
+    except UserInputError as exc:
+        raise trace_refusal(exc) from None
+
+
+def trace_refusal(exc: UserInputError) -> UserInputError:
+    """A refusal read in the trace as one of the scenario's fields (`serving.workload.trace`, or
+    the workload field it names), the trace's file, line and field in its message; the scenario's
+    file and line are added where the grid is expanded (harness.spec.scenario.expand)."""
+    if exc.file is None:
+        return exc
+    own = exc.field if exc.field and exc.field.startswith("serving.") else None  # the scenario's
+    inner = UserInputError(
+        exc.message, file=exc.file, line=exc.line, field=None if own else exc.field
+    )
+    return UserInputError(f"in the trace {inner.render()}", field=own or "serving.workload.trace")
 
 
 def mean_lengths(level: ServingLevel, arch: catalog.ModelArch) -> tuple[int, int]:
