@@ -182,10 +182,12 @@ def plan_grid(
     *,
     calibration: Calibration | None = None,
     runner: str = "ray",
+    node_cards: int | None = None,
 ) -> Plan:
     """Plan every point; what cannot fit joins the skips (with the binding term). The budget's
     phases are the defaults × `calibration` (harness.run.history); `runner` "in-process" (`harness
-    measure`) pays no Ray start and no process per group."""
+    measure`) pays no Ray start and no process per group. `node_cards`: the cards of the node
+    `hourly_usd` rents (a group needing more is not priced on it)."""
     scenario: Scenario = grid.scenario
     default_gpu = gpu or scenario.gpu
     fitting: list[PointPlan] = []
@@ -207,11 +209,11 @@ def plan_grid(
     calibration = calibration or Calibration()
     phases = calibrate(defaults, calibration)
     try:
-        result = budget(fitting, skipped, hourly_usd, phases=phases)
+        result = budget(fitting, skipped, hourly_usd, phases=phases, node_cards=node_cards)
         result.calibrated_from = calibration_note(phases, calibration)
     except ValidationError as exc:  # the seam: a budget is finite and ≥ 0, else the defaults
         phases = defaults
-        result = budget(fitting, skipped, hourly_usd, phases=phases)
+        result = budget(fitting, skipped, hourly_usd, phases=phases, node_cards=node_cards)
         bad = exc.errors()[0]
         result.calibrated_from = (
             f"warning: the history at {calibration.source} gives a budget that is not finite "
@@ -380,9 +382,12 @@ def budget(
     hourly_usd: float | None,
     quality_s: dict[GroupKey, float] | None = None,
     phases: list[PhaseSeconds] | None = None,
+    node_cards: int | None = None,
 ) -> Budget:
     """The sweep's wall time as the sum of its phases (groups one after another on one device),
-    and its price: the package-hour price × that wall time when a GPU target is in it."""
+    and its price: the package-hour price × that wall time when a GPU target is in it. A group
+    whose layout needs more cards than the priced node has (`node_cards`) is left out of the
+    price, and named (``unpriced``)."""
     fitting = list(fitting)
     if phases is None:
         phases = phase_seconds(fitting, quality_s or {})
@@ -395,6 +400,14 @@ def budget(
     card_seconds = sum(p.seconds * cards.get(p.group, 1) for p in phases)
     gpu_hours = card_seconds / 3600 if on_gpu else 0.0
     cpu_hours = 0.0 if on_gpu else card_seconds / 3600
+    too_big = sorted(g for g, k in cards.items() if node_cards is not None and k > node_cards)
+    priced_hours = sum(p.seconds * cards.get(p.group, 1) for p in phases if p.group not in too_big)
+    unpriced = (
+        f"{len(too_big)} group(s) need more cards than the tariff's {node_cards}-card node, "
+        f"left out of the cost: {', '.join(too_big)}"
+        if too_big
+        else None
+    )
     return Budget(
         points=len(fitting),
         skipped=len(skipped),
@@ -406,5 +419,6 @@ def budget(
         est_phase_seconds=by_phase,
         est_gpu_hours=gpu_hours,
         est_cpu_hours=cpu_hours,
-        est_cost_usd=(gpu_hours + cpu_hours) * hourly_usd if hourly_usd is not None else None,
+        est_cost_usd=priced_hours / 3600 * hourly_usd if hourly_usd is not None else None,
+        unpriced=unpriced if hourly_usd is not None else None,
     )

@@ -56,18 +56,20 @@ def friendly(fn: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
-def hourly_price(tariffs: Path | None, gpu: str) -> tuple[float | None, str | None, str | None]:
+def hourly_price(
+    tariffs: Path | None, gpu: str
+) -> tuple[float | None, str | None, int | None, str | None]:
     """Hourly $ per card of the first tariff for this card (``cpu``: a CPU node), if a tariff
-    file was given: (price, the tariff's name, None), or (None, None, why it has none)."""
+    file was given: (price, the tariff's name, its node's cards, None), or (None, None, None,
+    why it has none)."""
     if tariffs is None:
-        return None, None, None
+        return None, None, None, None
     from harness.spec.tariffs import load_tariffs
 
-    for tariff in load_tariffs(tariffs).tariffs:
-        if tariff.gpu == gpu:
-            price = tariff.hourly_usd / tariff.gpus_per_node
-            return price, f"{tariff.provider} {tariff.gpu}", None
-    return None, None, f"{tariffs} has no tariff for {gpu!r}"
+    for t in load_tariffs(tariffs).tariffs:
+        if t.gpu == gpu:
+            return t.hourly_usd / t.gpus_per_node, f"{t.provider} {t.gpu}", t.gpus_per_node, None
+    return None, None, None, f"{tariffs} has no tariff for {gpu!r}"
 
 
 @app.command()
@@ -89,10 +91,10 @@ def plan(
     gpu_targets = [t for t in grid.scenario.targets if t != "cpu"]
     card = planner.default_card(gpu_targets[0], gpu or grid.scenario.gpu) if gpu_targets else None
     # the node the sweep rents: its GPU's, or a CPU node's for a sweep with no GPU target
-    price, tariff_name, unpriced = hourly_price(tariffs, card.name if card else "cpu")
-    result = calibrated_plan(grid, scenario, gpu=gpu, hourly_usd=price)
+    price, tariff_name, cards, unpriced = hourly_price(tariffs, card.name if card else "cpu")
+    result = calibrated_plan(grid, scenario, gpu=gpu, hourly_usd=price, node_cards=cards)
     result.budget.tariff = tariff_name
-    result.budget.unpriced = unpriced
+    result.budget.unpriced = unpriced or result.budget.unpriced
     if as_json:
         sys.stdout.write(json.dumps(result.contract()) + "\n")
         return

@@ -6,7 +6,7 @@ at utilisation ``u``; the row occupies k = ``gpus_used`` cards, its layout's ten
 ranks (``harness.spec.capabilities.Layout``; 1 without a layout), so the node holds
 ``replicas_per_node`` = ⌊n ÷ k⌋ copies of it)::
 
-    usd_per_hour          = package_price ÷ (days × 24) ÷ u × k ÷ n      (priced on k cards)
+    usd_per_hour          = package_price ÷ (days × 24) ÷ u ÷ ⌊n ÷ k⌋   (one replica's share)
     usd_per_mtok          = usd_per_hour ÷ (tok_s × 3600) × 10⁶
                             (decode tok/s → output; total tok/s → total; a mode's own tok/s:
                             serving's output tok/s at the SLO, training's train tok/s)
@@ -15,7 +15,10 @@ ranks (``harness.spec.capabilities.Layout``; 1 without a layout), so the node ho
 
 Layouts side by side: an 8-card node runs TP 1 × 8 replicas, TP 2 × 4 or TP 8 × 1; each layout is
 priced on its own k cards and the cheapest tables keep one row per layout (``layout`` column,
-empty on one card), so the layouts of one card and one package stand next to each other.
+empty on one card), so the layouts of one card and one package stand next to each other. A
+layout that does not divide the node (k = 3 on 8 cards: 2 replicas, 2 cards idle) pays for the
+idle cards as rented: each replica pays 1 ÷ ⌊n ÷ k⌋ of the node (= k ÷ n when k divides n), so
+package_price ÷ tokens_per_package is the printed $/Mtok (``paid_share``).
 
 Hourly billing charges only the hours used (``hourly × days × 24 × u``), so the package is the
 cheaper choice exactly when ``u > breakeven_utilisation``.
@@ -107,10 +110,19 @@ def breakeven_utilisation(
         return np.asarray(price / (hourly_usd * days * HOURS_PER_DAY), dtype=np.float64)
 
 
+def paid_share(used: Array | float, gpus_in_package: Array | float) -> Array:
+    """The share of the node one replica of k cards pays: 1 ÷ ⌊n ÷ k⌋ (its own cards and its
+    part of the idle ones; k ÷ n when k divides n). NaN where k > n (not priced there)."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        n = np.asarray(gpus_in_package, dtype=np.float64)
+        replicas = replicas_per_node(n, np.asarray(used, dtype=np.float64))
+        return np.where(replicas >= 1, 1.0 / replicas, np.nan)
+
+
 def package_hour(table: pd.DataFrame, utilisation: float, gpus_used: Array | float) -> Array:
     """``package_usd_per_hour`` of every row of a (row × package) table (columns
-    ``package_price_usd``, ``package_days``, ``gpus_in_package``)."""
-    share = gpus_used / table["gpus_in_package"].to_numpy(dtype=np.float64)
+    ``package_price_usd``, ``package_days``, ``gpus_in_package``), on its ``paid_share``."""
+    share = paid_share(gpus_used, table["gpus_in_package"].to_numpy(dtype=np.float64))
     return package_usd_per_hour(
         table["package_price_usd"].to_numpy(dtype=np.float64),
         table["package_days"].to_numpy(dtype=np.float64),
@@ -269,7 +281,7 @@ def cost_table(
     hourly = table["hourly_usd"].to_numpy(dtype=np.float64)
     used = table["gpus_used"].to_numpy(dtype=np.float64)
     size = table["gpus_in_package"].to_numpy(dtype=np.float64)
-    share = used / size
+    share = paid_share(used, size)
     replicas = replicas_per_node(size, used)
     decode = table["decode_tok_s"].to_numpy(dtype=np.float64)
     total = table["total_tok_s"].to_numpy(dtype=np.float64)
@@ -306,7 +318,8 @@ def package_pairs(
     row_parts, package_parts, cost_parts = [], [], []
     for j in range(len(packages)):
         at = np.flatnonzero((gpu == package_gpu[j]) & (used <= size[j]))
-        usd_per_hour = package_usd_per_hour(price[j], days[j], utilisation, used[at] / size[j])
+        share = paid_share(used[at], size[j])
+        usd_per_hour = package_usd_per_hour(price[j], days[j], utilisation, share)
         row_parts.append(rows[at])
         package_parts.append(np.full(at.size, j, dtype=np.int64))
         cost_parts.append(usd_per_mtok(usd_per_hour, decode[at]))

@@ -1,5 +1,6 @@
-"""Priced per node: a layout over k of a node's n cards is priced on k cards, and the node holds
-⌊n ÷ k⌋ replicas of it (harness.results.pricing). Every expected figure is computed by hand.
+"""Priced per node: a layout over k of a node's n cards pays 1 ÷ ⌊n ÷ k⌋ of the node (its k cards
+when k divides n; its share of the idle cards too when it does not), and the node holds ⌊n ÷ k⌋
+replicas of it (harness.results.pricing). Every expected figure is computed by hand.
 
 The node: 8 × H100 at $24.00 per node-hour, one 30-day package at no discount, utilisation 1.
 
@@ -7,10 +8,10 @@ The node: 8 × H100 at $24.00 per node-hour, one 30-day package at no discount, 
     node $/hour       = 17,280 ÷ (30 × 24)                    = $24.00
     hours             = 30 × 24                               = 720
 
-    layout  k  decode tok/s  $/hour (k/8 of 24)  $/Mtok out = $/h ÷ (tok/s × 3600) × 10⁶   ⌊8/k⌋
+    layout  k  decode tok/s  $/hour (24 ÷ ⌊8/k⌋) $/Mtok out = $/h ÷ (tok/s × 3600) × 10⁶   ⌊8/k⌋
     one     1  1000          3                   3 ÷ 3.6    = 0.833333                      8
     tp=2    2  2500          6                   6 ÷ 9.0    = 0.666667                      4
-    tp=3    3  3000          9                   9 ÷ 10.8   = 0.833333                      2
+    tp=3    3  3000          12 (not 9: 2 idle)  12 ÷ 10.8  = 1.111111                      2
     tp=8    8  6000          24                  24 ÷ 21.6  = 1.111111                      1
 
     tokens/package = tok/s × 3600 × 720 × ⌊8/k⌋:
@@ -34,7 +35,7 @@ from tests import factories as F
 EXPECTED = {  # layout → ($/Mtok out, tokens per package, replicas per node, cards)
     None: (3 / 3.6, 20_736_000_000, 8, 1),
     "tp=2": (6 / 9.0, 25_920_000_000, 4, 2),
-    "tp=3": (9 / 10.8, 15_552_000_000, 2, 3),
+    "tp=3": (12 / 10.8, 15_552_000_000, 2, 3),
     "tp=8": (24 / 21.6, 15_552_000_000, 1, 8),
 }
 DECODE = {None: 1000.0, "tp=2": 2500.0, "tp=3": 3000.0, "tp=8": 6000.0}
@@ -70,10 +71,10 @@ def test_the_cheapest_table_lists_every_layout_side_by_side_with_its_ratio() -> 
     rows = by_layout(cheapest)
     assert set(rows) == set(EXPECTED)  # one row per layout, not one per GPU
     # ratio to the cheapest layout (tp=2 at 0.666667): 0.833333 ÷ 0.666667 = 1.25,
-    # 1.111111 ÷ 0.666667 = 1.666667
+    # 1.111111 ÷ 0.666667 = 1.666667 (tp=3 and tp=8)
     assert rows["tp=2"]["ratio_to_cheapest_gpu"] == pytest.approx(1.0)
     assert rows[None]["ratio_to_cheapest_gpu"] == pytest.approx(1.25)
-    assert rows["tp=3"]["ratio_to_cheapest_gpu"] == pytest.approx(1.25)
+    assert rows["tp=3"]["ratio_to_cheapest_gpu"] == pytest.approx(5 / 3)
     assert rows["tp=8"]["ratio_to_cheapest_gpu"] == pytest.approx(5 / 3)
     assert next(iter(cheapest["layout"])) == "tp=2"  # cheapest first
     assert rows[None]["layout"] is None  # one card: no layout, not NaN
@@ -88,3 +89,11 @@ def test_layout_cards_and_replicas_by_hand() -> None:
     assert list(gpus_used(pd.DataFrame({"x": [1, 2]}))) == [1.0, 1.0]
     # ⌊8/1⌋, ⌊8/3⌋, ⌊8/8⌋, ⌊2/1⌋, ⌊2/2⌋
     assert list(replicas_per_node([8, 8, 8, 2, 2], [1, 3, 8, 1, 2])) == [8, 2, 1, 2, 1]  # type: ignore[arg-type]
+
+
+def test_a_package_divided_by_its_tokens_is_the_printed_price_for_every_layout() -> None:
+    """The audit's case: tp=3 on an 8-card node printed $0.8333/Mtok, while the package
+    ($17,280) over its 15,552,000,000 tokens is $1.1111/Mtok: the two idle cards were free."""
+    for layout, row in by_layout(node_result().cost).items():
+        per_mtok = 17_280 / row["tokens_per_package"] * 1e6
+        assert row["usd_per_mtok_output"] == pytest.approx(per_mtok, rel=1e-9), layout

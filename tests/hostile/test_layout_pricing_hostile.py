@@ -1,0 +1,48 @@
+"""Layouts are priced the way they are rented (issue 43, item 3): `plan --tariffs` never prices an
+8-card layout on a 4-card node; it leaves that group out of the cost and names it. (A layout that
+does not divide its node pays for the idle cards: tests/results/test_pricing_layouts.py.)"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from harness.cli.main import app
+
+SCENARIO: dict[str, Any] = {
+    "name": "p8", "models": [{"id": "meta-llama/Llama-3.1-8B-Instruct"}], "backend": ["vllm"],
+    "quantization": ["bf16"], "kv_cache_dtype": ["auto"], "batch": [1], "context": [512],
+    "output_tokens": 8, "targets": ["cuda"], "gpu": "H100-SXM-80GB",
+    "parallel": {"cards": 8, "tensor": [1, 8], "pipeline": [1], "expert": [False]},
+}  # fmt: skip
+FOUR_CARDS = {"tariffs": [{
+    "provider": "Four", "gpu": "H100-SXM-80GB", "gpus_per_node": 4, "hourly_usd": 8.0,
+    "source": "by hand", "date": "2026-12", "packages": [{"days": 30, "discount_pct": 0}],
+}]}  # fmt: skip
+
+
+def budget(tmp_path: Path, tensor: list[int]) -> dict[str, Any]:
+    scenario = tmp_path / f"s{len(tensor)}.yaml"
+    scenario.write_text(json.dumps({**SCENARIO, "parallel": {**SCENARIO["parallel"],
+                                                             "tensor": tensor}}))  # fmt: skip
+    tariffs = tmp_path / "t.yaml"
+    tariffs.write_text(json.dumps(FOUR_CARDS))
+    done = CliRunner().invoke(app, ["plan", str(scenario), "--tariffs", str(tariffs), "--json"])
+    assert done.exit_code == 0, done.output
+    found: dict[str, Any] = json.loads(done.stdout)["budget"]
+    return found
+
+
+def test_an_8_card_layout_is_not_priced_on_a_4_card_node_and_is_named(tmp_path: Path) -> None:
+    both = budget(tmp_path, [1, 8])
+    one = budget(tmp_path, [1])
+    assert "need more cards than the tariff's 4-card node" in both["unpriced"]
+    assert "tp=8" in both["unpriced"] and one["unpriced"] is None
+    # the cost is the tp=1 group's alone (and the sweep's own Ray start), as if tp=8 were not
+    # there: priced at $8 ÷ 4 cards = $2 per card-hour either way
+    assert both["est_cost_usd"] == pytest.approx(one["est_cost_usd"], rel=1e-9)
+    assert both["est_gpu_hours"] > one["est_gpu_hours"]  # the 8 cards' hours are still counted
