@@ -420,8 +420,10 @@ def inference_memory(
     and its communication buffers): the formulas above."""
     layout = point.layout
     weights = weights_bytes(arch, point.quantization, layout, stage) + adapter_bytes(point, arch)
-    weights += draft_terms(point, arch)[0]  # speculative decoding's draft, whole on each rank
-    kv_share = rank_kv_share(arch, layout, stage) * speculative_kv_scale(point, arch)
+    weights += draft_terms(point, arch, stage)[0]  # the draft, as the engine shards it
+    kv_share = rank_kv_share(arch, layout, stage)
+    if speculative.draft_on_stage(layout, stage):
+        kv_share *= speculative_kv_scale(point, arch)
     kv_prefill = kv_share * kv_cache_bytes(
         arch, point.kv_cache_dtype, point.quantization, point.context, point.batch
     )
@@ -467,14 +469,21 @@ def inference_memory(
     return phases, terms
 
 
-def draft_terms(point: Point, arch: ModelArch) -> tuple[float, float]:
+def draft_terms(point: Point, arch: ModelArch, stage: int | None = None) -> tuple[float, float]:
     """(weights bytes, KV bytes per token) of the point's speculative draft (the formulas
-    above; the draft's own dtype, the target's KV dtype); (0, 0) without one or for n-gram."""
+    above; the draft's own dtype, the target's KV dtype); (0, 0) without one or for n-gram.
+    With a pipeline ``stage``: one rank's of that stage, as vLLM places the draft (sharded at
+    the target's tensor parallel size, on the last stage: speculative.draft_layout)."""
     draft = speculative.draft_arch(point.speculative, arch)
     if draft is None:
         return 0.0, 0.0
+    layout = None
+    if stage is not None:
+        if not speculative.draft_on_stage(point.layout, stage):
+            return 0.0, 0.0
+        layout = speculative.draft_layout(point.layout)
     kv_dtype = point.kv_cache_dtype
-    return weights_bytes(draft, "none"), kv_bytes_per_token(draft, kv_dtype, "none")
+    return weights_bytes(draft, "none", layout), kv_bytes_per_token(draft, kv_dtype, "none")
 
 
 def speculative_kv_scale(point: Point, arch: ModelArch) -> float:

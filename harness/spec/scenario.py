@@ -547,7 +547,7 @@ def skip_reason(scenario: Scenario, point: Point, arch: catalog.ModelArch) -> st
     if layout_broken:
         return f"{layout_broken[1]} [rule {layout_broken[0]}]"
     spec_broken = point.speculative and speculation_rule_for(
-        point.speculative, point.backend, point.target, arch
+        point.speculative, point.backend, point.target, arch, point.layout
     )
     if spec_broken:
         return f"{spec_broken[1]} [rule {spec_broken[0]}]"

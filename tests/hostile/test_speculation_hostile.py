@@ -1,0 +1,83 @@
+"""Speculation, hostile round four (issue 43, item 7): the draft is planned where the engine
+puts it, a draft that cannot be split is skipped with its reason, a row's acceptance figures
+are checked as a whole, and a row on an engine the rules refuse is not admitted."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import pytest
+
+from harness import plan as planner
+from harness.spec import catalog, scenario, speculative
+from harness.spec.capabilities import Layout
+
+BASE = """\
+name: spec-layouts
+models: [meta-llama/Llama-3.1-8B-Instruct]
+backend: [vllm]
+quantization: [none]
+batch: [1]
+context: [128]
+output_tokens: 16
+targets: [cuda]
+gpu: H100-SXM-80GB
+"""
+DRAFT = "speculative: [{method: draft, model: llama-3.2-1b, tokens: 5}]\n"
+
+
+def points(text: str) -> list[scenario.Point]:
+    return scenario.expand(scenario.parse(BASE + text)).points
+
+
+def test_the_draft_is_sharded_at_the_target_s_tensor_parallel_size() -> None:
+    (point,) = points(DRAFT + "parallel: {cards: 8, tensor: [2]}\n")
+    target = catalog.model("meta-llama/Llama-3.1-8B-Instruct")
+    weights, _ = planner.draft_terms(point, target, stage=0)
+    # Llama-3.2-1B on one of 2 tensor ranks: embeddings 128,256 × 2,048 / 2 = 131,334,144;
+    # per layer q,o 8,388,608 / 2 + k,v 2,097,152 × 4/8 kv heads + MLP 50,331,648 / 2
+    # = 30,408,704 × 16 layers = 486,539,264; norms 16 × 4,096 + 2,048 = 67,584 (replicated);
+    # tied embeddings: no lm_head. 617,940,992 params × 2 B = 1,235,881,984 B (the whole draft
+    # is 2,471,628,800 B: before this fix each rank was planned with all of it)
+    assert weights == 1_235_881_984
+
+
+def test_the_draft_sits_on_the_last_pipeline_stage_only() -> None:
+    (point,) = points(DRAFT + "parallel: {cards: 8, tensor: [2], pipeline: [2]}\n")
+    target = catalog.model("meta-llama/Llama-3.1-8B-Instruct")
+    assert planner.draft_terms(point, target, stage=0) == (0.0, 0.0)
+    # the last stage's rank holds the draft at tp=2 (the figure above)
+    assert planner.draft_terms(point, target, stage=1)[0] == 1_235_881_984
+
+
+def test_a_draft_whose_heads_do_not_divide_tp_is_skipped_with_the_reason() -> None:
+    text = BASE.replace("meta-llama/Llama-3.1-8B-Instruct", "Qwen/Qwen2.5-72B-Instruct")
+    text += "speculative: [{method: draft, model: qwen2.5-0.5b, tokens: 3}]\n"
+    text += "parallel: {cards: 8, tensor: [4]}\n"
+    grid = scenario.expand(scenario.parse(text))
+    (skip,) = grid.skipped
+    # the target's 64 heads split over 4 ranks; the draft's 14 do not
+    assert "[rule draft-tp-divides-heads]" in skip.reason
+    assert "tp=4 does not divide 14 heads" in skip.reason
+
+
+def test_the_same_draft_on_one_card_is_not_refused_for_its_heads() -> None:
+    assert speculative.draft_layout(None) is None
+    assert speculative.draft_layout(Layout(tensor=1, pipeline=4)) is None
+    assert speculative.draft_layout(Layout(tensor=4, pipeline=2)) == Layout(tensor=4)
+
+
+def test_a_draft_tokenizer_is_hashed_without_reading_it_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    body = b'{"model": "x"}' * 1000
+    (tmp_path / "tokenizer.json").write_bytes(body)
+    arch = catalog.model("tiny-llama").model_copy(update={"path": str(tmp_path)})
+
+    def whole(self: Path) -> bytes:
+        raise AssertionError("read whole")
+
+    monkeypatch.setattr(Path, "read_bytes", whole)
+    monkeypatch.setattr(speculative, "HASH_CHUNK", 1000)  # 14 chunks: the loop is exercised
+    assert speculative.tokenizer_hash(arch) == hashlib.sha256(body).hexdigest()
