@@ -10,8 +10,11 @@ from pathlib import Path
 import pytest
 
 from harness import plan as planner
+from harness.results import admission
+from harness.results.frame import load_run
 from harness.spec import catalog, scenario, speculative
 from harness.spec.capabilities import Layout
+from tests import factories as F
 
 BASE = """\
 name: spec-layouts
@@ -81,3 +84,75 @@ def test_a_draft_tokenizer_is_hashed_without_reading_it_whole(
     monkeypatch.setattr(Path, "read_bytes", whole)
     monkeypatch.setattr(speculative, "HASH_CHUNK", 1000)  # 14 chunks: the loop is exercised
     assert speculative.tokenizer_hash(arch) == hashlib.sha256(body).hexdigest()
+
+
+# --- a row's acceptance, checked as a whole (harness.results.admission) -----------------------
+
+NGRAM = "ngram:k=4,lookup=2-4"
+# an honest n-gram row: 50 drafts of k = 4 → 200 draft tokens, 60 accepted: rate 100 × 60 /
+# 200 = 30 %, length 1 + 60 / 50 = 2.2
+HONEST = {
+    "backend": "vllm", "speculative": NGRAM, "spec_workload": "corpus windows",
+    "spec_drafts": 50, "spec_draft_tokens": 200, "spec_accepted_tokens": 60,
+    "spec_acceptance_rate_pct": 30.0, "spec_acceptance_length_tokens": 2.2,
+    # 20, 20, 12, 8 tokens accepted at positions 1-4 of 50 drafts: 40, 40, 24, 16 %
+    "spec_acceptance_per_pos_pct": "40.0,40.0,24.0,16.0",
+}  # fmt: skip
+
+
+def problem(**overrides: object) -> str | None:
+    return admission.row_inconsistency(F.row(**{**HONEST, **overrides}))
+
+
+def test_an_honest_speculative_row_is_admitted() -> None:
+    assert problem() is None
+
+
+@pytest.mark.parametrize(
+    ("overrides", "words"),
+    [
+        ({"spec_acceptance_rate_pct": 130.0}, "outside [0, 100] %"),
+        ({"spec_acceptance_rate_pct": -5.0}, "outside [0, 100] %"),
+        ({"spec_acceptance_length_tokens": 0.5}, "outside [1, k + 1 = 5]"),
+        ({"spec_acceptance_length_tokens": 7.0}, "outside [1, k + 1 = 5]"),
+        # 1 + 60 / 50 = 2.2, not 3.0 (and 3.0 would need 2 accepted per draft of 4 at 30 %:
+        # k × rate = 4 × 0.30 = 1.2 < 2, the pair itself disagrees)
+        ({"spec_acceptance_length_tokens": 3.0}, "the two disagree"),
+        # 100 × 60 / 200 = 30, not 25
+        ({"spec_acceptance_rate_pct": 25.0, "spec_acceptance_length_tokens": 1.9,
+          "spec_acceptance_per_pos_pct": "40.0,30.0,20.0"}, "≠ 100 × 60 accepted / 200"),
+        # 250 draft tokens from 50 drafts of at most 4 is impossible
+        ({"spec_draft_tokens": 250}, "does not hold"),
+        ({"spec_acceptance_per_pos_pct": "10.0,40.0,24.0,46.0"}, "rises"),
+        ({"spec_acceptance_per_pos_pct": "40.0,40.0,24.0,16.0,5.0"}, "5 positions; k = 4"),
+        # 20 + 20 + 12 = 52 %: 0.52 accepted per draft, the length says 1.2
+        ({"spec_acceptance_per_pos_pct": "20.0,20.0,12.0"}, "sums to 0.52"),
+        ({"spec_tasks_acceptance_rate_pct": 101.0}, "spec_tasks_acceptance_rate_pct 101"),
+    ],
+)  # fmt: skip
+def test_acceptance_figures_that_disagree_are_not_admitted(
+    overrides: dict[str, object], words: str
+) -> None:
+    found = problem(**overrides)
+    assert found is not None and words in found
+
+
+def test_acceptance_on_a_row_without_speculation_is_not_admitted() -> None:
+    found = problem(speculative=None)
+    assert found is not None and "without speculative decoding" in found
+
+
+def test_a_speculative_row_on_an_engine_the_rules_refuse_is_not_admitted() -> None:
+    found = problem(backend="transformers")
+    assert found is not None and "transformers/cuda" in found and "vLLM's speculative_config" in found
+    on_cpu = problem(speculative="eagle3:k=3,model=llama-3.2-1b", target="cpu",
+                     spec_acceptance_per_pos_pct=None)  # fmt: skip
+    assert on_cpu is not None and "GPUs (CUDA, ROCm) only" in on_cpu
+
+
+def test_a_refused_speculative_row_never_joins_its_run(tmp_path: Path) -> None:
+    bad = F.row(**{**HONEST, "key": "badspec", "spec_acceptance_rate_pct": 130.0})
+    run = F.write_run(tmp_path / "run-a", [*F.small_grid(), bad])
+    frame, unreadable = load_run(run)
+    assert "badspec" not in set(frame["key"])
+    assert any(p.endswith("badspec.json") and "outside [0, 100]" in w for p, w in unreadable)
