@@ -34,6 +34,7 @@ from harness import modes
 from harness.measure.speculation import differing_items
 from harness.spec.labels import CONFIGURATION, configuration_label
 from harness.spec.scenario import CONFIGURATION_FIELDS
+from harness.spec.speculative import LABEL_PATTERN
 
 # (plain row's column, the speculative row's column it fills)
 PLAIN_FIGURES = (
@@ -139,6 +140,29 @@ def with_plain_pairs(frame: pd.DataFrame) -> pd.DataFrame:
     out["greedy_differing"] = differing
     out["greedy_identical"] = verdicts
     return out
+
+
+def tokens_per_step(frame: pd.DataFrame) -> NDArray[np.float64]:
+    """Tokens a decode step yields, per row, for the roofline check: 1 without speculation; a
+    speculative row's measured mean acceptance length (accepted drafts + the bonus token, each
+    step reading the target's weights once), its synthetic replay's length, else at most k + 1
+    (nothing measured: the most one step can yield)."""
+    out = np.ones(len(frame))
+    spec = speculative_rows(frame)
+    if not spec.any():
+        return out
+    for i in np.flatnonzero(spec):
+        out[i] = _step_tokens(frame.iloc[i])
+    return out
+
+
+def _step_tokens(row: pd.Series) -> float:
+    for column in ("spec_acceptance_length_tokens", "spec_synthetic_length_tokens"):
+        value = row.get(column)
+        if not _missing(value) and float(value) >= 1.0:
+            return float(value)
+    match = LABEL_PATTERN.fullmatch(str(row.get("speculative")))
+    return 1.0 + int(match["k"]) if match else 1.0
 
 
 def priceable(frame: pd.DataFrame) -> Array:

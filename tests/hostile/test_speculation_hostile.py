@@ -11,6 +11,7 @@ import pytest
 
 from harness import plan as planner
 from harness.results import admission
+from harness.results import frame as frames
 from harness.results.frame import load_run
 from harness.spec import catalog, scenario, speculative
 from harness.spec.capabilities import Layout
@@ -144,7 +145,9 @@ def test_acceptance_on_a_row_without_speculation_is_not_admitted() -> None:
 
 def test_a_speculative_row_on_an_engine_the_rules_refuse_is_not_admitted() -> None:
     found = problem(backend="transformers")
-    assert found is not None and "transformers/cuda" in found and "vLLM's speculative_config" in found
+    assert (
+        found is not None and "transformers/cuda" in found and "vLLM's speculative_config" in found
+    )
     on_cpu = problem(speculative="eagle3:k=3,model=llama-3.2-1b", target="cpu",
                      spec_acceptance_per_pos_pct=None)  # fmt: skip
     assert on_cpu is not None and "GPUs (CUDA, ROCm) only" in on_cpu
@@ -156,3 +159,17 @@ def test_a_refused_speculative_row_never_joins_its_run(tmp_path: Path) -> None:
     frame, unreadable = load_run(run)
     assert "badspec" not in set(frame["key"])
     assert any(p.endswith("badspec.json") and "outside [0, 100]" in w for p, w in unreadable)
+
+
+def test_the_roofline_check_of_a_speculative_row_counts_tokens_accepted_per_step(
+    tmp_path: Path,
+) -> None:
+    # roofline 50,000 tok/s for one token per step; 2.2 tokens per step (HONEST) → 110,000
+    honest = F.row(**{**HONEST, "key": "honest", "decode_tok_s": 90_000.0, "total_tok_s": 90_000.0})
+    beyond = F.row(**{**HONEST, "key": "beyond", "decode_tok_s": 120_000.0,
+                      "total_tok_s": 120_000.0})  # fmt: skip
+    plain = F.row(key="plain", decode_tok_s=90_000.0, total_tok_s=90_000.0)
+    raw, _ = load_run(F.write_run(tmp_path / "run-a", [honest, beyond, plain]))
+    frame = frames.flag_rows(frames.normalise(raw))
+    flagged = dict(zip(frame["key"], frame["exceeds_roofline"], strict=True))
+    assert flagged == {"honest": False, "beyond": True, "plain": True}
