@@ -24,6 +24,7 @@ untouched), so a speculative configuration that fails, or was not checked, is ne
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -33,7 +34,7 @@ from numpy.typing import NDArray
 from harness import modes
 from harness.measure.speculation import differing_items
 from harness.spec.labels import CONFIGURATION, configuration_label
-from harness.spec.scenario import CONFIGURATION_FIELDS
+from harness.spec.scenario import CONFIGURATION_FIELDS, Point
 from harness.spec.speculative import LABEL_PATTERN
 
 # (plain row's column, the speculative row's column it fills)
@@ -232,6 +233,28 @@ def acceptance_table(points: pd.DataFrame, serving: pd.DataFrame | None = None) 
                 "decode_speedup": row.get("decode_speedup") if prefix == "spec_" else np.nan,
             })  # fmt: skip
     return pd.DataFrame(lines, columns=list(ACCEPTANCE_COLUMNS))
+
+
+def unpaired_line(points: Sequence[Point]) -> str | None:
+    """Said at plan: the planned speculative points without a plain twin among ``points`` (the
+    same configuration, ``MATCH_ON``, without speculation), which are measured but never
+    priced, since greedy identity needs the twin's outputs; None when every one has its twin."""
+    plain = {_point_key(p) for p in points if p.speculative is None}
+    alone = [p for p in points if p.speculative is not None and _point_key(p) not in plain]
+    if not alone:
+        return None
+    example = configuration_label(alone[0].model_dump())
+    return (
+        f"{len(alone)} speculative point(s) have no plain twin in this sweep (the same "
+        f"configuration without speculation), e.g. {alone[0].model} {example}: they are "
+        "measured but nothing of them is priced (greedy identity is checked against the plain "
+        "row); add `none` to `speculative:`"
+    )
+
+
+def _point_key(point: Point) -> tuple[str, ...]:
+    fields = point.model_dump()
+    return (point.mode, *(str(fields.get(f)) for f in MATCH_ON))
 
 
 def identity_lines(points: pd.DataFrame) -> list[str]:

@@ -8,9 +8,11 @@ import hashlib
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
 from harness import plan as planner
-from harness.results import admission
+from harness.cli.main import app
+from harness.results import admission, speculation
 from harness.results import frame as frames
 from harness.results.frame import load_run
 from harness.spec import catalog, scenario, speculative
@@ -173,3 +175,25 @@ def test_the_roofline_check_of_a_speculative_row_counts_tokens_accepted_per_step
     frame = frames.flag_rows(frames.normalise(raw))
     flagged = dict(zip(frame["key"], frame["exceeds_roofline"], strict=True))
     assert flagged == {"honest": False, "beyond": True, "plain": True}
+
+
+# --- plan: a speculative-only sweep is told nothing of it will be priced -----------------------
+
+
+def test_a_speculative_only_sweep_is_told_at_plan_that_nothing_will_be_priced(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "spec-only.yaml"
+    path.write_text(BASE + DRAFT)
+    result = CliRunner().invoke(app, ["plan", str(path)], terminal_width=400)
+    assert result.exit_code == 0, result.output
+    assert "1 speculative point(s) have no plain twin" in result.output
+    assert "nothing of them is priced" in result.output
+
+
+def test_a_sweep_with_the_plain_twin_has_no_such_note() -> None:
+    grid = scenario.expand(scenario.parse(BASE + DRAFT.replace("[{", "[none, {")))
+    assert len(grid.points) == 2
+    assert speculation.unpaired_line(grid.points) is None
+    (spec,) = [p for p in grid.points if p.speculative is not None]
+    assert speculation.unpaired_line([spec]) is not None
