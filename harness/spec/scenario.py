@@ -504,10 +504,17 @@ def expand(scenario: Scenario, source: str | None = None) -> Grid:
 
 
 def point_inputs(point: Point, tasks: list[inputs.InputFile]) -> tuple[inputs.InputFile, ...]:
-    """The files ``point`` reads, by content (harness.spec.inputs): its adapter's weights, the
+    """The files ``point`` reads, by content (harness.spec.inputs): its model's and its draft's
+    local folders (config and weights), its adapter's weights, the
     scenario's task files ``tasks`` (scored on an offline point on checkpoint weights), and what
     its mode's ``inputs`` part names (a serving workload's trace)."""
-    files = [inputs.adapter_file(point.adapter)] if point.adapter is not None else []
+    folders = [inputs.model_folder_file("model", point.model)]
+    draft = getattr(point.speculative, "model", None)
+    if draft is not None:
+        folders.append(inputs.model_folder_file("draft", draft))
+    files = [f for f in folders if f is not None]
+    if point.adapter is not None:
+        files.append(inputs.adapter_file(point.adapter))
     if point.mode == "offline" and point.weights == "checkpoint":
         files += tasks
     mode = modes.get(point.mode)
