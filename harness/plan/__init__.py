@@ -380,7 +380,8 @@ def adapter_bytes(point: Point, arch: ModelArch) -> float:
     adapter = adapters.read_adapter(point.adapter)
     shapes = arch.linear_shapes()
     per_value = compute_dtype_bytes(point.quantization, arch.dtype_bytes)
-    targets = [shapes[t] for t in adapter.targets if t in shapes] * arch.num_layers
+    targets = [shapes[t] for t in adapters.adapted_modules(adapter, list(shapes))]
+    targets *= arch.num_layers
     own = adapters.lora_bytes(adapter.rank, targets, per_value)
     if point.backend != "vllm":
         return own

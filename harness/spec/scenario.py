@@ -117,6 +117,8 @@ class ModelRef(Input):
                 base_weights=base.path if base.has_safetensors or base.has_pickled else None,
                 base_commit=base.commit,
             )
+            shapes = catalog.model(self.id, self.revision).linear_shapes()
+            adapters.check_against_base(adapter, self.id, shapes)
         except UserInputError as exc:
             raise ValueError(exc.message) from None
         return self

@@ -9,7 +9,11 @@ from pathlib import Path
 
 import pytest
 
+from harness import plan as planner
+from harness.spec import adapters, catalog
+from harness.spec.scenario import Point
 from harness.tasks.spec import TaskFile, load_task_file
+from tests.spec.test_adapters import lora_safetensors, make_adapter, refusal
 
 CLASSIFY = {"kind": "classify", "prompt": "T: {text}", "labels": ["x", "y"]}
 
@@ -23,3 +27,62 @@ def test_a_task_path_with_a_tilde_is_read_from_home(
     task = load_task_file(TaskFile.model_validate({"path": "~/mine.jsonl", **CLASSIFY}))
     assert len(task.scored) == 3
     assert task.source == str(tmp_path / "mine.jsonl")
+
+
+# --- an adapter's config, checked against its weights and its base ----------------------------
+
+
+def adapter_with(tmp_path: Path, *, b_rank: int | None = None, **config: object) -> Path:
+    folder = make_adapter(tmp_path / "lora", rank=8)
+    path = folder / adapters.CONFIG
+    written = json.loads(path.read_text())
+    written.update(config)
+    path.write_text(json.dumps(written))
+    if b_rank is not None:
+        (folder / adapters.WEIGHTS).write_bytes(lora_safetensors(8, b_rank))
+        binding = json.loads((folder / adapters.BINDING).read_text())
+        binding["adapter_sha256"] = adapters.weights_hash(folder)
+        adapters.write_binding(folder, binding)
+    return folder
+
+
+@pytest.mark.parametrize("rank", [0, -4])
+def test_a_rank_that_is_not_positive_is_refused(tmp_path: Path, rank: int) -> None:
+    line = refusal(tmp_path, adapter_with(tmp_path, r=rank))
+    assert f"r must be a positive integer (the LoRA rank), got {rank}" in line
+
+
+def test_a_config_rank_other_than_the_weights_is_refused(tmp_path: Path) -> None:
+    line = refusal(tmp_path, adapter_with(tmp_path, r=16))  # the weights hold rank 8
+    assert "has rank 8; adapter_config.json says r = 16" in line
+
+
+def test_weights_whose_b_matrix_has_another_rank_are_refused(tmp_path: Path) -> None:
+    line = refusal(tmp_path, adapter_with(tmp_path, b_rank=4))
+    assert "lora_B.weight' has rank 4" in line
+
+
+def test_a_rank_above_the_linear_s_own_is_refused(tmp_path: Path) -> None:
+    # tiny-llama: k_proj is 256 → 128 (2 KV heads × 64): rank 200 > min(256, 128) = 128
+    folder = make_adapter(tmp_path / "big", rank=200)
+    line = refusal(tmp_path, folder)
+    assert "rank 200 exceeds min(in, out) = 128 of k_proj" in line
+
+
+def test_a_target_module_the_base_lacks_is_refused_at_plan(tmp_path: Path) -> None:
+    line = refusal(tmp_path, adapter_with(tmp_path, target_modules=["q_proj", "query_key_value"]))
+    assert "target module 'query_key_value' is not a linear of 'tiny-llama'" in line
+
+
+def test_all_linear_is_every_linear_of_the_decoder_as_peft_reads_it(tmp_path: Path) -> None:
+    folder = adapter_with(tmp_path, target_modules="all-linear")
+    arch = catalog.model("tiny-llama")
+    fields = dict(model="tiny-llama", quantization="none", kv_cache_dtype="auto", batch=1,
+                  context=64, output_tokens=8, target="cpu", backend="transformers")  # fmt: skip
+    base = planner.inference_memory(Point(**fields), arch)[1]["weights"]
+    with_lora = planner.inference_memory(Point(adapter=str(folder), **fields), arch)[1]["weights"]
+    # rank 8 × Σ(in + out) over q 256+256, k 256+128, v 256+128, o 256+256, gate 256+i, up 256+i,
+    # down i+256 (i = the intermediate size) × layers × 4 bytes (float32); before: 0 bytes
+    i, layers = arch.intermediate_size, arch.num_layers
+    expected = 8 * (512 + 384 + 384 + 512 + 3 * (256 + i)) * layers * 4
+    assert with_lora - base == expected
