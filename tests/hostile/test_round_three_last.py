@@ -8,9 +8,12 @@ import json
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
 from harness import plan as planner
+from harness.cli.main import app
 from harness.spec import adapters, catalog
+from harness.spec.quality import QualitySettings
 from harness.spec.scenario import Point
 from harness.tasks.spec import TaskFile, load_task_file
 from tests.spec.test_adapters import lora_safetensors, make_adapter, refusal
@@ -86,3 +89,23 @@ def test_all_linear_is_every_linear_of_the_decoder_as_peft_reads_it(tmp_path: Pa
     i, layers = arch.intermediate_size, arch.num_layers
     expected = 8 * (512 + 384 + 384 + 512 + 3 * (256 + i)) * layers * 4
     assert with_lora - base == expected
+
+
+# --- gate: [tasks] with nothing that scores a task --------------------------------------------
+
+
+def test_a_gate_on_tasks_with_nothing_that_scores_a_task_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "s.yaml"
+    path.write_text(
+        "name: g\nmodels: [tiny-llama]\nbackend: [transformers]\nquantization: [none]\n"
+        "batch: [1]\ncontext: [32]\noutput_tokens: 4\ntargets: [cpu]\n"
+        "quality: {arc_items: 0, gate: [tasks]}\n"
+    )
+    result = CliRunner().invoke(app, ["plan", str(path)])
+    assert result.exit_code == 2, result.output
+    (line,) = result.output.strip().splitlines()
+    assert "quality" in line and "gate names tasks, but nothing scores a task" in line
+
+
+def test_a_gate_on_tasks_with_arc_items_is_accepted() -> None:
+    assert QualitySettings.model_validate({"gate": ["tasks"]}).gated() == ("tasks",)
