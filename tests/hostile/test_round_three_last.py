@@ -12,10 +12,11 @@ from typer.testing import CliRunner
 
 from harness import plan as planner
 from harness.cli.main import app
-from harness.spec import adapters, catalog
+from harness.spec import adapters, catalog, models
 from harness.spec.quality import QualitySettings
 from harness.spec.scenario import Point
 from harness.tasks.spec import TaskFile, load_task_file
+from tests.hostile.test_point_content import trace_scenario
 from tests.spec.test_adapters import lora_safetensors, make_adapter, refusal
 
 CLASSIFY = {"kind": "classify", "prompt": "T: {text}", "labels": ["x", "y"]}
@@ -109,3 +110,27 @@ def test_a_gate_on_tasks_with_nothing_that_scores_a_task_is_refused(tmp_path: Pa
 
 def test_a_gate_on_tasks_with_arc_items_is_accepted() -> None:
     assert QualitySettings.model_validate({"gate": ["tasks"]}).gated() == ("tasks",)
+
+
+# --- a trace that is not a prefix tree --------------------------------------------------------
+
+SHIPPED_TRACE = models.PACKAGE_DATA / "traces" / "mooncake_conversation.jsonl"
+
+
+def test_a_trace_that_is_not_a_prefix_tree_is_refused_at_plan_with_file_and_line(
+    tmp_path: Path,
+) -> None:
+    lines = SHIPPED_TRACE.read_text().splitlines(keepends=True)[:12]
+    first = json.loads(lines[0])
+    fifth = json.loads(lines[4])
+    # line 5 starts with line 1's second block: that block now follows the start here and
+    # line 1's first block there, two parents (before the fix: planned, failed on the device)
+    fifth["hash_ids"] = [first["hash_ids"][1], *fifth["hash_ids"][1:]]
+    lines[4] = json.dumps(fifth) + "\n"
+    trace = tmp_path / "trace.jsonl"
+    trace.write_text("".join(lines))
+    result = CliRunner().invoke(app, ["plan", str(trace_scenario(tmp_path, trace))])
+    assert result.exit_code == 2, result.output
+    (line,) = result.output.strip().splitlines()
+    assert f"{trace}:5" in line and "hash_ids" in line
+    assert f"hash id {first['hash_ids'][1]} follows the start here" in line
