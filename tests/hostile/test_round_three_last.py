@@ -12,10 +12,13 @@ from typer.testing import CliRunner
 
 from harness import plan as planner
 from harness.cli.main import app
+from harness.results.compare import compare
+from harness.row import Provenance, ResultRow
 from harness.spec import adapters, catalog, models
 from harness.spec.quality import QualitySettings
 from harness.spec.scenario import Point
 from harness.tasks.spec import TaskFile, load_task_file
+from tests import factories as F
 from tests.hostile.test_point_content import trace_scenario
 from tests.spec.test_adapters import lora_safetensors, make_adapter, refusal
 
@@ -134,3 +137,72 @@ def test_a_trace_that_is_not_a_prefix_tree_is_refused_at_plan_with_file_and_line
     (line,) = result.output.strip().splitlines()
     assert f"{trace}:5" in line and "hash_ids" in line
     assert f"hash id {first['hash_ids'][1]} follows the start here" in line
+
+
+# --- compare: an adapter by its content, a task by its content and items ---------------------
+
+
+def compare_rows(run: str, **extra: object) -> list[ResultRow]:
+    return [F.row(run=run, batch=b, decode_cv=0.02, **F.quality(100.0), **extra) for b in (1, 4)]
+
+
+def with_provenance(**fields: str) -> Provenance:
+    return Provenance(device_name="NVIDIA H100 80GB HBM3", harness="0.1.0", **fields)
+
+
+def test_compare_matches_an_adapter_by_its_weights_not_its_path(tmp_path: Path) -> None:
+    same = {"adapter": "loras/snips"}
+    a = F.write_run(tmp_path / "a", compare_rows("a", **same,
+                    provenance=with_provenance(adapter_sha256="aa" * 32)))  # fmt: skip
+    b = F.write_run(tmp_path / "b", compare_rows("b", **same,
+                    provenance=with_provenance(adapter_sha256="bb" * 32)))  # fmt: skip
+    result = compare(a, b, threshold_pct=2.0)
+    assert result.table.empty  # before: matched on the path, compared with no word
+    assert len(result.only_a) == len(result.only_b) == 2
+    (note,) = result.notes
+    assert "adapter loras/snips: other weights in B (sha256:bbbb" in note
+    assert "not compared" in note
+
+
+def test_compare_matches_one_adapter_in_two_folders_by_its_weights(tmp_path: Path) -> None:
+    sha = with_provenance(adapter_sha256="cc" * 32)
+    a = F.write_run(tmp_path / "a", compare_rows("a", adapter="x/lora", provenance=sha))
+    b = F.write_run(tmp_path / "b", compare_rows("b", adapter="y/lora", provenance=sha))
+    result = compare(a, b, threshold_pct=2.0)
+    assert len(result.table) > 0 and result.notes == []
+    assert "adapter (by content)" in result.matched_on
+
+
+def task(items: int, score: float) -> dict[str, object]:
+    # classify: one unit per item, the unit rate the score
+    return {"name": "mine", "kind": "classify", "items": items, "units": items,
+            "score": score, "unit_rate": score}  # fmt: skip
+
+
+def test_compare_says_a_task_scored_on_other_items_is_not_compared(tmp_path: Path) -> None:
+    a = F.write_run(tmp_path / "a", compare_rows("a", tasks=[task(70, 0.8)]))
+    b = F.write_run(tmp_path / "b", compare_rows("b", tasks=[task(210, 0.7)]))
+    result = compare(a, b, threshold_pct=2.0)
+    assert "task:mine" not in set(result.table["metric"])  # before: compared, 0.8 → 0.7
+    assert result.notes == ["task mine: scored on 70 items in A, 210 in B: not compared"]
+
+
+def test_compare_says_a_task_file_of_other_content_is_not_compared(tmp_path: Path) -> None:
+    a = F.write_run(tmp_path / "a", compare_rows("a", tasks=[task(70, 0.8)],
+                    provenance=with_provenance(inputs_sha256="task:mine=1111")))  # fmt: skip
+    b = F.write_run(tmp_path / "b", compare_rows("b", tasks=[task(70, 0.7)],
+                    provenance=with_provenance(inputs_sha256="task:mine=2222")))  # fmt: skip
+    result = compare(a, b, threshold_pct=2.0)
+    assert "task:mine" not in set(result.table["metric"])
+    (note,) = result.notes
+    assert "other task file content in B (sha256 2222) than in A (1111)" in note
+
+
+def test_compare_still_compares_a_task_on_the_same_items_and_content(tmp_path: Path) -> None:
+    prov = with_provenance(inputs_sha256="task:mine=1111")
+    a = F.write_run(tmp_path / "a", compare_rows("a", tasks=[task(70, 0.8)], provenance=prov))
+    b = F.write_run(tmp_path / "b", compare_rows("b", tasks=[task(70, 0.7)], provenance=prov))
+    result = compare(a, b, threshold_pct=2.0)
+    rows = result.table[result.table["metric"] == "task:mine"]
+    assert list(rows["diff"].round(6)) == [-0.1, -0.1]  # 0.7 − 0.8 on both batches
+    assert result.notes == []
