@@ -206,3 +206,31 @@ def test_compare_still_compares_a_task_on_the_same_items_and_content(tmp_path: P
     rows = result.table[result.table["metric"] == "task:mine"]
     assert list(rows["diff"].round(6)) == [-0.1, -0.1]  # 0.7 − 0.8 on both batches
     assert result.notes == []
+
+
+# --- Ray cannot start: one line --------------------------------------------------------------
+
+
+def test_a_temp_path_too_long_for_ray_s_sockets_is_one_line(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from harness.run import driver
+
+    long_dir = "/tmp/" + "d" * 60  # 65 bytes + "/ray" = 69; + 66 = 135 > 107
+    monkeypatch.setenv("RAY_TMPDIR", long_dir)
+    line = driver.socket_path_problem()
+    assert line is not None and "\n" not in line
+    assert f"under {long_dir}/ray would reach 135 bytes, over the 107" in line
+    assert "at most 37 bytes" in line  # 107 − 66 − len("/ray")
+    monkeypatch.setenv("RAY_TMPDIR", "/tmp")  # /tmp/ray: 8 + 66 = 74 bytes
+    assert driver.socket_path_problem() is None
+
+
+def test_ray_s_temp_dir_follows_ray_s_own_rule(monkeypatch: pytest.MonkeyPatch) -> None:
+    from harness.run import driver
+
+    monkeypatch.delenv("RAY_TMPDIR", raising=False)
+    monkeypatch.setenv("TMPDIR", "/var/tmp/x")
+    assert driver.ray_temp_dir() == "/var/tmp/x/ray"
+    monkeypatch.delenv("TMPDIR")
+    assert driver.ray_temp_dir() == "/tmp/ray"
