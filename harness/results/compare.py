@@ -250,7 +250,7 @@ def _only(x: pd.DataFrame, y: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
 def adapter_notes(frame_a: pd.DataFrame, frame_b: pd.DataFrame) -> list[str]:
     """An adapter written the same in both runs whose weights differ: said, not compared."""
     notes = []
-    pairs = {}
+    pairs: dict[str, dict[str, set[str]]] = {}
     for side, frame in (("a", frame_a), ("b", frame_b)):
         if "adapter" not in frame or frame.empty:
             return []

@@ -159,9 +159,9 @@ def tokens_per_step(frame: pd.DataFrame) -> NDArray[np.float64]:
 
 def _step_tokens(row: pd.Series) -> float:
     for column in ("spec_acceptance_length_tokens", "spec_synthetic_length_tokens"):
-        value = row.get(column)
-        if not _missing(value) and float(value) >= 1.0:
-            return float(value)
+        value = _float(row.get(column))
+        if value >= 1.0:  # NaN (none measured) is not
+            return value
     match = LABEL_PATTERN.fullmatch(str(row.get("speculative")))
     return 1.0 + int(match["k"]) if match else 1.0
 
