@@ -33,7 +33,10 @@ Speculative decoding (harness.spec.speculative): a draft model, an EAGLE head or
   draft weights = the draft's architecture in its own dtype (the formula above, unquantized)
   draft KV      = the KV formula over the draft's layers, in the target's KV dtype: one entry per
                   token beside the target's, in the same pool (KV × (1 + kv_draft / kv_target))
-and n-gram lookup adds nothing. Under vLLM's pre-allocation the pool is what the share leaves:
+and n-gram lookup adds nothing. Under a layout a rank of the last pipeline stage holds the draft
+sharded at the target's tensor parallel size (its per-rank weights), the other stages none
+(speculative.draft_layout, draft_on_stage: where vLLM puts it).
+Under vLLM's pre-allocation the pool is what the share leaves:
   tokens = ⌊(capacity − target weights − activations − reserve − draft weights)
             / (kv_target + kv_draft) per token⌋,  largest batch = ⌊tokens / (context + output)⌋
 and the plan states both against the plain pool (speculative.pool_shrink).
