@@ -137,6 +137,7 @@ def print_plan(result: Any, *, show_skipped: bool = False) -> None:
             f"{p.est_seconds:.1f}",
         )  # fmt: skip
     console.print(table)
+    print_speculation_note(result)
     if result.skipped and not show_skipped:
         print_skip_reasons(result.skipped)
     elif result.skipped:
@@ -150,6 +151,15 @@ def print_plan(result: Any, *, show_skipped: bool = False) -> None:
             skips.add_row(*(shown(c) for c in cells))
         console.print(skips)
     print_budget(result.budget)
+
+
+def print_speculation_note(result: Any) -> None:
+    """One line where speculative points have no plain twin: nothing of them will be priced."""
+    from harness.results.speculation import unpaired_line
+
+    line = unpaired_line([p.point for p in result.points])
+    if line:
+        console.print(f"note: {line}", highlight=False, markup=False, soft_wrap=True)
 
 
 def calibrated_plan(grid: Any, scenario: Path, **options: Any) -> Any:

@@ -4,8 +4,6 @@ fits a traffic); ``print_before_you_rent`` is also `harness report`'s."""
 
 from __future__ import annotations
 
-import csv
-import io
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -13,6 +11,7 @@ import typer
 from rich.table import Table
 
 from harness.console import console
+from harness.csvtext import csv_rows
 
 if TYPE_CHECKING:
     from harness.projection.external import ExternalRow
@@ -89,17 +88,18 @@ def sources(rows: list[ExternalRow]) -> str:
 
 
 def ledger_csv(lines: list[LedgerLine], pairs: list[PairLine], source: str) -> str:
-    """The ledger's lines then its pairs, one CSV (a `table` column says which)."""
-    buffer = io.StringIO()
-    writer = csv.writer(buffer, lineterminator="\n")
+    """The ledger's lines then its pairs, one CSV (a `table` column says which), written
+    formula-safe (harness.csvtext)."""
     fields = list(type(lines[0]).model_fields) if lines else []
     pair_fields = list(type(pairs[0]).model_fields) if pairs else []
-    writer.writerow(["table", *fields, *(f"pair_{f}" for f in pair_fields), "data_source"])
+    rows: list[list[object]] = [
+        ["table", *fields, *(f"pair_{f}" for f in pair_fields), "data_source"]
+    ]
     for line in lines:
-        writer.writerow(["ledger", *line.model_dump().values(), *[""] * len(pair_fields), source])
+        rows.append(["ledger", *line.model_dump().values(), *[""] * len(pair_fields), source])
     for pair in pairs:
-        writer.writerow(["pair", *[""] * len(fields), *pair.model_dump().values(), source])
-    return buffer.getvalue()
+        rows.append(["pair", *[""] * len(fields), *pair.model_dump().values(), source])
+    return csv_rows(rows)
 
 
 def _rows_table(title: str, rows: list[dict[str, str]]) -> Table:

@@ -374,6 +374,8 @@ def compare_cmd(
         f"{len(result.only_a)}; only in B {len(result.only_b)}",
         highlight=False,
     )
+    for note in result.notes:  # an adapter or a task that differs: not compared
+        console.print(f"note: {note}", highlight=False, markup=False, soft_wrap=True)
     for path, why in result.unreadable:
         console.print(
             f"[yellow]unreadable, skipped:[/] {markup_escape(f'{path}: {why}')}", highlight=False

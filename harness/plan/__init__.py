@@ -33,7 +33,10 @@ Speculative decoding (harness.spec.speculative): a draft model, an EAGLE head or
   draft weights = the draft's architecture in its own dtype (the formula above, unquantized)
   draft KV      = the KV formula over the draft's layers, in the target's KV dtype: one entry per
                   token beside the target's, in the same pool (KV × (1 + kv_draft / kv_target))
-and n-gram lookup adds nothing. Under vLLM's pre-allocation the pool is what the share leaves:
+and n-gram lookup adds nothing. Under a layout a rank of the last pipeline stage holds the draft
+sharded at the target's tensor parallel size (its per-rank weights), the other stages none
+(speculative.draft_layout, draft_on_stage: where vLLM puts it).
+Under vLLM's pre-allocation the pool is what the share leaves:
   tokens = ⌊(capacity − target weights − activations − reserve − draft weights)
             / (kv_target + kv_draft) per token⌋,  largest batch = ⌊tokens / (context + output)⌋
 and the plan states both against the plain pool (speculative.pool_shrink).
@@ -380,7 +383,8 @@ def adapter_bytes(point: Point, arch: ModelArch) -> float:
     adapter = adapters.read_adapter(point.adapter)
     shapes = arch.linear_shapes()
     per_value = compute_dtype_bytes(point.quantization, arch.dtype_bytes)
-    targets = [shapes[t] for t in adapter.targets if t in shapes] * arch.num_layers
+    targets = [shapes[t] for t in adapters.adapted_modules(adapter, list(shapes))]
+    targets *= arch.num_layers
     own = adapters.lora_bytes(adapter.rank, targets, per_value)
     if point.backend != "vllm":
         return own
@@ -420,8 +424,10 @@ def inference_memory(
     and its communication buffers): the formulas above."""
     layout = point.layout
     weights = weights_bytes(arch, point.quantization, layout, stage) + adapter_bytes(point, arch)
-    weights += draft_terms(point, arch)[0]  # speculative decoding's draft, whole on each rank
-    kv_share = rank_kv_share(arch, layout, stage) * speculative_kv_scale(point, arch)
+    weights += draft_terms(point, arch, stage)[0]  # the draft, as the engine shards it
+    kv_share = rank_kv_share(arch, layout, stage)
+    if speculative.draft_on_stage(layout, stage):
+        kv_share *= speculative_kv_scale(point, arch)
     kv_prefill = kv_share * kv_cache_bytes(
         arch, point.kv_cache_dtype, point.quantization, point.context, point.batch
     )
@@ -467,14 +473,21 @@ def inference_memory(
     return phases, terms
 
 
-def draft_terms(point: Point, arch: ModelArch) -> tuple[float, float]:
+def draft_terms(point: Point, arch: ModelArch, stage: int | None = None) -> tuple[float, float]:
     """(weights bytes, KV bytes per token) of the point's speculative draft (the formulas
-    above; the draft's own dtype, the target's KV dtype); (0, 0) without one or for n-gram."""
+    above; the draft's own dtype, the target's KV dtype); (0, 0) without one or for n-gram.
+    With a pipeline ``stage``: one rank's of that stage, as vLLM places the draft (sharded at
+    the target's tensor parallel size, on the last stage: speculative.draft_layout)."""
     draft = speculative.draft_arch(point.speculative, arch)
     if draft is None:
         return 0.0, 0.0
+    layout = None
+    if stage is not None:
+        if not speculative.draft_on_stage(point.layout, stage):
+            return 0.0, 0.0
+        layout = speculative.draft_layout(point.layout)
     kv_dtype = point.kv_cache_dtype
-    return weights_bytes(draft, "none"), kv_bytes_per_token(draft, kv_dtype, "none")
+    return weights_bytes(draft, "none", layout), kv_bytes_per_token(draft, kv_dtype, "none")
 
 
 def speculative_kv_scale(point: Point, arch: ModelArch) -> float:

@@ -29,6 +29,12 @@ non-finite value is, and never priced:
     too: the task ``arc-easy``) is its schema's (``harness.row.tasks.TaskScore``: a row that
     breaks it is unreadable, named by field).
 
+  - every mode, speculation (``speculation_problem``): a label that reads, a method the rules
+    measure on the row's engine and target (``harness.spec.speculative.engine_rule``), and per
+    workload acceptance figures that agree as a whole (rate in [0, 100] %, mean length in
+    [1, k + 1], positions in [0, 100] % and never rising, the engine's counts giving rate and
+    length); acceptance figures on a row without speculation are refused too.
+
   - each mode, its rows' own parts: its `check` part (``harness.modes``), whose rules its
     ``harness/modes/<mode>/admission.py`` states (serving: the request counts, rates and
     attainment; offline: the latencies, tokens and the throughput ceiling; training: the step's
@@ -39,6 +45,7 @@ non-finite value is, and never priced:
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -52,6 +59,7 @@ from harness import modes
 from harness.errors import UserInputError
 from harness.row import SCHEMA_VERSION, ResultRow
 from harness.run.store import MANIFEST, POINTS, point_path, read_row
+from harness.spec import speculative
 from harness.spec.scenario import Point
 
 REL = 1e-6  # relative tolerance of an identity between two stored floats
@@ -180,9 +188,116 @@ def quality_problem(row: ResultRow) -> str | None:
     return None
 
 
+# --- speculation ------------------------------------------------------------------------------
+
+ACCEPTANCE_SLACK = 0.06  # percent: a per-position figure is stored to 0.1 %, so ±0.05 each
+FIGURES = ("acceptance_rate_pct", "acceptance_length_tokens", "acceptance_per_pos_pct")
+
+
+def speculation_problem(row: ResultRow) -> str | None:
+    """Why a row's speculation contradicts itself (the module docstring), or None: a
+    label that reads, a method the rules measure on the row's engine and target
+    (speculative.engine_rule), and per workload acceptance figures that agree as a whole: the
+    rate in [0, 100] %, the mean length in [1, k + 1] tokens, each position in [0, 100] % and
+    never above the one before it, the engine's counts (accepted ≤ draft tokens ≤ drafts × k)
+    giving the rate and the length, and the positions summing to length − 1."""
+    if row.speculative is None:
+        return _figures_without_speculation(row)
+    match = speculative.LABEL_PATTERN.fullmatch(row.speculative)
+    if match is None:
+        return f"speculative {row.speculative[:60]!r} is not a configuration's label"
+    method, k = match["method"], int(match["k"])
+    engine = speculative.engine_rule(method, bool(match["synthetic"]), row.backend, row.target)
+    if engine is not None:
+        return f"speculative {row.speculative[:60]} on {row.backend}/{row.target}: {engine[1]}"
+    return _acceptance_problem(row, "spec_", k) or _acceptance_problem(row, "spec_tasks_", k)
+
+
+def _figures_without_speculation(row: ResultRow) -> str | None:
+    for prefix in ("spec_", "spec_tasks_"):
+        for name in FIGURES:
+            if getattr(row, f"{prefix}{name}") is not None:
+                return f"{prefix}{name} on a row measured without speculative decoding"
+    return None
+
+
+def _acceptance_problem(row: ResultRow, prefix: str, k: int) -> str | None:
+    rate = getattr(row, f"{prefix}acceptance_rate_pct")
+    length = getattr(row, f"{prefix}acceptance_length_tokens")
+    text = getattr(row, f"{prefix}acceptance_per_pos_pct")
+    if rate is not None and not 0.0 <= rate <= 100.0:
+        return f"{prefix}acceptance_rate_pct {rate:g} is outside [0, 100] %"
+    if length is not None and (length < 1.0 or above(length, k + 1.0)):
+        return f"{prefix}acceptance_length_tokens {length:g} is outside [1, k + 1 = {k + 1}]"
+    if rate is not None and length is not None and above(length - 1.0, k * rate / 100.0):
+        return (
+            f"{prefix}acceptance_length_tokens {length:g} needs more than k × rate = {k} × "
+            f"{rate:g} % accepted per draft (+1 bonus): the two disagree"
+        )
+    return _per_position_problem(prefix, text, length, k) or _counts_problem(row, prefix, k)
+
+
+def _per_position_problem(
+    prefix: str, text: str | None, length: float | None, k: int
+) -> str | None:
+    if not text:
+        return None
+    name = f"{prefix}acceptance_per_pos_pct"
+    try:
+        positions = [float(p) for p in text.split(",")]
+    except ValueError:
+        return f"{name} {text[:40]!r} is not comma-separated percents"
+    if len(positions) > k:
+        return f"{name} has {len(positions)} positions; k = {k} draft tokens per step"
+    if any(not 0.0 <= p <= 100.0 for p in positions):
+        return f"{name} {text[:40]} has a position outside [0, 100] %"
+    if any(b > a + ACCEPTANCE_SLACK for a, b in itertools.pairwise(positions)):
+        return f"{name} {text[:40]} rises: a position is accepted only after the one before it"
+    total = sum(positions) / 100.0
+    if length is not None and abs(total - (length - 1.0)) > ACCEPTANCE_SLACK * len(positions):
+        return (
+            f"{name} sums to {total:.3g} accepted tokens per draft; the acceptance length "
+            f"{length:g} says {length - 1.0:.3g}"
+        )
+    return None
+
+
+def _counts_problem(row: ResultRow, prefix: str, k: int) -> str | None:
+    """The engine's counts (the timed passes only: the tasks pass keeps its figures)."""
+    drafts, proposed, kept = (
+        getattr(row, f"{prefix}{name}", None)
+        for name in ("drafts", "draft_tokens", "accepted_tokens")
+    )
+    if drafts is None or proposed is None or kept is None:
+        return None
+    if kept > proposed or proposed > drafts * k:
+        return (
+            f"{prefix}accepted_tokens {kept} ≤ {prefix}draft_tokens {proposed} ≤ "
+            f"{prefix}drafts {drafts} × k {k} does not hold"
+        )
+    rate = getattr(row, f"{prefix}acceptance_rate_pct")
+    if rate is not None and proposed and apart(rate, 100.0 * kept / proposed, 1e-9):
+        return (
+            f"{prefix}acceptance_rate_pct {rate:g} ≠ 100 × {kept} accepted / {proposed} draft "
+            f"tokens = {100.0 * kept / proposed:g}"
+        )
+    length = getattr(row, f"{prefix}acceptance_length_tokens")
+    if length is not None and drafts and apart(length, 1.0 + kept / drafts, 1e-9):
+        return (
+            f"{prefix}acceptance_length_tokens {length:g} ≠ 1 + {kept} accepted / {drafts} "
+            f"drafts = {1.0 + kept / drafts:g}"
+        )
+    return None
+
+
 def row_inconsistency(row: ResultRow) -> str | None:
     """Why a row's parts contradict each other (the rules above), or None."""
-    return reference_claim_problem(row) or quality_problem(row) or mode_problem(row)
+    return (
+        reference_claim_problem(row)
+        or quality_problem(row)
+        or speculation_problem(row)
+        or mode_problem(row)
+    )
 
 
 # --- foreign rows ----------------------------------------------------------------------------

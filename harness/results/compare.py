@@ -89,6 +89,7 @@ class Comparison:
     matched_on: list[str] = field(default_factory=list)
     duplicates: dict[str, int] = field(default_factory=dict)  # rows dropped as repeats, per run
     unreadable: list[tuple[str, str]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # what was not compared, and why
 
     def verdicts(self) -> dict[str, dict[str, int]]:
         """metric → verdict → count."""
@@ -121,9 +122,31 @@ def window_source(run_dir: Path) -> WindowSource:
     return load
 
 
+ADAPTER_CONTENT = "adapter_content"  # an adapter matched by its weights, not by its path
+MATCHED_ON = {"card": "gpu", ADAPTER_CONTENT: "adapter (by content)"}  # the keys, as said
+
+
+def adapter_content(frame: pd.DataFrame) -> pd.Series:
+    """Each row's adapter by content: its weights' sha256 where the row records it, else the
+    adapter as written ("" without an adapter)."""
+    written = frame["adapter"].astype("object").fillna("") if "adapter" in frame else ""
+    column = "provenance_adapter_sha256"
+    sha = frame[column].astype("object") if column in frame else pd.Series(None, frame.index)
+    has = sha.notna() & (sha.astype(str) != "")
+    return pd.Series(np.where(has, "sha256:" + sha.astype(str), written), index=frame.index)
+
+
+def match_keys(with_card: bool) -> list[str]:
+    """What two rows are matched on: the configuration, its adapter by content, the card."""
+    keys = [ADAPTER_CONTENT if f == "adapter" else f for f in MATCH_FIELDS]
+    return [*keys, "card"] if with_card else keys
+
+
 def _dedupe(frame: pd.DataFrame, keys: list[str]) -> tuple[pd.DataFrame, int]:
     ok = frame[frame["status"] == "ok"].sort_values("key", kind="stable")
-    ok = ok.assign(card=ok["gpu"].astype("object").fillna(""))
+    card = ok["gpu"].astype("object").fillna("")
+    extra = pd.DataFrame({"card": card, ADAPTER_CONTENT: adapter_content(ok)}, index=ok.index)
+    ok = pd.concat([ok.drop(columns=["card"], errors="ignore"), extra], axis=1)
     unique = ok.drop_duplicates(keys, keep="first")
     return unique, len(ok) - len(unique)
 
@@ -200,19 +223,49 @@ def _matched(
 ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, list[str], dict[str, int]]:
     """The configurations both runs measured (on the same card, else card against card), those
     only one of them has, the keys they were matched on and the duplicates each side dropped."""
-    keys = [*MATCH_FIELDS, "card"]
+    keys = match_keys(with_card=True)
     a, dup_a = _dedupe(frame_a, keys)
     b, dup_b = _dedupe(frame_b, keys)
     m = a.merge(b, on=keys, how="inner", suffixes=("_a", "_b"))
     if m.empty:  # two runs on two different cards: compare card against card
-        keys = list(MATCH_FIELDS)
+        keys = match_keys(with_card=False)
         a, dup_a = _dedupe(frame_a, keys)
         b, dup_b = _dedupe(frame_b, keys)
         m = a.merge(b, on=keys, how="inner", suffixes=("_a", "_b"))
-    marks = a[keys].merge(b[keys], on=keys, how="outer", indicator=True)
-    only_a = marks.loc[marks["_merge"] == "left_only", keys].rename(columns={"card": "gpu"})
-    only_b = marks.loc[marks["_merge"] == "right_only", keys].rename(columns={"card": "gpu"})
+    if "adapter_a" in m:  # matched by content: the adapter as A wrote it
+        m = pd.concat([m, m["adapter_a"].rename("adapter")], axis=1)
+    only_a, only_b = _only(a, b, keys), _only(b, a, keys)
     return m, only_a, only_b, keys, {"a": dup_a, "b": dup_b}
+
+
+def _only(x: pd.DataFrame, y: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    """The configurations of ``x`` that ``y`` lacks (matched on ``keys``), as MATCH_FIELDS
+    (and the card, as ``gpu``, when matched on it)."""
+    marks = x.merge(y[keys].drop_duplicates(), on=keys, how="left", indicator=True)
+    shown = [*MATCH_FIELDS, "card"] if "card" in keys else list(MATCH_FIELDS)
+    alone = marks.loc[marks["_merge"] == "left_only", shown]
+    return alone.rename(columns={"card": "gpu"})
+
+
+def adapter_notes(frame_a: pd.DataFrame, frame_b: pd.DataFrame) -> list[str]:
+    """An adapter written the same in both runs whose weights differ: said, not compared."""
+    notes = []
+    pairs: dict[str, dict[str, set[str]]] = {}
+    for side, frame in (("a", frame_a), ("b", frame_b)):
+        if "adapter" not in frame or frame.empty:
+            return []
+        ok = frame[frame["status"] == "ok"]
+        for written, content in zip(ok["adapter"], adapter_content(ok), strict=True):
+            if isinstance(written, str) and written:
+                pairs.setdefault(written, {}).setdefault(side, set()).add(content)
+    for written, sides in pairs.items():
+        a, b = sides.get("a", set()), sides.get("b", set())
+        if a and b and not a & b:
+            notes.append(
+                f"adapter {written}: other weights in B ({sorted(b)[0][:23]}) than in A "
+                f"({sorted(a)[0][:23]}): its rows are not compared"
+            )
+    return notes
 
 
 def _metric_rows(
@@ -253,27 +306,61 @@ def _metric_rows(
     )  # fmt: skip
 
 
-def with_task_scores(m: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, int]]:
+def task_contents(cell: Any) -> dict[str, str]:
+    """A row's task files by content (``provenance_inputs_sha256``: "task:<name>=<sha>" pairs)."""
+    if not isinstance(cell, str):
+        return {}
+    pairs = (item.rpartition("=") for item in cell.split(","))
+    return {what[5:]: sha for what, _, sha in pairs if what.startswith("task:")}
+
+
+def with_task_scores(m: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, int], list[str]]:
     """The matched frame with each task's score (``task:<name>``: accuracy, extract field F1;
-    higher is better) as a column per side, for the tasks both sides scored: compared
-    ``point``-wise (one score per configuration)."""
+    higher is better) as a column per side, for the tasks both sides scored on the same items:
+    compared ``point``-wise (one score per configuration). A task scored on another count of
+    items, or from a task file of other content, is not compared: said in a note."""
     if m.empty or "tasks_a" not in m.columns or "tasks_b" not in m.columns:
-        return m, {}
+        return m, {}, []
+    notes: dict[str, str] = {}
 
-    def scores(cell: Any) -> dict[str, float]:
+    def scored(cell: Any) -> dict[str, tuple[float, int]]:
         tasks = cell if isinstance(cell, list) else []
-        return {f"task:{t['name']}": t.get("score") for t in tasks if t.get("score") is not None}
+        return {
+            t["name"]: (t["score"], t.get("items")) for t in tasks if t.get("score") is not None
+        }
 
-    per_side = {side: m[f"tasks_{side}"].map(scores) for side in ("a", "b")}
+    inputs = {
+        side: m.get(f"provenance_inputs_sha256_{side}", pd.Series(None, index=m.index))
+        for side in ("a", "b")
+    }
+    per_side: dict[str, list[dict[str, float]]] = {"a": [], "b": []}
+    for i in range(len(m)):
+        a, b = scored(m["tasks_a"].iloc[i]), scored(m["tasks_b"].iloc[i])
+        sha_a, sha_b = (task_contents(inputs[s].iloc[i]) for s in ("a", "b"))
+        for name in a.keys() & b.keys():
+            if a[name][1] != b[name][1]:
+                notes[name] = f"task {name}: scored on {a[name][1]} items in A, {b[name][1]} in B"
+            elif name in sha_a and name in sha_b and sha_a[name] != sha_b[name]:
+                notes[name] = (
+                    f"task {name}: other task file content in B (sha256 {sha_b[name]}) than "
+                    f"in A ({sha_a[name]})"
+                )
+            else:
+                continue
+            del a[name], b[name]
+        per_side["a"].append({f"task:{k}": v[0] for k, v in a.items()})
+        per_side["b"].append({f"task:{k}": v[0] for k, v in b.items()})
     names = sorted({k for d in per_side["a"] for k in d} & {k for d in per_side["b"] for k in d})
     added = {
-        f"{name}_{side}": per_side[side].map(lambda d, n=name: d.get(n, np.nan)).astype(float)
+        f"{name}_{side}": [d.get(name, np.nan) for d in per_side[side]]
         for name in names
         for side in ("a", "b")
     }
     # joined at once: one insert per column fragments a wide frame (pandas warns past 100 blocks)
-    joined = pd.concat([m, pd.DataFrame(added, index=m.index)], axis=1) if added else m
-    return joined, dict.fromkeys(names, spec("task_score").direction)
+    frame = pd.DataFrame(added, index=m.index, dtype=float)
+    joined = pd.concat([m, frame], axis=1) if added else m
+    lines = [f"{line}: not compared" for line in notes.values()]
+    return joined, dict.fromkeys(names, spec("task_score").direction), lines
 
 
 def compare_frames(
@@ -294,7 +381,7 @@ def compare_frames(
             field="threshold_pct",
         )
     m, only_a, only_b, keys, duplicates = _matched(frame_a, frame_b)
-    m, task_metrics = with_task_scores(m)
+    m, task_metrics, task_notes = with_task_scores(m)
     parts = [
         _metric_rows(m, metric, direction, threshold_pct, (windows_a, windows_b), samples)
         for metric, direction in {**METRICS, **task_metrics}.items()
@@ -306,8 +393,11 @@ def compare_frames(
         only_a=only_a.reset_index(drop=True),
         only_b=only_b.reset_index(drop=True),
         threshold_pct=float(threshold_pct),
-        matched_on=[k if k != "card" else "gpu" for k in keys],
+        matched_on=[
+            {"card": "gpu", ADAPTER_CONTENT: "adapter (by content)"}.get(k, k) for k in keys
+        ],
         duplicates=duplicates,
+        notes=[*adapter_notes(frame_a, frame_b), *task_notes],
     )
 
 

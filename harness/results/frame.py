@@ -209,7 +209,8 @@ def flag_rows(frame: pd.DataFrame) -> pd.DataFrame:
     device = out["gpu"].astype("object").where(out["gpu"].notna(), out["target"])
     out["device"] = device.astype("str")
     decode = out["decode_tok_s"].to_numpy()
-    roof = out["roofline_decode_tok_s"].to_numpy()
+    # a speculative step yields its accepted tokens for one read of the weights
+    roof = out["roofline_decode_tok_s"].to_numpy() * speculation.tokens_per_step(out)
     with np.errstate(invalid="ignore"):
         out["exceeds_roofline"] = (decode > roof) & ~np.isnan(roof)
         measured = (out["status"] == "ok").to_numpy(dtype=bool) & (decode > 0)

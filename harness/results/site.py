@@ -58,6 +58,7 @@ import pandas as pd
 
 from harness import __version__, modes
 from harness.atomic import atomic_write_bytes, atomic_write_json, atomic_write_text, public_mode
+from harness.csvtext import csv_text
 from harness.errors import UserInputError
 from harness.results.aggregate import Aggregate, aggregate, aggregate_run, gated_metrics
 from harness.results.frame import load_run
@@ -65,7 +66,6 @@ from harness.results.pricing import check_quality_class, check_utilisation, verd
 from harness.results.publish.files import (
     Extra,
     Extras,
-    csv_text,
     parquet_bytes,
     remove_leftovers,
     swap_in,

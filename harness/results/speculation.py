@@ -24,6 +24,7 @@ untouched), so a speculative configuration that fails, or was not checked, is ne
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -33,7 +34,8 @@ from numpy.typing import NDArray
 from harness import modes
 from harness.measure.speculation import differing_items
 from harness.spec.labels import CONFIGURATION, configuration_label
-from harness.spec.scenario import CONFIGURATION_FIELDS
+from harness.spec.scenario import CONFIGURATION_FIELDS, Point
+from harness.spec.speculative import LABEL_PATTERN
 
 # (plain row's column, the speculative row's column it fills)
 PLAIN_FIGURES = (
@@ -141,6 +143,29 @@ def with_plain_pairs(frame: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
+def tokens_per_step(frame: pd.DataFrame) -> NDArray[np.float64]:
+    """Tokens a decode step yields, per row, for the roofline check: 1 without speculation; a
+    speculative row's measured mean acceptance length (accepted drafts + the bonus token, each
+    step reading the target's weights once), its synthetic replay's length, else at most k + 1
+    (nothing measured: the most one step can yield)."""
+    out = np.ones(len(frame))
+    spec = speculative_rows(frame)
+    if not spec.any():
+        return out
+    for i in np.flatnonzero(spec):
+        out[i] = _step_tokens(frame.iloc[i])
+    return out
+
+
+def _step_tokens(row: pd.Series) -> float:
+    for column in ("spec_acceptance_length_tokens", "spec_synthetic_length_tokens"):
+        value = _float(row.get(column))
+        if value >= 1.0:  # NaN (none measured) is not
+            return value
+    match = LABEL_PATTERN.fullmatch(str(row.get("speculative")))
+    return 1.0 + int(match["k"]) if match else 1.0
+
+
 def priceable(frame: pd.DataFrame) -> Array:
     """False for a speculative row whose greedy identity is not "yes"; True for every other."""
     spec = speculative_rows(frame)
@@ -208,6 +233,28 @@ def acceptance_table(points: pd.DataFrame, serving: pd.DataFrame | None = None) 
                 "decode_speedup": row.get("decode_speedup") if prefix == "spec_" else np.nan,
             })  # fmt: skip
     return pd.DataFrame(lines, columns=list(ACCEPTANCE_COLUMNS))
+
+
+def unpaired_line(points: Sequence[Point]) -> str | None:
+    """Said at plan: the planned speculative points without a plain twin among ``points`` (the
+    same configuration, ``MATCH_ON``, without speculation), which are measured but never
+    priced, since greedy identity needs the twin's outputs; None when every one has its twin."""
+    plain = {_point_key(p) for p in points if p.speculative is None}
+    alone = [p for p in points if p.speculative is not None and _point_key(p) not in plain]
+    if not alone:
+        return None
+    example = configuration_label(alone[0].model_dump())
+    return (
+        f"{len(alone)} speculative point(s) have no plain twin in this sweep (the same "
+        f"configuration without speculation), e.g. {alone[0].model} {example}: they are "
+        "measured but nothing of them is priced (greedy identity is checked against the plain "
+        "row); add `none` to `speculative:`"
+    )
+
+
+def _point_key(point: Point) -> tuple[str, ...]:
+    fields = point.model_dump()
+    return (point.mode, *(str(fields.get(f)) for f in MATCH_ON))
 
 
 def identity_lines(points: pd.DataFrame) -> list[str]:

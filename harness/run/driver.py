@@ -69,16 +69,56 @@ def connect(address: str | None) -> dict[str, Any]:
         return {"address": address}
     auth.ensure_token()
     inventory = node.detect()
-    ray.init(
-        address="local",  # a cluster of our own, never one another user started on this machine
-        num_cpus=os.cpu_count(),
-        num_gpus=inventory.gpu_count,
-        resources=node.ray_resources(inventory),
-        labels=node.ray_labels(inventory),
-        include_dashboard=False,
-        log_to_driver=False,
-    )
+    too_long = socket_path_problem()
+    if too_long:
+        raise UserInputError(too_long)
+    try:
+        ray.init(
+            address="local",  # a cluster of our own, never one another user started here
+            num_cpus=os.cpu_count(),
+            num_gpus=inventory.gpu_count,
+            resources=node.ray_resources(inventory),
+            labels=node.ray_labels(inventory),
+            include_dashboard=False,
+            log_to_driver=False,
+        )
+    except (OSError, ValueError, RuntimeError, TimeoutError, ray.exceptions.RayError) as exc:
+        cause = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
+        raise UserInputError(
+            f"cannot start a local Ray node: {cause}; `harness measure` runs without Ray"
+        ) from None
     return {"address": "local", "inventory": inventory.model_dump()}
+
+
+# A unix socket's path holds at most 107 bytes on Linux (103 on macOS); Ray puts its sockets at
+# <temp>/ray/session_<date>_<time>_<µs>_<pid>/sockets/plasma_store (ray/_private/node.py,
+# validate_socket_filepath): 66 bytes after <temp>/ray at most.
+SOCKET_MAX_BYTES = 103 if sys.platform.startswith("darwin") else 107
+SESSION_SOCKET_BYTES = 66
+
+
+def ray_temp_dir() -> str:
+    """Where a local Ray node keeps its session (Ray's rule, ray/_common/utils.py,
+    get_default_system_temp_dir): $RAY_TMPDIR, else $TMPDIR on Linux, else /tmp; then ray/."""
+    base = os.environ.get("RAY_TMPDIR")
+    if base is None and sys.platform.startswith("linux"):
+        base = os.environ.get("TMPDIR")
+    return os.path.join(base or "/tmp", "ray")
+
+
+def socket_path_problem() -> str | None:
+    """One line where a local Ray node's sockets would not fit a unix socket path (Ray would
+    fail with a long traceback after starting its processes), else None."""
+    temp = ray_temp_dir()
+    longest = len(temp.encode()) + SESSION_SOCKET_BYTES
+    if longest <= SOCKET_MAX_BYTES:
+        return None
+    room = SOCKET_MAX_BYTES - SESSION_SOCKET_BYTES - len("/ray")
+    return (
+        f"cannot start a local Ray node: its socket paths under {temp} would reach {longest} "
+        f"bytes, over the {SOCKET_MAX_BYTES} a unix socket path holds; set RAY_TMPDIR to a "
+        f"folder of at most {room} bytes (e.g. RAY_TMPDIR=/tmp)"
+    )
 
 
 def disconnect(*, local: bool) -> None:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -158,6 +159,11 @@ def read_adapter(path: Path | str) -> Adapter:
             f"{folder / CONFIG}: target_modules must be a list of module names", field=FIELD
         )
     rank = _key(config, "r", folder / CONFIG, int)
+    if rank <= 0:
+        raise UserInputError(
+            f"{folder / CONFIG}: r must be a positive integer (the LoRA rank), got {rank}",
+            field=FIELD,
+        )
     alpha = config.get("lora_alpha", rank)
     values = {k: _key(binding, k, folder / BINDING, str) for k in BINDING_KEYS}
     commit = binding.get("base_commit")
@@ -173,6 +179,7 @@ def read_adapter(path: Path | str) -> Adapter:
             f"{values['adapter_sha256'][:16]}…: the weights were changed after it was written",
             field=FIELD,
         )
+    check_weight_ranks(folder / WEIGHTS, rank, config.get("rank_pattern"))
     recorded_base = config.get("base_model_name_or_path")
     if recorded_base not in (None, values["base_model"]):
         raise UserInputError(
@@ -192,6 +199,93 @@ def read_adapter(path: Path | str) -> Adapter:
         adapter_sha256=values["adapter_sha256"],
         weights_bytes=sum(f.stat().st_size for f in files),
     )
+
+
+MAX_HEADER_BYTES = 1 << 24  # a safetensors header: JSON of names, dtypes, shapes and offsets
+LORA_A, LORA_B = ".lora_A.weight", ".lora_B.weight"  # A: r × in, B: out × r (peft's names)
+ALL_LINEAR = "all-linear"  # peft: every linear layer of the model but its output layer
+
+
+def weight_ranks(path: Path) -> dict[str, int]:
+    """The rank of each LoRA tensor in a safetensors file (tensor name → r), read from the file's
+    header only (its first 8 bytes give the header's length); UserInputError where the file is
+    not one."""
+    try:
+        with path.open("rb") as handle:
+            size = int.from_bytes(handle.read(8), "little")
+            if not 2 <= size <= MAX_HEADER_BYTES:
+                raise ValueError(f"a header of {size:,} bytes")
+            header = json.loads(handle.read(size))
+    except (OSError, ValueError, UnicodeDecodeError) as exc:
+        raise UserInputError(
+            f"{path}: not a safetensors file ({str(exc)[:80]})", field=FIELD
+        ) from None
+    if not isinstance(header, dict):
+        raise UserInputError(f"{path}: not a safetensors file (its header)", field=FIELD)
+    ranks: dict[str, int] = {}
+    for name, meta in header.items():
+        shape = meta.get("shape") if isinstance(meta, dict) else None
+        if not isinstance(shape, list) or len(shape) != 2:
+            continue
+        if name.endswith(LORA_A):
+            ranks[name] = int(shape[0])
+        elif name.endswith(LORA_B):
+            ranks[name] = int(shape[1])
+    return ranks
+
+
+def check_weight_ranks(path: Path, rank: int, pattern: object) -> None:
+    """Refuse weights whose LoRA tensors are not of the config's rank ``r`` (or of a rank its
+    ``rank_pattern`` gives some modules), or that hold no LoRA tensor."""
+    ranks = weight_ranks(path)
+    if not ranks:
+        raise UserInputError(
+            f"{path}: no LoRA tensors (*{LORA_A}, *{LORA_B}) in the adapter's weights",
+            field=FIELD,
+        )
+    allowed = {rank}
+    if isinstance(pattern, dict):
+        allowed |= {v for v in pattern.values() if isinstance(v, int)}
+    for name, found in ranks.items():
+        if found not in allowed:
+            raise UserInputError(
+                f"{path}: tensor {quote('.'.join(name.split('.')[-3:]))} has rank {found}; "
+                f"adapter_config.json says "
+                f"r = {rank}: the config is not the weights'",
+                field=FIELD,
+            )
+
+
+def adapted_modules(adapter: Adapter, linears: Sequence[str]) -> list[str]:
+    """The base's linears (of one decoder layer: ``linears``) the adapter adapts: each target by
+    its last name (peft matches a module name's end), and ``all-linear`` as peft reads it, every
+    linear of the decoder layers (the output layer excluded)."""
+    if ALL_LINEAR in adapter.targets:
+        return list(linears)
+    wanted = {t.rsplit(".", 1)[-1] for t in adapter.targets}
+    return [name for name in linears if name in wanted]
+
+
+def check_against_base(adapter: Adapter, model_id: str, shapes: dict[str, tuple[int, int]]) -> None:
+    """Refuse at plan an adapter whose targets the base lacks (peft would fail at load), or
+    whose rank exceeds min(in, out) of a linear it adapts (a LoRA of more than full rank)."""
+    where = f"adapter {adapter.path.name}"
+    if ALL_LINEAR not in adapter.targets:
+        missing = [t for t in adapter.targets if t.rsplit(".", 1)[-1] not in shapes]
+        if missing:
+            raise UserInputError(
+                f"{where}: target module {quote(missing[0])} is not a linear of "
+                f"{quote(model_id)} (its linears: {', '.join(shapes)}, or {ALL_LINEAR})",
+                field=FIELD,
+            )
+    for name in adapted_modules(adapter, list(shapes)):
+        full = min(shapes[name])
+        if adapter.rank > full:
+            raise UserInputError(
+                f"{where}: rank {adapter.rank} exceeds min(in, out) = {full} of {name} in "
+                f"{quote(model_id)}: a LoRA's rank is at most its linear's",
+                field=FIELD,
+            )
 
 
 def check_binding(

@@ -1,15 +1,19 @@
 """The files a point reads, by their content: what a point *is* includes them.
 
-Beside its configuration a point reads files: its LoRA adapter's folder (harness.spec.adapters),
-the scenario's task files (harness.tasks: scored on an offline point on checkpoint weights), and
-what its mode reads (the mode's ``inputs`` part: a serving workload's trace). Each is an
-``InputFile``: what it is to the run (``adapter:<label>``, ``task:<name>``, ``trace``), where it
-is, and the sha256 of its content (an adapter: of its weight files, as its binding records; any
-other file: of its bytes). A point holds (what, first ``SHORT_HEX`` hex digits) pairs
-(``Point.inputs``, part of its key: another content is another point); a run's manifest records
-each file's path and hash (``record``); a resume into a run whose files changed since is refused,
-naming the file and both hashes (``changed``), since its rows, and the reference's stored
-outcomes the other groups are paired with, were measured on the old content.
+Beside its configuration a point reads files: its model's and its speculative draft's folders
+where they are local folders (``model_folder_file``), its LoRA adapter's folder
+(harness.spec.adapters), the scenario's task files (harness.tasks: scored on an offline point on
+checkpoint weights), and what its mode reads (the mode's ``inputs`` part: a serving workload's
+trace). Each is an ``InputFile``: what it is to the run (``model:<id>``, ``draft:<id>``,
+``adapter:<label>``, ``task:<name>``, ``trace``), where it is, and the sha256 of its content (a
+model folder: of its config.json and weight files; an adapter: of its weight files, as its
+binding records; any other file: of its bytes). A point holds (what, first ``SHORT_HEX`` hex
+digits) pairs (``Point.inputs``, part of its key: another content is another point); a run's
+manifest records each file's path and hash (``record``); a resume into a run whose files
+changed since is refused, naming the file and both hashes (``changed``), since its rows, and
+the reference's stored outcomes the other groups are paired with, were measured on the old
+content. Each group checks the task files it scores against the hashes it was planned with
+(``check_planned``): a task file edited while a run goes fails the groups that come after.
 
 A shipped task adds nothing: its file is checked against its pinned hash whenever it is read.
 """
@@ -25,14 +29,20 @@ from typing import Any
 
 from harness.errors import UserInputError, quote
 from harness.files import open_regular
-from harness.spec import adapters
+from harness.spec import adapters, catalog
 from harness.spec.labels import adapter_label
 from harness.tasks.builtin import tasks_of
-from harness.tasks.spec import TaskEntry, TaskFile
+from harness.tasks.spec import TaskEntry, TaskFile, TaskSpec
 
 SHORT_HEX = 16  # hex digits of a content hash in a key, a manifest and a message
 HASH_CHUNK = 1 << 22
-KINDS = {"adapter": "adapter folder (its weights)", "task": "task file", "trace": "trace"}
+KINDS = {
+    "adapter": "adapter folder (its weights)",
+    "task": "task file",
+    "trace": "trace",
+    "model": "model folder (its config and weights)",
+    "draft": "draft model folder (its config and weights)",
+}
 
 
 @dataclass(frozen=True)
@@ -84,6 +94,22 @@ def adapter_file(folder: str) -> InputFile:
     return InputFile(f"adapter:{adapter_label(folder)}", str(resolved), found)
 
 
+def model_folder_file(kind: str, model_id: str) -> InputFile | None:
+    """A model given as a local folder (not a catalog or shipped id: those are pinned, and a
+    hub id is keyed by its revision), by its content: the sha256 over its config.json's hash
+    and its weight files' (``adapters.weights_hash``); ``kind``: "model" or "draft". None for
+    anything else."""
+    if model_id in catalog.catalog_models():
+        return None
+    folder = Path(model_id).expanduser()
+    config = folder / "config.json"
+    if not config.is_file():
+        return None
+    digest = hashlib.sha256(b"config.json\0" + file_sha256(config).encode())
+    digest.update(b"weights\0" + (adapters.weights_hash(folder) or "").encode())
+    return InputFile(f"{kind}:{model_id}", str(folder.resolve()), digest.hexdigest())
+
+
 def task_files(entries: Sequence[TaskEntry]) -> list[InputFile]:
     """A scenario's user task files (read strictly: ``tasks_of``), in its order."""
     specs = tasks_of(entries)
@@ -92,6 +118,23 @@ def task_files(entries: Sequence[TaskEntry]) -> list[InputFile]:
         for entry, spec in zip(entries, specs, strict=True)
         if isinstance(entry, TaskFile)
     ]
+
+
+def check_planned(tasks: Sequence[TaskSpec], planned: Iterable[tuple[str, str]]) -> None:
+    """Refuse a user's task file whose content is not the one the group was planned with
+    (``planned``: its points' ``inputs`` pairs): edited while the run goes, it would be scored
+    on other items than the groups before it. UserInputError naming the file and both hashes."""
+    wanted = dict(planned)
+    for task in tasks:
+        then = wanted.get(f"task:{task.name}")
+        if then is None or task.sha256[:SHORT_HEX] == then:
+            continue
+        raise UserInputError(
+            f"task file of {quote(task.name)} changed since this run planned it: sha256 "
+            f"{quote(then)} then, {quote(task.sha256[:SHORT_HEX])} now; the groups before this "
+            "one were scored on the old content: restore the file, or start a new run",
+            file=str(Path(task.source).resolve()),
+        )
 
 
 def mode_files(named: Iterable[tuple[str, Path]]) -> list[InputFile]:

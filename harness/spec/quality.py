@@ -63,6 +63,16 @@ class QualitySettings(Input):
         self.scored_tasks()
         return self
 
+    @model_validator(mode="after")
+    def a_gated_task_is_scored(self) -> QualitySettings:
+        """`gate: [tasks]` needs a task to score: else the run would be gated on ppl alone."""
+        if self.gate is not None and "tasks" in self.gate and not self.tasks and not self.arc_items:
+            raise ValueError(
+                "gate names tasks, but nothing scores a task (no `tasks`, arc_items: 0): list "
+                "a task in quality.tasks, set arc_items, or gate on [ppl]"
+            )
+        return self
+
     def scored_tasks(self) -> list[TaskSpec]:
         """Every task a group scores: the listed ones, then `arc-easy` on ``arc_items`` items
         unless listed or 0."""

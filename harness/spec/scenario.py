@@ -117,6 +117,8 @@ class ModelRef(Input):
                 base_weights=base.path if base.has_safetensors or base.has_pickled else None,
                 base_commit=base.commit,
             )
+            shapes = catalog.model(self.id, self.revision).linear_shapes()
+            adapters.check_against_base(adapter, self.id, shapes)
         except UserInputError as exc:
             raise ValueError(exc.message) from None
         return self
@@ -505,10 +507,17 @@ def expand(scenario: Scenario, source: str | None = None) -> Grid:
 
 
 def point_inputs(point: Point, tasks: list[inputs.InputFile]) -> tuple[inputs.InputFile, ...]:
-    """The files ``point`` reads, by content (harness.spec.inputs): its adapter's weights, the
+    """The files ``point`` reads, by content (harness.spec.inputs): its model's and its draft's
+    local folders (config and weights), its adapter's weights, the
     scenario's task files ``tasks`` (scored on an offline point on checkpoint weights), and what
     its mode's ``inputs`` part names (a serving workload's trace)."""
-    files = [inputs.adapter_file(point.adapter)] if point.adapter is not None else []
+    folders = [inputs.model_folder_file("model", point.model)]
+    draft = getattr(point.speculative, "model", None)
+    if draft is not None:
+        folders.append(inputs.model_folder_file("draft", draft))
+    files = [f for f in folders if f is not None]
+    if point.adapter is not None:
+        files.append(inputs.adapter_file(point.adapter))
     if point.mode == "offline" and point.weights == "checkpoint":
         files += tasks
     mode = modes.get(point.mode)
@@ -548,7 +557,7 @@ def skip_reason(scenario: Scenario, point: Point, arch: catalog.ModelArch) -> st
     if layout_broken:
         return f"{layout_broken[1]} [rule {layout_broken[0]}]"
     spec_broken = point.speculative and speculation_rule_for(
-        point.speculative, point.backend, point.target, arch
+        point.speculative, point.backend, point.target, arch, point.layout
     )
     if spec_broken:
         return f"{spec_broken[1]} [rule {spec_broken[0]}]"

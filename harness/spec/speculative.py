@@ -43,12 +43,14 @@ from pydantic import (
 
 from harness.errors import UserInputError
 from harness.spec import catalog
-from harness.spec.capabilities import ALL_TARGETS, GPU_TARGETS, VLLM, Backend, Target
+from harness.spec.capabilities import ALL_TARGETS, GPU_TARGETS, VLLM, Backend, Layout, Target
+from harness.spec.compat import LAYOUT_RULES
 from harness.spec.yamlinput import Input
 
 MAX_SPECULATIVE_TOKENS = 16  # draft tokens per step: beyond this acceptance has long collapsed
 MAX_LOOKUP = 64  # n-gram lookup window, tokens
 MAX_NAME = 200  # characters of a draft model id or revision
+HASH_CHUNK = 1 << 22  # bytes read at a time where a file is hashed
 NONE = "none"  # the axis value without speculation
 NONE_ENTRY: Literal["none"] = "none"
 
@@ -317,31 +319,54 @@ def describe(spec: Ngram | Draft | Eagle | Mtp | None) -> str:
 
 
 def tokenizer_hash(arch: catalog.ModelArch) -> str | None:
-    """sha256 of the model folder's tokenizer.json, where it has a local folder with one."""
+    """sha256 of the model folder's tokenizer.json, where it has a local folder with one (read
+    in chunks of ``HASH_CHUNK`` bytes: a tokenizer file of any size in bounded memory)."""
     if arch.path is None:
         return None
     path = Path(arch.path) / "tokenizer.json"
     if not path.is_file():
         return None
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        while chunk := handle.read(HASH_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
-def rule_for(
-    spec: Ngram | Draft | Eagle | Mtp, backend: str, target: str, arch: catalog.ModelArch
+def engine_rule(
+    method_name: str, synthetic: bool, backend: str, target: str
 ) -> tuple[str, str] | None:
-    """(rule id, reason) of the first rule the configuration breaks on this engine, target and
-    target model, or None."""
-    method = method_of(spec)
+    """(rule id, reason) where the method (``METHODS``), or a synthetic replay, is not measured
+    on this engine and target; None where it is. Plan and row admission ask the same rule."""
+    method = METHODS[method_name]
     if backend not in method.engines:
         return "speculation-vllm-only", (
             f"speculative decoding is measured with vLLM's speculative_config; the {backend} "
             "backend has none in this harness"
         )
     if target not in method.targets:
-        why = method.why_not_cpu or f"{spec.method} is not measured on {target}"
-        return f"speculation-{spec.method}-targets", why
-    if spec.synthetic is not None and target not in GPU_TARGETS:
+        why = method.why_not_cpu or f"{method_name} is not measured on {target}"
+        return f"speculation-{method_name}-targets", why
+    if synthetic and target not in GPU_TARGETS:
         return "speculation-synthetic-gpu-only", SYNTHETIC_NOT_ON_CPU
+    return None
+
+
+def rule_for(
+    spec: Ngram | Draft | Eagle | Mtp,
+    backend: str,
+    target: str,
+    arch: catalog.ModelArch,
+    layout: Layout | None = None,
+) -> tuple[str, str] | None:
+    """(rule id, reason) of the first rule the configuration breaks on this engine, target,
+    target model and layout, or None."""
+    engine = engine_rule(spec.method, spec.synthetic is not None, backend, target)
+    if engine is not None:
+        return engine
+    sharded = draft_layout_rule(spec, arch, backend, layout)
+    if sharded is not None:
+        return sharded
     if isinstance(spec, Draft):
         return _draft_shares_tokenizer(spec, arch)
     if isinstance(spec, Eagle):
@@ -356,6 +381,43 @@ def rule_for(
             f"{arch.id} ({arch.model_type}) ships no MTP layers; MTP speculation needs a "
             f"checkpoint of a family that has them ({', '.join(sorted(MTP_MODEL_TYPES))})"
         )
+    return None
+
+
+# The draft's attention is split as the target's: vLLM's SpeculativeConfig leaves
+# draft_tensor_parallel_size unset, so _verify_and_get_draft_tp sets it to the target's tensor
+# parallel size (vllm/config/speculative.py, vLLM 0.32; v1's DraftModelProposer refuses any
+# other size), and the drafter is built on the last pipeline rank only (gpu_model_runner).
+DRAFT_SHARD_RULES = frozenset({"tp-divides-heads", "tp-kv-heads"})
+
+
+def draft_layout(layout: Layout | None) -> Layout | None:
+    """The layout the engine shards a draft (or head, or MTP layer) at under the target's
+    ``layout``: the target's tensor ranks, no pipeline (None on one card)."""
+    if layout is None or layout.tensor == 1:
+        return None
+    return Layout(tensor=layout.tensor)
+
+
+def draft_on_stage(layout: Layout | None, stage: int) -> bool:
+    """Whether a rank of pipeline ``stage`` holds the draft: the last stage's ranks only."""
+    return layout is None or stage == layout.pipeline - 1
+
+
+def draft_layout_rule(
+    spec: Ngram | Draft | Eagle | Mtp, arch: catalog.ModelArch, backend: str, layout: Layout | None
+) -> tuple[str, str] | None:
+    """(rule id, reason) where the draft's heads do not split over the target's tensor ranks
+    (``draft_layout``), the rules a target's layout is held to; None where they do."""
+    sharded, draft = draft_layout(layout), draft_arch(spec, arch)
+    if sharded is None or draft is None:
+        return None
+    for rule in LAYOUT_RULES:
+        if rule.id in DRAFT_SHARD_RULES and rule.breaks(sharded, draft, backend):
+            return f"draft-{rule.id}", (
+                f"vLLM shards the {spec.method} draft at the target's tensor parallel size: "
+                f"{rule.reason(sharded, draft, backend)} of the draft"
+            )
     return None
 
 

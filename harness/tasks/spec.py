@@ -325,7 +325,7 @@ def fields_json(fields: dict[str, str]) -> str:
 def load_task_file(entry: TaskFile, base: Path | None = None) -> TaskSpec:
     """The task of a scenario entry, its file read strictly (``read_item``); ``base``: the
     directory a relative path is read from (default: the working directory)."""
-    path = Path(entry.path)
+    path = Path(entry.path).expanduser()  # `~` as in model, adapter and trace paths
     if base is not None and not path.is_absolute():
         path = base / path
     raw = _read(path)

@@ -20,6 +20,21 @@ BASE = models.PACKAGE_DATA / "tiny-llama"
 TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj"]
 
 
+def lora_safetensors(rank: int, b_rank: int | None = None) -> bytes:
+    """A safetensors file of one LoRA pair on q_proj (A: r × 256, B: 256 × r, float32 zeros):
+    the header the harness reads, then the bytes it names."""
+    shapes = {"q_proj.lora_A.weight": [rank, 256], "q_proj.lora_B.weight": [256, b_rank or rank]}
+    header, offset = {}, 0
+    for name, shape in shapes.items():
+        size = shape[0] * shape[1] * 4
+        header[f"base_model.model.model.layers.0.self_attn.{name}"] = {
+            "dtype": "F32", "shape": shape, "data_offsets": [offset, offset + size],
+        }  # fmt: skip
+        offset += size
+    raw = json.dumps(header).encode()
+    return len(raw).to_bytes(8, "little") + raw + bytes(offset)
+
+
 def make_adapter(folder: Path, rank: int = 8, **binding: Any) -> Path:
     """A PEFT-shaped folder (its weights are bytes only: nothing here loads them) with a binding
     to the shipped tiny model, overridden by `binding`."""
@@ -32,7 +47,7 @@ def make_adapter(folder: Path, rank: int = 8, **binding: Any) -> Path:
         "base_model_name_or_path": binding.get("base_model", "tiny-llama"),
     }
     (folder / adapters.CONFIG).write_text(json.dumps(config))
-    (folder / adapters.WEIGHTS).write_bytes(b"not really tensors")
+    (folder / adapters.WEIGHTS).write_bytes(lora_safetensors(rank))
     record = adapters.binding_for(folder, "tiny-llama", "main", BASE, None)
     record.update(binding)
     adapters.write_binding(folder, record)

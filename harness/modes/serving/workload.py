@@ -114,11 +114,13 @@ def read_trace(name: str, max_requests: int) -> list[TraceRequest]:
             field="serving.workload.trace",
         ) from None
     out: list[TraceRequest] = []
+    parent_of: dict[int, int | None] = {}  # each prefix block's parent, as the trace gives it
     for number, line in enumerate(text_lines(data, path, "the trace"), start=1):
         if len(out) == max_requests:
             break
         if line.strip():
             out.append(_trace_line(line, str(path), number))
+            _prefix_tree(out[-1].hash_ids, parent_of, str(path), number)
     if len(out) < max_requests:
         raise UserInputError(
             f"the trace has {len(out)} requests, fewer than max_requests {max_requests}",
@@ -126,6 +128,28 @@ def read_trace(name: str, max_requests: int) -> list[TraceRequest]:
             field="serving.workload.max_requests",
         )
     return out
+
+
+def _prefix_tree(
+    ids: Sequence[int], parent_of: dict[int, int | None], file: str, line: int
+) -> None:
+    """Refuse a request whose hash ids break the trace's prefix tree (a block after two
+    different blocks, or twice in one request): its prompts could not be built, and the engine
+    would fail after its load. Said at plan, with the file and line."""
+    parent: int | None = None
+    for h in ids:
+        if h in parent_of and parent_of[h] != parent:
+            before = "the start" if parent_of[h] is None else f"block {parent_of[h]}"
+            now = "the start" if parent is None else f"block {parent}"
+            raise UserInputError(
+                f"hash id {h} follows {now} here and {before} earlier: a trace's "
+                "hash ids form a prefix tree (equal ids = the same prefix)",
+                file=file,
+                line=line,
+                field="hash_ids",
+            )
+        parent_of[h] = parent
+        parent = h
 
 
 def _trace_line(line: str, file: str, number: int) -> TraceRequest:

@@ -14,6 +14,7 @@ from typing import NamedTuple
 import pandas as pd
 
 from harness.atomic import atomic_write_bytes, atomic_write_json, atomic_write_text, public_mode
+from harness.csvtext import csv_text
 from harness.results.aggregate import Aggregate, aggregate_run
 from harness.results.pricing import check_quality_class
 from harness.results.publish.analysis import regressions_frame
@@ -51,27 +52,6 @@ def parquet_bytes(frame: pd.DataFrame) -> bytes:
     buffer = io.BytesIO()
     frame.to_parquet(buffer, index=False)
     return buffer.getvalue()
-
-
-FORMULA_START = ("=", "+", "-", "@", "\t", "\r")  # a spreadsheet reads these as a formula
-
-
-def csv_cell(value: object) -> object:
-    """A string a spreadsheet would run as a formula gets a leading ' (OWASP's advice); numbers,
-    negative ones included, stay numbers."""
-    if isinstance(value, str) and value.startswith(FORMULA_START):
-        return "'" + value
-    return value
-
-
-def csv_text(frame: pd.DataFrame) -> str:
-    """``frame`` as CSV with every text cell made formula-safe (headers too)."""
-    safe = frame.copy()
-    for name in safe.columns:
-        if safe[name].dtype == object or pd.api.types.is_string_dtype(safe[name]):
-            safe[name] = safe[name].map(csv_cell)
-    safe.columns = [csv_cell(str(c)) for c in safe.columns]
-    return str(safe.to_csv(index=False))
 
 
 def cost_for_csv(result: Aggregate) -> pd.DataFrame:

@@ -56,7 +56,7 @@ from harness.run.device import (
     point_plan,
     predicted,
 )
-from harness.spec import catalog
+from harness.spec import catalog, inputs
 from harness.spec.scenario import GroupKey, Point
 from harness.tasks import metrics as task_metrics
 from harness.tasks.kinds import kind_of
@@ -75,9 +75,11 @@ def measure_quality(
     group: GroupKey,
     ctx: WorkContext,
     ref: WindowScores | None,
+    planned: tuple[tuple[str, str], ...] = (),
 ) -> tuple[Quality, WindowScores, Tasks]:
     """Perplexity (+CI), paired ΔNLL / KL / top-1 vs the reference, and the scenario's tasks
-    (ARC-Easy among them; paired per item or per field)."""
+    (ARC-Easy among them; paired per item or per field), each task file checked against the
+    hash the group was ``planned`` with (its points' inputs)."""
     started = time.perf_counter()
     settings = ctx.quality
     wins = corpus.windows(tokens, settings.window_tokens, settings.max_windows)
@@ -112,6 +114,7 @@ def measure_quality(
             out.kl_vs_ref = float(quality.sparse_kl(ref.topk_logprobs, at_ref).mean())
     tasks_part, scores.task_arrays = Tasks(), None
     if tasks := settings.scored_tasks():
+        inputs.check_planned(tasks, planned)  # a task file edited since the plan fails here
         tasks_part, scores.task_arrays = measure_tasks(
             backend, tasks, None if reference else ref, reference=reference
         )
@@ -344,6 +347,7 @@ def load_and_score(
     device: str,
     reference: WindowScores | None,
     meter: energy.EnergyMeter[Any],
+    planned: tuple[tuple[str, str], ...] = (),
 ) -> LoadedGroup:
     """Load the model once (its memory measured), then score the group's quality once (not on
     random weights: their quality columns stay empty)."""
@@ -362,7 +366,9 @@ def load_and_score(
         return LoadedGroup(tokens, None, Quality(), load_phase.result, load_s, facts)
     mark = meter.start()
     counted = backend.speculation_counters()
-    quality_part, scores, tasks_part = measure_quality(backend, tokens, group, ctx, reference)
+    quality_part, scores, tasks_part = measure_quality(
+        backend, tokens, group, ctx, reference, planned
+    )
     spec_tasks = spec.pass_acceptance(backend, counted, spec.tasks_workload(ctx.quality.tasks))
     spent = meter.stop(mark)
     free_memory(device)  # scoring's cached blocks must not count in the points' memory
@@ -455,8 +461,9 @@ def iter_offline(group: GroupKey, points: list[Point], job: Job) -> Iterator[Gro
         try:
             reference = None if job.random_weights else job.reference
             loaded = load_and_score(
-                backend, group, job.ctx, job.tokenizer_dir, device, reference, job.meter
-            )
+                backend, group, job.ctx, job.tokenizer_dir, device, reference, job.meter,
+                points[0].inputs,
+            )  # fmt: skip
         except Exception as exc:  # a group that cannot load fails all its points
             reason = failure_text(exc, "load/quality")
             for point in points:
