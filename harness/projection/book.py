@@ -17,16 +17,27 @@ carries the cell's median ratio: the projection is re-centred on it.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from functools import cache
+from pathlib import Path
 
+import pandas as pd
 from pydantic import BaseModel, ConfigDict
 
 from harness.projection import ledger
+from harness.projection.external import read_external
+from harness.spec import catalog
 
 NO_BAND = "no validated band: measure it"
 SIXTEEN_BIT = "16-bit"
 # weight and KV formats that are the model's own 16-bit dtype, however a source spells it
 SIXTEEN_BIT_NAMES = frozenset({"none", "auto", "fp16", "bf16", "float16", "bfloat16", "half"})
 STATIC_BATCH = "static batch"  # a batch of sequences decoded together, not a saturated server
+EXTERNAL = Path(__file__).resolve().parents[1] / "data/external"
+# The shipped ledgers: name → (external CSV under EXTERNAL, regime of its data). Each is its own
+# book, fitted apart; a band is chosen by scope, never by pooling them.
+SHIPPED_LEDGERS = {
+    "shipped Argonne": ("argonne/results.csv", STATIC_BATCH),
+}
 
 
 def weight_format(name: str) -> str:
@@ -73,6 +84,7 @@ class Scope(BaseModel):
     regime: str
     engines: tuple[str, ...]
     weights: tuple[str, ...]
+    kv_caches: tuple[str, ...]
     archs: tuple[str, ...]
     load: tuple[int, int]
     input_tokens: tuple[int, int]
@@ -86,8 +98,8 @@ class Scope(BaseModel):
              f"engine {q.engine} (its data: {', '.join(self.engines)})"),
             (weight_format(q.weights) in self.weights,
              f"weights {q.weights} (its data: {', '.join(self.weights)})"),
-            (weight_format(q.kv_cache_dtype) == SIXTEEN_BIT,
-             f"KV cache {q.kv_cache_dtype} (its data: {SIXTEEN_BIT})"),
+            (weight_format(q.kv_cache_dtype) in self.kv_caches,
+             f"KV cache {q.kv_cache_dtype} (its data: {', '.join(self.kv_caches)})"),
             (q.arch in self.archs, f"{q.arch} model (its data: {', '.join(self.archs)})"),
             (_within(q.load, self.load), f"load {q.load} (its data: {_span(self.load)})"),
             (_within(q.input_tokens, self.input_tokens),
@@ -100,7 +112,8 @@ class Scope(BaseModel):
     def text(self) -> str:
         return (
             f"{self.regime}, engines {', '.join(self.engines)}, weights "
-            f"{', '.join(self.weights)}, KV {SIXTEEN_BIT}, {' and '.join(self.archs)}, load "
+            f"{', '.join(self.weights)}, KV {', '.join(self.kv_caches)}, "
+            f"{' and '.join(self.archs)}, load "
             f"{_span(self.load)}, input {_span(self.input_tokens)} and output "
             f"{_span(self.output_tokens)} tokens"
         )
@@ -120,6 +133,7 @@ def scope_of(measured: Sequence[ledger.Measured], regime: str) -> Scope:
         regime=regime,
         engines=tuple(sorted({engine_family(m.key[0]) for m in measured})),
         weights=tuple(sorted({weight_format(m.key[2]) for m in measured})),
+        kv_caches=tuple(sorted({weight_format(m.kv_cache) for m in measured})),
         archs=tuple(sorted({m.arch for m in measured})),
         load=(min(m.key[4] for m in measured), max(m.key[4] for m in measured)),
         input_tokens=(min(m.key[5] for m in measured), max(m.key[5] for m in measured)),
@@ -200,3 +214,62 @@ def lend(books: Sequence[Book], q: Query) -> Band | str:
             return got
         reasons.append(got)
     return "; ".join(reasons) if reasons else f"{NO_BAND} (no ledger)"
+
+
+# --- the books: shipped, and your runs ------------------------------------------------------
+
+
+class Shipped(BaseModel):
+    """One shipped ledger's data: its figures and their sources (repository@commit)."""
+
+    model_config = ConfigDict(frozen=True)
+    name: str
+    regime: str
+    measured: list[ledger.Measured]
+    source: str
+
+
+@cache
+def shipped_data() -> tuple[Shipped, ...]:
+    """The shipped ledgers' figures (``SHIPPED_LEDGERS``), in their order."""
+    out = []
+    for name, (path, regime) in SHIPPED_LEDGERS.items():
+        rows = read_external(EXTERNAL / path)
+        source = "; ".join(sorted({row.source.split(" ")[0] for row in rows}))
+        out.append(Shipped(name=name, regime=regime, measured=ledger.observations(rows),
+                           source=source))  # fmt: skip
+    return tuple(out)
+
+
+@cache
+def shipped_books() -> tuple[Book, ...]:
+    """The shipped ledgers fitted, each apart, in their order."""
+    return tuple(fit(x.name, x.measured, x.regime) for x in shipped_data())
+
+
+def own_measured(points: pd.DataFrame) -> list[ledger.Measured]:
+    """Your GPU rows' decode and prefill figures as the ledger reads them (the key: engine,
+    model and its KV dtype, weights, one card, batch, context, output tokens)."""
+    measured: list[ledger.Measured] = []
+    for r in points.to_dict(orient="records"):
+        if catalog.gpu(str(r["gpu"])).vendor == "cpu":
+            continue
+        key: ledger.Key = (
+            str(r["backend"]), f"{r['model']}|kv={r['kv_cache_dtype']}", str(r["quantization"]),
+            1, int(r["batch"]), int(r["context"]), int(r["output_tokens"]),
+        )  # fmt: skip
+        for phase, column in (("decode", "decode_tok_s"), ("prefill", "prefill_tok_s")):
+            value = r.get(column)
+            if value is not None and value == value and value > 0:
+                one = ledger.Measured(
+                    phase=phase, key=key, card=str(r["gpu"]), tok_s=float(value),
+                    roofline_tok_s=None, arch=ledger.arch_of(str(r["model"])),
+                    kv_cache=weight_format(str(r["kv_cache_dtype"])),
+                )  # fmt: skip
+                measured.append(one)
+    return measured
+
+
+def books_for(rows: pd.DataFrame) -> tuple[Book, ...]:
+    """Your runs' book (the passing rows ``candidates`` keeps), then the shipped ones."""
+    return (fit("your runs", own_measured(rows)), *shipped_books())

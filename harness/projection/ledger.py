@@ -63,6 +63,7 @@ class Measured(BaseModel):
     tok_s: float
     roofline_tok_s: float | None
     arch: str = "dense"  # dense or MoE (``arch_of``)
+    kv_cache: str = "16-bit"  # the KV cache's format (an external CSV states none: 16-bit)
 
 
 class PairError(BaseModel):
@@ -241,8 +242,8 @@ class Scored(BaseModel):
 
 
 def held_out(errors: Sequence[PairError]) -> list[Scored]:
-    """Every pair, scored per cell by the band fitted on the pairs that touch neither end's…
-    target card: the card left out, with every engine on it."""
+    """Every pair, scored by the band of its cell fitted on the pairs that do not touch its
+    target card (the card left out, with every engine on it)."""
     cells: dict[tuple[str, str, str], list[PairError]] = defaultdict(list)
     for e in errors:
         cells[e.cell].append(e)
@@ -493,8 +494,13 @@ class CardLine(BaseModel):
 
 def card_table(measured: Sequence[Measured]) -> list[CardLine]:
     return [
-        CardLine(phase=c.phase, arch=c.arch, direction=c.direction, card=card,
-                 held_out_coverage_pct=pct)  # fmt: skip
+        CardLine(
+            phase=c.phase,
+            arch=c.arch,
+            direction=c.direction,
+            card=card,
+            held_out_coverage_pct=pct,
+        )
         for c in cells(leave_one_card_out(measured)).values()
         for card, pct in c.card_coverage_pct.items()
     ]
