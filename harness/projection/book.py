@@ -157,15 +157,15 @@ class Book(BaseModel):
         outside = scope.outside(q)
         if outside:
             return f"outside {self.name}'s data: {outside}"
+        engine = engine_family(q.engine)
+        stacks = {s for c in self.cells.values() if c.phase == q.phase for s in c.stacks}
+        absent = [c for c in (q.source, q.target) if (c, engine) not in stacks]
+        if absent:
+            return f"{NO_BAND} (no {' or '.join(absent)} with {engine} in {self.name})"
         way = ledger.direction(q.source, q.target)
         cell = self.cells.get((q.phase, q.arch, way))
-        engine = engine_family(q.engine)
-        absent = [] if cell is None else [
-            c for c in (q.source, q.target) if (c, engine) not in cell.stacks
-        ]  # fmt: skip
-        if cell is None or absent:
-            what = ", ".join(absent) or f"{way} pairs"
-            return f"{NO_BAND} (no {what} with {engine} in {self.name})"
+        if cell is None:
+            return f"{NO_BAND} (no {way} {q.arch} pairs in {self.name})"
         if not cell.validated or cell.low is None or cell.high is None or cell.median is None:
             return f"{NO_BAND} ({held_out_text(cell, q.target)} in {self.name})"
         return Band(

@@ -464,12 +464,14 @@ def _contention(where: str, best: RankLine, rivals: Sequence[RankLine]) -> str:
     """'not robust: …': the cheapest without a validated band, the rivals whose band overlaps
     it, the rivals without a band."""
     parts = []
+    overlap = [f"{x.card} ({x.provider})" for x in rivals if x.validated]
+    unbanded = [f"{x.card} ({x.provider})" for x in rivals if not x.validated]
     if not best.validated:
         parts.append(f"{where} is cheapest on a projected figure with no validated band")
-    overlap = [f"{x.card} ({x.provider})" for x in rivals if x.validated]
-    if overlap:
+        if overlap:
+            parts.append(f"its range is unknown, so {', '.join(overlap)} stay in contention")
+    elif overlap:
         parts.append(f"{', '.join(overlap)} overlap {where}")
-    unbanded = [f"{x.card} ({x.provider})" for x in rivals if not x.validated]
     if unbanded:
         parts.append(f"no validated band for {', '.join(unbanded)}: in contention until measured")
     return "not robust: " + "; ".join(parts)
