@@ -156,7 +156,8 @@ def rent_cmd(
     decides, and with --traffic the package that fits it."""
     import math
 
-    from harness.cli.results import print_unreadable
+    from rich.markup import escape
+
     from harness.errors import UserInputError
     from harness.projection import rent as r
     from harness.projection import text, traffic_fit
@@ -175,7 +176,10 @@ def rent_cmd(
         raise UserInputError("run folder not found (expected results/<run>/)", file=str(run))
     table = load_tariffs(tariffs)
     result = aggregate_run(run, table, utilisation, allow_mixed)
-    print_unreadable(result)
+    for path, why in result.unreadable:  # named, as `harness aggregate` names them
+        console.print(
+            f"[yellow]unreadable, skipped:[/] {escape(f'{path}: {why}')}", highlight=False
+        )
     if r.candidates(result.points, quality_class).empty:
         console.print(
             f"no row passed the gate at class {quality_class} on one catalog card: nothing to "

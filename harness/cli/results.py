@@ -124,11 +124,6 @@ def print_counts(result: Any) -> None:
             + shown(", ".join(c["models_without_reference"])),
             highlight=False,
         )
-    print_unreadable(result)
-
-
-def print_unreadable(result: Any) -> None:
-    """One line per result file that could not be read, named with why."""
     for path, why in result.unreadable:
         console.print(
             f"[yellow]unreadable, skipped:[/] {markup_escape(f'{path}: {why}')}", highlight=False
@@ -379,4 +374,7 @@ def compare_cmd(
         f"{len(result.only_a)}; only in B {len(result.only_b)}",
         highlight=False,
     )
-    print_unreadable(result)
+    for path, why in result.unreadable:
+        console.print(
+            f"[yellow]unreadable, skipped:[/] {markup_escape(f'{path}: {why}')}", highlight=False
+        )

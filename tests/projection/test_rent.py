@@ -358,3 +358,23 @@ def test_report_on_the_h200_example_rows_prints_and_publishes_the_ranking(tmp_pa
     assert "runner-up" in rented.output and "sized at" in rented.output
     refused = CliRunner().invoke(app, ["rent", str(run), "--tariffs", tariffs, "--traffic", "-1"])
     assert refused.exit_code == 2 and "--traffic" in refused.output
+
+
+def test_rent_names_unreadable_rows_and_says_when_no_row_passed(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from harness.cli.main import app
+    from tests import factories as F
+
+    # one row and no reference: nothing has a quality class, so nothing passes the gate
+    run = F.write_run(tmp_path / "run", [F.row(**F.quality(200.0))])
+    bad = F.write_bad_file(run)
+    tariffs = str(ROOT / "tariffs/example.yaml")
+    done = CliRunner().invoke(app, ["rent", str(run), "--tariffs", tariffs], env={"COLUMNS": "250"})
+    assert done.exit_code == 0, done.output
+    lines = done.output.splitlines()
+    assert any(x.startswith(f"unreadable, skipped: {bad}: ") for x in lines)
+    assert (
+        "no row passed the gate at class 99 on one catalog card: nothing to price or carry to "
+        "another card"
+    ) in lines
