@@ -64,13 +64,21 @@ def ledger_cmd(
         table.add_column(head, justify="left" if head in ("phase", "class") else "right")
     for line in lines:
         table.add_row(
-            line.phase, line.klass, str(line.pairs), str(line.keys), str(line.models),
+            line.phase, line.klass if line.arch == "all" else f"{line.klass} ({line.arch})",
+            str(line.pairs), str(line.keys), str(line.models),
             _pct(line.mape_pct),
             _pct(line.roofline_mape_pct), ledger.band_text(line),
             _pct(line.stated_coverage_pct), _pct(line.held_out_coverage_pct), _num(line.tau),
             _num(line.roofline_tau), str(line.tau_keys),
         )  # fmt: skip
     console.print(table)
+    for line in lines:
+        if line.held_out_by_card:
+            console.print(
+                f"held out per card, {line.phase} {line.arch} {line.klass}: "
+                f"{line.held_out_by_card}",
+                highlight=False,
+            )
     console.print(
         "roofline MAPE: the pure roofline's ceiling as the prediction, on the keys whose model is "
         "in the catalog (MAPE on those same keys by this method: "

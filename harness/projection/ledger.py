@@ -349,7 +349,8 @@ def ranking_taus(measured: Iterable[Measured]) -> dict[str, list[tuple[float, fl
 class LedgerLine(BaseModel):
     """One line of the ledger: a cell (phase, dense or MoE, direction) with its band, or a
     summary over cells (``klass`` same vendor, cross vendor or all; ``arch`` all; no band of its
-    own: its held-out coverage pools its cells' banded pairs)."""
+    own: its held-out coverage pools the pairs of its validated cells, the bands a renter is
+    shown; a pair of a cell not validated counts as unbanded)."""
 
     model_config = ConfigDict(frozen=True)
     phase: str
@@ -370,6 +371,7 @@ class LedgerLine(BaseModel):
     held_out_pairs: int
     unbanded_pairs: int
     validated: bool
+    held_out_by_card: str  # each target card's own held-out coverage, by name
     tau: float | None
     roofline_tau: float | None
     tau_keys: int
@@ -401,7 +403,11 @@ def ledger(measured: Sequence[Measured]) -> list[LedgerLine]:
             chosen = [e for e in errors if e.phase == phase and klass in ("all", e.klass)]
             if not chosen:
                 continue
-            mine = [s for s in scored if s.error.phase == phase and klass in ("all", s.error.klass)]
+            mine = [
+                s if fitted[s.error.cell].validated else Scored(error=s.error, inside=None)
+                for s in scored
+                if s.error.phase == phase and klass in ("all", s.error.klass)
+            ]  # a pair of a cell not validated gets no band: unbanded
             tau = taus.get(phase, []) if klass == "all" else []
             lines.append(_line(phase, klass, "all", chosen, tau, None, mine))
     return lines
@@ -437,9 +443,18 @@ def _line(
         stated_coverage_pct=float(STATED_COVERAGE * 100),
         held_out_coverage_pct=check[0], held_out_pairs=check[1], unbanded_pairs=check[2],
         validated=cell is not None and cell.validated,
+        held_out_by_card="" if cell is None else by_card_text(cell),
         tau=fmean(t for t, _ in taus) if taus else None,
         roofline_tau=fmean(roof_taus) if roof_taus else None, tau_keys=len(taus),
     )  # fmt: skip
+
+
+def by_card_text(cell: Cell) -> str:
+    """'A100-SXM-80GB 66.3 %, …': each card's pairs inside the band fitted without it."""
+    return ", ".join(
+        f"{card} {'none banded' if pct is None else f'{pct:.1f} %'}"
+        for card, pct in cell.card_coverage_pct.items()
+    )
 
 
 class PairLine(BaseModel):

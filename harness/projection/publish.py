@@ -215,6 +215,7 @@ LEDGER_COLUMNS: list[Column] = [
     ("held_out_coverage_pct", "held-out coverage, a card left out (%)", _pct),
     ("held_out_pairs", "pairs scored held out", _count),
     ("unbanded_pairs", "pairs no band could score", _count),
+    ("held_out_by_card", "held out per card: coverage", None),
     ("stated_coverage_pct", "stated coverage (%)", _pct),
     ("tau", "Kendall τ", _tau),
     ("roofline_tau", "pure-roofline τ", _tau),
