@@ -469,7 +469,7 @@ def _contention(where: str, best: RankLine, rivals: Sequence[RankLine]) -> str:
     if not best.validated:
         parts.append(f"{where} is cheapest on a projected figure with no validated band")
         if overlap:
-            parts.append(f"its range is unknown, so {', '.join(overlap)} stay in contention")
+            parts.append(f"its range is unknown, so it may not beat {', '.join(overlap)}")
     elif overlap:
         parts.append(f"{', '.join(overlap)} overlap {where}")
     if unbanded:

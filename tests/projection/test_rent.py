@@ -114,7 +114,7 @@ def test_a_card_absent_from_every_ledger_says_measure_it_in_the_ranking_and_verd
     # the H200's 4,800 GB/s projects it below the H100's measured cost, but with no band
     assert found.text.startswith(
         "not robust: H200-141GB (Q) is cheapest on a projected figure with no validated band; "
-        "its range is unknown, so H100-SXM-80GB (P) stay in contention."
+        "its range is unknown, so it may not beat H100-SXM-80GB (P)."
     )
     assert [t.card for t in found.trials] == ["H200-141GB"]
 
