@@ -23,10 +23,12 @@ def ranking_rows(lines: Sequence[RankLine]) -> list[dict[str, str]]:
     for x in lines:
         if x.usd_per_mtok is None:
             continue
-        if x.usd_low is not None:
+        if x.measured:
+            rng = "—"  # a measured figure is its own point
+        elif x.usd_low is not None:
             rng = f"[{_usd(x.usd_low)}, {_usd(x.usd_high)}]"
         else:
-            rng = "—" if x.measured else NO_BAND
+            rng = NO_BAND
         rows.append({
             "card (tariff)": f"{x.card}×{x.gpus_per_node} ({x.provider})",
             "figures": x.label,

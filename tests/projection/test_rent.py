@@ -378,3 +378,33 @@ def test_rent_names_unreadable_rows_and_says_when_no_row_passed(tmp_path: Path) 
         "no row passed the gate at class 99 on one catalog card: nothing to price or carry to "
         "another card"
     ) in lines
+
+
+def test_a_cpu_bench_prints_no_robust_verdict_and_one_line_for_the_unpriced_cards(
+    tmp_path: Path,
+) -> None:
+    from typer.testing import CliRunner
+
+    from harness.cli.main import app
+    from tests import factories as F
+
+    cpu = {"gpu": "cpu", "target": "cpu", "provenance": F.row().provenance}
+    run = F.write_run(
+        tmp_path / "run",
+        [F.reference(**cpu, **F.quality(100.0)), F.row(**cpu, **F.quality(100.0), batch=4)],
+    )
+    tariffs = str(ROOT / "tariffs/example.yaml")
+    done = CliRunner().invoke(
+        app, ["report", str(run), "--tariffs", tariffs], env={"COLUMNS": "400"}
+    )
+    assert done.exit_code == 0, done.output
+    lines = done.output.splitlines()
+    assert not any(": robust:" in x for x in lines)  # nothing to compare the CPU with
+    assert (
+        "tiny-llama, 30 days: no verdict: only cpu (AWS EC2 m7i.large (2 vCPU)) has a "
+        "figure, no other card to compare it with" in lines
+    )
+    unpriced = [x for x in lines if x.startswith("tiny-llama: not priced: ")]
+    assert len(unpriced) == 1  # one line for every package, not a table of dashes each
+    for card in ("H100-SXM-80GB×8 (Lambda)", "MI300X×8 (TensorWave)", "L40S×1 (RunPod)"):
+        assert card in unpriced[0]
