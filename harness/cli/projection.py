@@ -45,7 +45,7 @@ def ledger_cmd(
     with its stated and held-out (one model left out) coverage, Kendall τ, and the pure
     roofline's beside them."""
     from harness.atomic import atomic_write_text
-    from harness.projection import ledger
+    from harness.projection import book, ledger
     from harness.projection.external import read_external
     from harness.spec import catalog
 
@@ -79,6 +79,10 @@ def ledger_cmd(
                 f"{line.held_out_by_card}",
                 highlight=False,
             )
+    scope = book.fit(file.name, measured).scope_text()
+    console.print(
+        f"range of its data (a projection outside it gets no band): {scope}", highlight=False
+    )
     console.print(
         "roofline MAPE: the pure roofline's ceiling as the prediction, on the keys whose model is "
         "in the catalog (MAPE on those same keys by this method: "

@@ -149,6 +149,10 @@ class Book(BaseModel):
     scopes: dict[str, Scope]
     cells: dict[tuple[str, str, str], ledger.Cell]
 
+    def scope_text(self) -> str:
+        """The range of its data per phase: what a projection must lie in to get a band."""
+        return "; ".join(f"{phase}: {scope.text()}" for phase, scope in self.scopes.items())
+
     def band(self, q: Query) -> Band | str:
         """The band this book lends the query, or why it lends none (``outside``: flagged)."""
         scope = self.scopes.get(q.phase)

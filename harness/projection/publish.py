@@ -157,9 +157,10 @@ def shipped() -> list[PublishedLedger]:
             name=x.name,
             lines=_shipped_lines(x.name),
             source=x.source,
-            how=f"{SHIPPED_HOW.get(x.name, x.name)}; data {x.source}",
+            how=f"{SHIPPED_HOW.get(x.name, x.name)}; data {x.source}; the range of its data "
+            f"(a projection outside it gets no band): {fitted.scope_text()}",
         )
-        for x in book.shipped_data()
+        for x, fitted in zip(book.shipped_data(), book.shipped_books(), strict=True)
     ]
 
 
