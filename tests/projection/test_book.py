@@ -101,3 +101,7 @@ def test_the_shipped_scope_states_the_range_of_its_data() -> None:
     )  # fmt: skip
     assert decode.engines == ("tensorrt-llm", "vllm") and decode.weights == (book.SIXTEEN_BIT,)
     assert decode.archs == ("MoE", "dense") and decode.regime == book.STATIC_BATCH
+    assert argonne.scope_text().startswith(
+        "decode: static batch, engines tensorrt-llm, vllm, weights 16-bit, KV 16-bit, MoE and "
+        "dense, load 1–16, input 128–2048 and output 128–2048 tokens; prefill: "
+    )
