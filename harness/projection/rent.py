@@ -7,10 +7,9 @@ Projection of one measured row onto a card (``project_row``):
 - the band from ``harness.projection.book``: your own runs' book first, then the shipped ones
   (``book.SHIPPED_LEDGERS``, each fitted apart, never pooled); a book lends one only inside its
   data's scope, for cards and a stack it measured, from a cell validated by leaving a card out.
-  Else the
-  figure is shown **unvalidated** with the reason ("no validated band: measure it", or "outside
-  … data", flagged). A row under OVERHEAD_BOUND_FRACTION of its roofline is outside every
-  book's data;
+  Else the figure is shown **unvalidated** with the reason ("no validated band: measure it", or
+  "outside … data", flagged). A row under OVERHEAD_BOUND_FRACTION of its roofline is outside
+  every book's data;
 - the **centre**: the projected figure × its band's median ratio (re-centred; the band holds
   it); the figure from the roofline share alone is shown beside it. No band: the projected
   figure itself, unvalidated;
@@ -19,7 +18,7 @@ Projection of one measured row onto a card (``project_row``):
   the largest batch = the largest batch ≤ MAX_BATCH the plan fits (bisection);
 - serving at the SLO is **not projected**: a level's attainment depends on the queue, which the
   ratio of peaks does not carry.
-A card projected onto itself is the measured row, labelled ``measured``, its band the point.
+A card projected onto itself is the measured row, labelled ``measured``: its range the point.
 
 Ranking (``ranking``): per (model, package length) and tariff, the card's cheapest configuration
 by its centre in $/Mtok of output (``harness.results.pricing``'s package hour and $/Mtok), with
