@@ -31,12 +31,14 @@ NO_BAND = "no validated band: measure it"
 SIXTEEN_BIT = "16-bit"
 # weight and KV formats that are the model's own 16-bit dtype, however a source spells it
 SIXTEEN_BIT_NAMES = frozenset({"none", "auto", "fp16", "bf16", "float16", "bfloat16", "half"})
-STATIC_BATCH = "static batch"  # a batch of sequences decoded together, not a saturated server
+# the scenario of a static batch (sequences decoded together), as the external CSV names it;
+# offline (saturated) and server figures are other scenarios, never pooled with it
+STATIC = "static"
 EXTERNAL = Path(__file__).resolve().parents[1] / "data/external"
 # The shipped ledgers: name → (external CSV under EXTERNAL, regime of its data). Each is its own
 # book, fitted apart; a band is chosen by scope, never by pooling them.
 SHIPPED_LEDGERS = {
-    "shipped Argonne": ("argonne/results.csv", STATIC_BATCH),
+    "shipped Argonne": ("argonne/results.csv", STATIC),
 }
 
 
@@ -74,7 +76,7 @@ class Query(BaseModel):
     load: int
     input_tokens: int
     output_tokens: int
-    regime: str = STATIC_BATCH
+    regime: str = STATIC
 
 
 class Scope(BaseModel):
@@ -93,7 +95,7 @@ class Scope(BaseModel):
     def outside(self, q: Query) -> str:
         """Why the query lies outside this range, or ''."""
         checks = [
-            (q.regime == self.regime, f"regime {q.regime} (its data: {self.regime})"),
+            (q.regime == self.regime, f"scenario {q.regime} (its data: {self.regime})"),
             (engine_family(q.engine) in self.engines,
              f"engine {q.engine} (its data: {', '.join(self.engines)})"),
             (weight_format(q.weights) in self.weights,
@@ -111,7 +113,7 @@ class Scope(BaseModel):
 
     def text(self) -> str:
         return (
-            f"{self.regime}, engines {', '.join(self.engines)}, weights "
+            f"scenario {self.regime}, engines {', '.join(self.engines)}, weights "
             f"{', '.join(self.weights)}, KV {', '.join(self.kv_caches)}, "
             f"{' and '.join(self.archs)}, load "
             f"{_span(self.load)}, input {_span(self.input_tokens)} and output "
@@ -179,6 +181,19 @@ class Book(BaseModel):
         )  # fmt: skip
 
 
+def pair_band(book: Book, pair: ledger.PairError, scenario: str = STATIC) -> Band | str:
+    """The band the book lends a pair of measurements made elsewhere (a held-out CSV scored by
+    `harness ledger check`): the query its key describes."""
+    engine, _, weights, _, load, inputs, outputs = pair.key
+    return book.band(
+        Query(
+            phase=pair.phase, source=pair.source, target=pair.target, engine=engine,
+            weights=weights, arch=pair.arch, load=load, input_tokens=inputs,
+            output_tokens=outputs, regime=scenario,
+        )
+    )  # fmt: skip
+
+
 def held_out_text(cell: ledger.Cell, card: str) -> str:
     """The cell's leave-a-card-out coverage, and the card's own where it was held out."""
     stated = float(ledger.STATED_COVERAGE * 100)
@@ -194,7 +209,7 @@ def _pct(value: float | None) -> str:
     return "none banded" if value is None else f"{value:.1f} %"
 
 
-def fit(name: str, measured: Iterable[ledger.Measured], regime: str = STATIC_BATCH) -> Book:
+def fit(name: str, measured: Iterable[ledger.Measured], regime: str = STATIC) -> Book:
     """A book from its figures: the cells of every pair, the scope of the figures in a pair."""
     figures = list(measured)
     errors = ledger.leave_one_card_out(figures)

@@ -9,7 +9,7 @@ from harness.projection import book, ledger
 from tests.projection.test_ledger import A100, H100, MI250, MI300X, pair
 
 SCOPE = book.Scope(
-    regime=book.STATIC_BATCH, engines=("vllm",), weights=(book.SIXTEEN_BIT,),
+    regime=book.STATIC, engines=("vllm",), weights=(book.SIXTEEN_BIT,),
     kv_caches=(book.SIXTEEN_BIT,), archs=("dense",), load=(1, 16), input_tokens=(128, 2048),
     output_tokens=(128, 2048),
 )  # fmt: skip
@@ -58,8 +58,10 @@ def test_a_stack_absent_from_the_ledger_is_outside_its_data() -> None:
 
 def test_a_projection_outside_the_data_is_flagged_for_every_reason() -> None:
     changed = {"weights": "fp8", "kv_cache_dtype": "fp8", "arch": "MoE", "load": 256}
-    got = asymmetric().band(query(H100, MI300X, regime="saturated offline", **changed))
-    assert isinstance(got, str) and got.startswith("outside hand's data: regime saturated")
+    got = asymmetric().band(query(H100, MI300X, regime="offline", **changed))
+    assert isinstance(got, str) and got.startswith(
+        "outside hand's data: scenario offline (its data: static)"
+    )
     for part in ("weights fp8", "KV cache fp8", "MoE model", "load 256 (its data: 1–16)"):
         assert part in got
 
@@ -100,8 +102,18 @@ def test_the_shipped_scope_states_the_range_of_its_data() -> None:
         (1, 16), (128, 2048), (128, 2048),
     )  # fmt: skip
     assert decode.engines == ("tensorrt-llm", "vllm") and decode.weights == (book.SIXTEEN_BIT,)
-    assert decode.archs == ("MoE", "dense") and decode.regime == book.STATIC_BATCH
+    assert decode.archs == ("MoE", "dense") and decode.regime == book.STATIC
     assert argonne.scope_text().startswith(
-        "decode: static batch, engines tensorrt-llm, vllm, weights 16-bit, KV 16-bit, MoE and "
+        "decode: scenario static, engines tensorrt-llm, vllm, weights 16-bit, KV 16-bit, MoE and "
         "dense, load 1–16, input 128–2048 and output 128–2048 tokens; prefill: "
+    )
+
+
+def test_a_pair_measured_elsewhere_is_asked_as_the_query_its_key_describes() -> None:
+    hand = asymmetric()
+    inside = pair(H100, MI300X, 1, 0.55)  # vllm, fp16, load 1, 128 in, 128 out: in scope
+    got = book.pair_band(hand, inside)
+    assert isinstance(got, book.Band) and got.low == pytest.approx(0.51)
+    assert book.pair_band(hand, inside, scenario="offline") == (
+        "outside hand's data: scenario offline (its data: static)"
     )
