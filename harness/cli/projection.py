@@ -44,7 +44,7 @@ def ledger_cmd(
     with its stated and held-out (one model left out) coverage, Kendall τ, and the pure
     roofline's beside them."""
     from harness.atomic import atomic_write_text
-    from harness.projection import ledger
+    from harness.projection import book, ledger
     from harness.projection.external import read_external
     from harness.spec import catalog
 
@@ -63,13 +63,25 @@ def ledger_cmd(
         table.add_column(head, justify="left" if head in ("phase", "class") else "right")
     for line in lines:
         table.add_row(
-            line.phase, line.klass, str(line.pairs), str(line.keys), str(line.models),
+            line.phase, line.klass if line.arch == "all" else f"{line.klass} ({line.arch})",
+            str(line.pairs), str(line.keys), str(line.models),
             _pct(line.mape_pct),
             _pct(line.roofline_mape_pct), ledger.band_text(line),
             _pct(line.stated_coverage_pct), _pct(line.held_out_coverage_pct), _num(line.tau),
             _num(line.roofline_tau), str(line.tau_keys),
         )  # fmt: skip
     console.print(table)
+    for line in lines:
+        if line.held_out_by_card:
+            console.print(
+                f"held out per card, {line.phase} {line.arch} {line.klass}: "
+                f"{line.held_out_by_card}",
+                highlight=False,
+            )
+    scope = book.fit(file.name, measured).scope_text()
+    console.print(
+        f"range of its data (a projection outside it gets no band): {scope}", highlight=False
+    )
     console.print(
         "roofline MAPE: the pure roofline's ceiling as the prediction, on the keys whose model is "
         "in the catalog (MAPE on those same keys by this method: "
@@ -120,12 +132,19 @@ def print_before_you_rent(rent: BeforeYouRent, quality_class: str) -> None:
     for (model, days), lines in rent.ranking.items():
         title = (
             f"Before you rent: {model}, {days}-day package, class {quality_class} "
-            "($/Mtok of output; measured or projected with the ledger's band)"
+            "($/Mtok of output; measured, or projected: centre on the band's median)"
         )
-        console.print(_rows_table(title, text.ranking_rows(lines)))
+        rows = text.ranking_rows(lines)
+        if rows:
+            console.print(_rows_table(title, rows))
         found = rent.verdicts.get((model, days))
         if found is not None:
-            console.print(found.text, highlight=False)
+            console.print(f"{model}, {days} days: {found.text}", highlight=False)
+    for model in dict.fromkeys(m for m, _ in rent.ranking):
+        every = [x for (m, _), v in rent.ranking.items() if m == model for x in v]
+        missing = text.unpriced_line(every)
+        if missing:
+            console.print(f"{model}: {missing}", highlight=False)
     console.print(text.SERVING_NOTE, highlight=False)
 
 
@@ -149,6 +168,8 @@ def rent_cmd(
     decides, and with --traffic the package that fits it."""
     import math
 
+    from rich.markup import escape
+
     from harness.errors import UserInputError
     from harness.projection import rent as r
     from harness.projection import text, traffic_fit
@@ -167,6 +188,17 @@ def rent_cmd(
         raise UserInputError("run folder not found (expected results/<run>/)", file=str(run))
     table = load_tariffs(tariffs)
     result = aggregate_run(run, table, utilisation, allow_mixed)
+    for path, why in result.unreadable:  # named, as `harness aggregate` names them
+        console.print(
+            f"[yellow]unreadable, skipped:[/] {escape(f'{path}: {why}')}", highlight=False
+        )
+    if r.candidates(result.points, quality_class).empty:
+        console.print(
+            f"no row passed the gate at class {quality_class} on one catalog card: nothing to "
+            "price or carry to another card",
+            highlight=False,
+        )
+        return
     rent = r.before_you_rent(result.points, table, quality_class, utilisation)
     print_before_you_rent(rent, quality_class)
     projected = text.projection_rows(rent.projections)
@@ -175,10 +207,12 @@ def rent_cmd(
     if traffic is None:
         return
     for model in dict.fromkeys(p.model for p in rent.projections):
-        options = traffic_fit.fit_traffic(rent.projections, table, model, traffic)
+        fit = traffic_fit.fit_traffic(rent.projections, table, model, traffic)
         title = f"The package that fits {traffic:.3g} output tokens a day: {model}, cheapest first"
-        console.print(_rows_table(title, text.option_rows(options)))
-        console.print(text.choice_line(options, traffic), highlight=False)
+        console.print(_rows_table(title, text.option_rows(fit.options)))
+        for line in fit.not_options:
+            console.print(line, highlight=False)
+        console.print(text.choice_line(fit, traffic), highlight=False)
 
 
 MAX_TRAFFIC = 1e15  # output tokens a day: far beyond any fleet

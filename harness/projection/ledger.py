@@ -1,7 +1,7 @@
 """The error ledger: how wrong a projection is, measured by leaving one card out.
 
-For every key (engine, model, weights, cards, load, input and output tokens) measured on two or
-more card types, each card in turn is held out and projected from each of the others
+For every key (engine, engine version, model, weights, cards, load, input and output tokens)
+measured on two or more card types, each card in turn is projected from each of the others
 (``project``); the error of each (source → target) pair is recorded per phase:
 
 - decode: aggregate output tok/s, from ``output_tok_s``, else load × 1000 / ``tpot_ms``, else
@@ -9,20 +9,25 @@ more card types, each card in turn is held out and projected from each of the ot
   load ≤ DECODE_MAX_LOAD, where prefill is a small share);
 - prefill: load × input_tokens / (``ttft_ms`` / 1000).
 
-Figures per phase and class (same vendor, cross vendor, all):
-- MAPE = mean |projected − measured| / measured, in %;
-- the band, split-conformal by model: a projection P carries [P × low, P × high], low and high
-  the k-th largest and k-th smallest measured ÷ projected of the n pairs it is fitted on,
-  k = ⌈(n + 1) × (1 + STATED_COVERAGE) ÷ 2⌉ (the finite-sample rank: a new pair exchangeable with
-  them falls below low, or above high, at most (1 − STATED_COVERAGE) ÷ 2 of the time each; the
-  tails are fitted apart since a card pair's error has a sign). The shipped band is fitted on
-  every pair; its held-out coverage is checked by leaving one model out: the band fitted on the
-  other models, scored on the pairs of the model left out, pooled over the models. A key's pairs
-  share their measurements, so the keys are what must be enough: where a fold's keys are fewer
-  than k needs (9 keys at 80 %), or there is one model, no band is stated;
-- Kendall τ between the projected and the measured figures over the cards of each key with ≥ 3
-  cards (each card projected as the geometric mean of its projections from the others);
-- the pure roofline's MAPE and τ on the same keys (its ceiling taken as the prediction).
+The band is fitted per **cell**: (phase, dense or MoE, direction), the direction being the
+vendors' order (``nvidia → amd`` is not ``amd → nvidia``: a software stack that runs at half its
+roofline is a direction, not noise). Within a cell it is split-conformal: a projection P carries
+[P × low, P × high], low and high the k-th largest and k-th smallest measured ÷ projected of the
+n pairs it is fitted on, k = ⌈(n + 1) × (1 + STATED_COVERAGE) ÷ 2⌉ (each tail fitted apart, at
+most (1 − STATED_COVERAGE) ÷ 2 outside on each side for a pair exchangeable with them); its
+median ratio re-centres the projection. A key's pairs share their measurements, so the keys must
+be enough: fewer than k needs (9 keys at 80 %) state no band.
+
+**The held-out check leaves a card out**, the renter's unknown being the card and its software
+stack: per cell and per card C, the band is fitted on the pairs that do not touch C (every engine
+on C goes with it) and scored on the pairs projected onto C. Coverage is reported per card, per
+pair, per cell and overall; a cell is **validated** when its held-out coverage is no more than
+TOLERANCE_POINTS below the stated level. Where no band could be fitted without C, C's pairs count
+as unbanded.
+
+Kendall τ between the projected and the measured figures over the cards of each key with ≥ 3
+cards (each card projected as the geometric mean of its projections from the others) and the pure
+roofline's MAPE and τ on the same keys (its ceiling taken as the prediction) are beside them.
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ import math
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from fractions import Fraction
-from statistics import fmean
+from statistics import fmean, median
 
 from pydantic import BaseModel, ConfigDict
 
@@ -40,9 +45,10 @@ from harness.projection.external import ExternalRow
 from harness.spec import catalog
 
 PHASES = ("decode", "prefill")
-CLASSES = ("same vendor", "cross vendor", "all")
+SUMMARIES = ("same vendor", "cross vendor", "all")
 DECODE_MAX_LOAD = 16
 STATED_COVERAGE = Fraction(4, 5)  # the band's target: 80 % of held-out figures inside it
+TOLERANCE_POINTS = 5.0  # a cell whose held-out coverage falls further below is not validated
 
 Key = tuple[str, str, str, int, int, int, int]  # engine, model, weights, gpus, load, in, out
 
@@ -56,6 +62,8 @@ class Measured(BaseModel):
     card: str
     tok_s: float
     roofline_tok_s: float | None
+    arch: str = "dense"  # dense or MoE (``arch_of``)
+    kv_cache: str = "16-bit"  # the KV cache's format (an external CSV states none: 16-bit)
 
 
 class PairError(BaseModel):
@@ -70,15 +78,36 @@ class PairError(BaseModel):
     measured: float
     projected: float
     roofline: float | None
+    arch: str = "dense"
 
     @property
     def ratio(self) -> float:
         return self.measured / self.projected
 
+    @property
+    def direction(self) -> str:
+        return direction(self.source, self.target)
+
+    @property
+    def cell(self) -> tuple[str, str, str]:
+        return self.phase, self.arch, self.direction
+
 
 def card_class(source: str, target: str) -> str:
     same = catalog.gpu(source).vendor == catalog.gpu(target).vendor
     return "same vendor" if same else "cross vendor"
+
+
+def direction(source: str, target: str) -> str:
+    """The vendors in projection order, e.g. ``nvidia → amd``."""
+    return f"{catalog.gpu(source).vendor} → {catalog.gpu(target).vendor}"
+
+
+def arch_of(model: str) -> str:
+    """MoE where the catalog's architecture has experts, else dense (a model the catalog lacks
+    counts as dense: the shipped extract's such models are dense 6–7B models)."""
+    arch = catalog.catalog_models().get(model)
+    return "MoE" if arch is not None and arch.num_experts > 1 else "dense"
 
 
 def decode_figure(row: ExternalRow) -> float | None:
@@ -123,7 +152,8 @@ def observations(rows: Iterable[ExternalRow]) -> list[Measured]:
                 continue
             seen.add((phase, key, row.gpu))
             out.append(Measured(phase=phase, key=key, card=row.gpu, tok_s=figure,
-                                roofline_tok_s=_roofline(phase, row)))  # fmt: skip
+                                roofline_tok_s=_roofline(phase, row),
+                                arch=arch_of(row.model)))  # fmt: skip
     return out
 
 
@@ -157,7 +187,7 @@ def leave_one_card_out(measured: Iterable[Measured]) -> list[PairError]:
                     PairError(
                         phase=phase, key=key, source=source.card, target=target.card,
                         klass=card_class(source.card, target.card), measured=target.tok_s,
-                        projected=guess, roofline=target.roofline_tok_s,
+                        projected=guess, roofline=target.roofline_tok_s, arch=target.arch,
                     )
                 )  # fmt: skip
     return errors
@@ -195,37 +225,101 @@ def kendall_tau(xs: Sequence[float], ys: Sequence[float]) -> float:
     return score / (n * (n - 1) / 2)
 
 
-class Calibration(BaseModel):
-    """A band fitted on every pair and its coverage on models left out (None: too few keys)."""
-
-    model_config = ConfigDict(frozen=True)
-    band: tuple[float, float] | None
-    held_out_coverage_pct: float | None
-    models: int
-
-
 def enough_keys(errors: Sequence[PairError]) -> bool:
     keys = len({e.key for e in errors})
-    return conformal_rank(keys) <= keys
+    return keys > 0 and conformal_rank(keys) <= keys
 
 
-def calibrate(errors: Sequence[PairError]) -> Calibration:
-    """The band on every pair; its held-out coverage leaving one model out at a time."""
-    models = sorted({e.key[1] for e in errors})
-    folds = [
-        ([e for e in errors if e.key[1] != m], [e for e in errors if e.key[1] == m]) for m in models
-    ]
-    if len(models) < 2 or not all(enough_keys(fit) for fit, _ in folds):
-        return Calibration(band=None, held_out_coverage_pct=None, models=len(models))
-    inside = 0
-    for fit, held in folds:
-        low, high = band([e.ratio for e in fit])  # enough_keys: the pairs are at least the keys
-        inside += sum(low <= e.ratio <= high for e in held)
-    return Calibration(
-        band=band([e.ratio for e in errors]),
-        held_out_coverage_pct=100 * inside / len(errors),
-        models=len(models),
-    )
+# --- the held-out check: leave a card out ---------------------------------------------------
+
+
+class Scored(BaseModel):
+    """One pair scored by the band of its cell fitted without its target card."""
+
+    model_config = ConfigDict(frozen=True)
+    error: PairError
+    inside: bool | None  # None: no band could be fitted without the target card
+
+
+def held_out(errors: Sequence[PairError]) -> list[Scored]:
+    """Every pair, scored by the band of its cell fitted on the pairs that do not touch its
+    target card (the card left out, with every engine on it)."""
+    cells: dict[tuple[str, str, str], list[PairError]] = defaultdict(list)
+    for e in errors:
+        cells[e.cell].append(e)
+    out: list[Scored] = []
+    for _, cell in sorted(cells.items()):
+        for card in sorted({e.target for e in cell}):
+            fit = [e for e in cell if card not in (e.source, e.target)]
+            fitted = band([e.ratio for e in fit]) if enough_keys(fit) else None
+            for e in cell:
+                if e.target != card:
+                    continue
+                inside = None if fitted is None else fitted[0] <= e.ratio <= fitted[1]
+                out.append(Scored(error=e, inside=inside))
+    return out
+
+
+def coverage_pct(scored: Sequence[Scored]) -> float | None:
+    """The share (%) of the banded pairs inside their held-out band; None for none banded."""
+    banded = [s.inside for s in scored if s.inside is not None]
+    return 100 * sum(banded) / len(banded) if banded else None
+
+
+def validated(coverage: float | None) -> bool:
+    return coverage is not None and coverage >= float(STATED_COVERAGE * 100) - TOLERANCE_POINTS
+
+
+class Cell(BaseModel):
+    """One (phase, dense or MoE, direction) cell: its band on every pair, its held-out check."""
+
+    model_config = ConfigDict(frozen=True)
+    phase: str
+    arch: str
+    direction: str
+    pairs: int
+    keys: int
+    stacks: frozenset[tuple[str, str]]  # (card, engine) measured in the cell
+    low: float | None  # None: too few keys to state a band
+    median: float | None
+    high: float | None
+    held_out_pairs: int  # scored with a band fitted without their target card
+    unbanded_pairs: int
+    held_out_coverage_pct: float | None
+    card_coverage_pct: dict[str, float | None]  # per target card held out
+
+    @property
+    def validated(self) -> bool:
+        return self.low is not None and validated(self.held_out_coverage_pct)
+
+
+def cells(errors: Sequence[PairError]) -> dict[tuple[str, str, str], Cell]:
+    """Every cell of the pairs, fitted and checked."""
+    scored: dict[tuple[str, str, str], list[Scored]] = defaultdict(list)
+    for s in held_out(errors):
+        scored[s.error.cell].append(s)
+    out = {}
+    for cell, items in sorted(scored.items()):
+        mine = [s.error for s in items]
+        ratios = [e.ratio for e in mine]
+        low, high = band(ratios) if enough_keys(mine) else (None, None)
+        per_card = {
+            card: coverage_pct([s for s in items if s.error.target == card])
+            for card in sorted({e.target for e in mine})
+        }
+        out[cell] = Cell(
+            phase=cell[0], arch=cell[1], direction=cell[2], pairs=len(mine),
+            keys=len({e.key for e in mine}),
+            stacks=frozenset((c, e.key[0]) for e in mine for c in (e.source, e.target)),
+            low=low, median=None if low is None else median(ratios), high=high,
+            held_out_pairs=sum(s.inside is not None for s in items),
+            unbanded_pairs=sum(s.inside is None for s in items),
+            held_out_coverage_pct=coverage_pct(items), card_coverage_pct=per_card,
+        )  # fmt: skip
+    return out
+
+
+# --- the ledger's lines ---------------------------------------------------------------------
 
 
 def ranking_taus(measured: Iterable[Measured]) -> dict[str, list[tuple[float, float | None]]]:
@@ -253,11 +347,15 @@ def ranking_taus(measured: Iterable[Measured]) -> dict[str, list[tuple[float, fl
 
 
 class LedgerLine(BaseModel):
-    """One (phase, class) line of the ledger."""
+    """One line of the ledger: a cell (phase, dense or MoE, direction) with its band, or a
+    summary over cells (``klass`` same vendor, cross vendor or all; ``arch`` all; no band of its
+    own: its held-out coverage pools the pairs of its validated cells, the bands a renter is
+    shown; a pair of a cell not validated counts as unbanded)."""
 
     model_config = ConfigDict(frozen=True)
     phase: str
     klass: str
+    arch: str
     pairs: int
     keys: int
     mape_pct: float
@@ -265,32 +363,53 @@ class LedgerLine(BaseModel):
     mape_same_keys_pct: float | None  # this method, on the keys the roofline has
     roofline_mape_pct: float | None
     models: int
-    band_low: float | None  # None: too few keys to state a band
+    band_low: float | None  # None: a summary, or too few keys to state a band
+    band_median: float | None
     band_high: float | None
     stated_coverage_pct: float
-    held_out_coverage_pct: float | None
+    held_out_coverage_pct: float | None  # leaving the target card out
+    held_out_pairs: int
+    unbanded_pairs: int
+    validated: bool
+    held_out_by_card: str  # each target card's own held-out coverage, by name
     tau: float | None
     roofline_tau: float | None
     tau_keys: int
 
 
 def band_text(line: LedgerLine) -> str:
-    """The band as [low, high], or why there is none."""
+    """The band as [low, high] with its median, or why there is none."""
+    if line.klass in SUMMARIES:
+        return "— (a band per direction)"
     if line.band_low is None or line.band_high is None:
         return f"too few keys to state a band: {line.keys}"
-    return f"[{line.band_low:.3f}, {line.band_high:.3f}]"
+    text = f"[{line.band_low:.3f}, {line.band_high:.3f}] median {line.band_median:.3f}"
+    return text if line.validated else f"{text}, not validated: measure it"
 
 
 def ledger(measured: Sequence[Measured]) -> list[LedgerLine]:
+    """Per phase: one line per cell, then the summaries (same vendor, cross vendor, all)."""
     errors = leave_one_card_out(measured)
+    fitted = cells(errors)
+    scored = held_out(errors)
     taus = ranking_taus(measured)
     lines: list[LedgerLine] = []
     for phase in PHASES:
-        for klass in CLASSES:
+        for (p, arch, way), cell in fitted.items():
+            if p == phase:
+                chosen = [e for e in errors if e.cell == (p, arch, way)]
+                lines.append(_line(phase, way, arch, chosen, [], cell))
+        for klass in SUMMARIES:
             chosen = [e for e in errors if e.phase == phase and klass in ("all", e.klass)]
             if not chosen:
                 continue
-            lines.append(_line(phase, klass, chosen, taus.get(phase, []) if klass == "all" else []))
+            mine = [
+                s if fitted[s.error.cell].validated else Scored(error=s.error, inside=None)
+                for s in scored
+                if s.error.phase == phase and klass in ("all", s.error.klass)
+            ]  # a pair of a cell not validated gets no band: unbanded
+            tau = taus.get(phase, []) if klass == "all" else []
+            lines.append(_line(phase, klass, "all", chosen, tau, None, mine))
     return lines
 
 
@@ -300,56 +419,103 @@ def _mape(pairs: list[tuple[float, float]]) -> float | None:
 
 
 def _line(
-    phase: str, klass: str, errors: list[PairError], taus: list[tuple[float, float | None]]
-) -> LedgerLine:
+    phase: str, klass: str, arch: str, errors: list[PairError],
+    taus: list[tuple[float, float | None]], cell: Cell | None, scored: Sequence[Scored] = (),
+) -> LedgerLine:  # fmt: skip
     with_roof = [e for e in errors if e.roofline is not None]
-    fitted = calibrate(errors)
-    low, high = fitted.band or (None, None)
     roof_taus = [r for _, r in taus if r is not None]
+    if cell is not None:
+        check = (cell.held_out_coverage_pct, cell.held_out_pairs, cell.unbanded_pairs)
+    else:
+        check = (coverage_pct(scored), sum(s.inside is not None for s in scored),
+                 sum(s.inside is None for s in scored))  # fmt: skip
     return LedgerLine(
-        phase=phase, klass=klass, pairs=len(errors), keys=len({e.key for e in errors}),
+        phase=phase, klass=klass, arch=arch, pairs=len(errors),
+        keys=len({e.key for e in errors}),
         mape_pct=fmean(ape(e.projected, e.measured) for e in errors),
         roofline_pairs=len(with_roof),
         mape_same_keys_pct=_mape([(e.projected, e.measured) for e in with_roof]),
         roofline_mape_pct=_mape([(e.roofline, e.measured) for e in with_roof if e.roofline]),
-        models=fitted.models, band_low=low, band_high=high,
+        models=len({e.key[1] for e in errors}),
+        band_low=None if cell is None else cell.low,
+        band_median=None if cell is None else cell.median,
+        band_high=None if cell is None else cell.high,
         stated_coverage_pct=float(STATED_COVERAGE * 100),
-        held_out_coverage_pct=fitted.held_out_coverage_pct,
+        held_out_coverage_pct=check[0], held_out_pairs=check[1], unbanded_pairs=check[2],
+        validated=cell is not None and cell.validated,
+        held_out_by_card="" if cell is None else by_card_text(cell),
         tau=fmean(t for t, _ in taus) if taus else None,
         roofline_tau=fmean(roof_taus) if roof_taus else None, tau_keys=len(taus),
     )  # fmt: skip
 
 
+def by_card_text(cell: Cell) -> str:
+    """'A100-SXM-80GB 66.3 %, …': each card's pairs inside the band fitted without it."""
+    return ", ".join(
+        f"{card} {'none banded' if pct is None else f'{pct:.1f} %'}"
+        for card, pct in cell.card_coverage_pct.items()
+    )
+
+
 class PairLine(BaseModel):
-    """One (phase, source → target) line: the band a projection between these cards carries."""
+    """One (phase, source → target) line: its error, and its pairs' coverage by the band of
+    their cell fitted without the target card."""
 
     model_config = ConfigDict(frozen=True)
     phase: str
     source: str
     target: str
     klass: str
+    direction: str
     pairs: int
     keys: int
     mape_pct: float
-    band_low: float | None  # None: too few keys to state a band
-    band_high: float | None
+    median_ratio: float  # measured ÷ projected
+    held_out_pairs: int
     held_out_coverage_pct: float | None
 
 
 def pair_table(measured: Sequence[Measured]) -> list[PairLine]:
-    groups: dict[tuple[str, str, str], list[PairError]] = defaultdict(list)
-    for e in leave_one_card_out(measured):
-        groups[(e.phase, e.source, e.target)].append(e)
+    groups: dict[tuple[str, str, str], list[Scored]] = defaultdict(list)
+    for s in held_out(leave_one_card_out(measured)):
+        groups[(s.error.phase, s.error.source, s.error.target)].append(s)
     lines = []
-    for (phase, source, target), errs in sorted(groups.items()):
-        fitted = calibrate(errs)
-        low, high = fitted.band or (None, None)
+    for (phase, source, target), scored in sorted(groups.items()):
+        errs = [s.error for s in scored]
         lines.append(
             PairLine(
-                phase=phase, source=source, target=target, klass=errs[0].klass, pairs=len(errs),
-                keys=len({e.key for e in errs}),
+                phase=phase, source=source, target=target, klass=errs[0].klass,
+                direction=errs[0].direction, pairs=len(errs), keys=len({e.key for e in errs}),
                 mape_pct=fmean(ape(e.projected, e.measured) for e in errs),
-                band_low=low, band_high=high, held_out_coverage_pct=fitted.held_out_coverage_pct,
+                median_ratio=median(e.ratio for e in errs),
+                held_out_pairs=sum(s.inside is not None for s in scored),
+                held_out_coverage_pct=coverage_pct(scored),
             )
         )  # fmt: skip
     return lines
+
+
+class CardLine(BaseModel):
+    """One card left out of one cell: the share of the pairs projected onto it inside the band
+    fitted without it (a stack far from its roofline shows here by name)."""
+
+    model_config = ConfigDict(frozen=True)
+    phase: str
+    arch: str
+    direction: str
+    card: str
+    held_out_coverage_pct: float | None  # None: no band without it
+
+
+def card_table(measured: Sequence[Measured]) -> list[CardLine]:
+    return [
+        CardLine(
+            phase=c.phase,
+            arch=c.arch,
+            direction=c.direction,
+            card=card,
+            held_out_coverage_pct=pct,
+        )
+        for c in cells(leave_one_card_out(measured)).values()
+        for card, pct in c.card_coverage_pct.items()
+    ]

@@ -4,8 +4,9 @@ and `harness site` to its index and each run's page.
 - per model and package, the ranking drawn (``svg_ranking``: one bar per tariff's card at its
   central $/Mtok, whiskers for [low, high], measured filled, projected hatched, the cards not
   priced listed with their reason), its table and its verdict; the projected configurations;
-- the error ledger that sets the bands, per phase and card class (MAPE, the pure roofline's
-  beside it, the band and its held-out coverage against the stated one, Kendall τ), drawn per
+- the error ledger that sets the bands, per cell (phase, dense or MoE, vendor direction) and
+  card class (MAPE, the pure roofline's beside it, the band and its coverage held out a card at
+  a time against the stated one, Kendall τ), drawn per
   phase and tabled with its sources: the ledgers the project ships, and your own runs' where a
   configuration was measured on two or more cards.
 
@@ -15,13 +16,14 @@ Projected figures are labelled and hatched, and never enter a measured table.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import cache
 from typing import Any
 
 import pandas as pd
 from pydantic import BaseModel, ConfigDict
 
 from harness.modes.base import Column
-from harness.projection import ledger, rent, text
+from harness.projection import book, ledger, rent, text
 from harness.results.aggregate import Aggregate
 from harness.results.publish.files import Extra, Extras
 from harness.results.publish.format import escape, md_escape, number
@@ -34,18 +36,13 @@ NEVER_MEASURED = (
     "Projected figures are labelled, drawn hatched, and never enter the measured tables or the "
     "measured headline of this report."
 )
-# How each shipped ledger was made, and what it is used for (its rows name the data's source).
+# How each shipped ledger is fitted, and what it is used for (its rows name the data's source).
 SHIPPED_HOW = {
-    "ledger.csv": "`harness ledger --exclude MI300X`: every card but the MI300X (its 2024 ROCm "
-    "vLLM runs far from its roofline); the default band",
-    "ledger-with-mi300x.csv": "`harness ledger`: every card; the band of projections onto an "
-    "MI300X",
+    "shipped Argonne": "every card of the extract, fitted per (phase, dense or MoE, vendor "
+    "direction) and checked by leaving a card out (`harness ledger`); Argonne "
+    "LLM-Inference-Bench (BSD-3-Clause), its extract in harness/data/external/argonne/results.csv "
+    "(that folder's README says what was kept and which card each name is)",
 }
-SHIPPED_DATA = (
-    "Argonne LLM-Inference-Bench (BSD-3-Clause), its extract in "
-    "harness/data/external/argonne/results.csv; that folder's README says what was kept and "
-    "which card each name is"
-)
 CHART_CLASSES = {"same vendor": "same vendor", "cross vendor": "cross vendor", "all": "all cards"}
 ROOFLINE_SERIES = "pure roofline, all cards"
 
@@ -62,15 +59,21 @@ def ranking_bars(lines: Sequence[rent.RankLine]) -> tuple[list[RankBar], list[tu
     bars: list[RankBar] = []
     missing: list[tuple[str, str]] = []
     for x in lines:
-        if x.usd_per_mtok is None or x.usd_low is None or x.usd_high is None:
+        if x.usd_per_mtok is None:
             missing.append((card_label(x), x.note or "not priced"))
             continue
-        tip = (
-            f"{card_label(x)}, {x.label}: ${x.usd_per_mtok:.4g} per Mtok out "
-            f"[${x.usd_low:.4g}, ${x.usd_high:.4g}]; {x.configuration}"
-            + (f"; band from {x.band_source}" if x.band_source else "")
+        span = (
+            f"[${x.usd_low:.4g}, ${x.usd_high:.4g}]"
+            if x.usd_low is not None and x.usd_high is not None
+            else "no validated band (no whiskers)"
         )
-        bars.append(RankBar(card_label(x), x.usd_per_mtok, x.usd_low, x.usd_high, x.measured, tip))
+        tip = (
+            f"{card_label(x)}, {x.label}: ${x.usd_per_mtok:.4g} per Mtok out {span}; "
+            f"{x.configuration}" + (f"; band: {x.band_source}" if x.band_source else "")
+        )
+        low = x.usd_per_mtok if x.usd_low is None else x.usd_low
+        high = x.usd_per_mtok if x.usd_high is None else x.usd_high
+        bars.append(RankBar(card_label(x), x.usd_per_mtok, low, high, x.measured, tip))
     return bars, missing
 
 
@@ -101,19 +104,30 @@ def ranking_html(ahead: rent.BeforeYouRent, quality_class: str) -> list[str]:
         f"<h2>Before you rent: every tariff's card, class {escape(quality_class)}</h2>",
         '<p class="note">Measured rows are carried to every tariff\'s card at their measured '
         "share of the roofline (decode by bandwidth, prefill by the format's tensor peak); each "
-        "projected figure carries the band the error ledger below sets. $/Mtok of output "
-        "tokens; [low, high] from the decode band. " + escape(NEVER_MEASURED) + " "
-        + escape(text.SERVING_NOTE) + "</p>",
+        "projected figure carries the band the error ledger below validates by leaving a card "
+        f"out, or says '{book.NO_BAND}' (drawn without whiskers). $/Mtok of output tokens at "
+        "the centre (re-centred on the band's median); [low, high] from the decode band. "
+        + escape(NEVER_MEASURED) + " " + escape(text.SERVING_NOTE) + "</p>",
     ]  # fmt: skip
     for i, ((model, days), lines) in enumerate(ahead.ranking.items()):
-        out += [
-            f"<h3>{escape(model)}, {escape(days)}-day package</h3>",
-            ranking_chart(model, days, lines),
-            text_table(text.ranking_rows(lines), f"rent-{i}"),
-        ]
+        rows = text.ranking_rows(lines)
+        if rows:
+            out += [
+                f"<h3>{escape(model)}, {escape(days)}-day package</h3>",
+                ranking_chart(model, days, lines),
+                text_table(rows, f"rent-{i}"),
+            ]
         found = ahead.verdicts.get((model, days))
         if found is not None:
-            out.append(f'<p class="verdict">{escape(found.text)}</p>')
+            out.append(
+                f'<p class="verdict">{escape(model)}, {escape(days)} days: {escape(found.text)}</p>'
+            )
+    for model in dict.fromkeys(m for m, _ in ahead.ranking):
+        missing = text.unpriced_line(
+            [x for (m, _), v in ahead.ranking.items() if m == model for x in v]
+        )
+        if missing:
+            out.append(f'<p class="note">{escape(model)}: {escape(missing)}</p>')
     rows = text.projection_rows(ahead.projections)
     if rows:
         out += [
@@ -137,19 +151,28 @@ class PublishedLedger(BaseModel):
 
 
 def shipped() -> list[PublishedLedger]:
-    """The ledgers the project ships (``rent.SHIPPED_LEDGERS``), in their order."""
-    out = []
-    for file, name in rent.SHIPPED_LEDGERS.items():
-        lines, source = rent.read_ledger_lines(rent.SHIPPED / file)
-        how = f"{SHIPPED_HOW[file]}; data {source}: {SHIPPED_DATA}"
-        out.append(PublishedLedger(name=f"shipped: {name}", lines=lines, source=source, how=how))
-    return out
+    """The ledgers the project ships (``book.SHIPPED_LEDGERS``), in their order."""
+    return [
+        PublishedLedger(
+            name=x.name,
+            lines=_shipped_lines(x.name),
+            source=x.source,
+            how=f"{SHIPPED_HOW.get(x.name, x.name)}; data {x.source}; the range of its data "
+            f"(a projection outside it gets no band): {fitted.scope_text()}",
+        )
+        for x, fitted in zip(book.shipped_data(), book.shipped_books(), strict=True)
+    ]
+
+
+@cache
+def _shipped_lines(name: str) -> list[ledger.LedgerLine]:
+    return ledger.ledger(next(x.measured for x in book.shipped_data() if x.name == name))
 
 
 def own(points: pd.DataFrame, quality_class: str) -> PublishedLedger | None:
     """Your runs' ledger: the passing configurations measured on two or more cards (None when
     there are none)."""
-    measured = rent.own_measured(rent.candidates(points, quality_class))
+    measured = book.own_measured(rent.candidates(points, quality_class))
     lines = ledger.ledger(measured)
     if not lines:
         return None
@@ -182,14 +205,18 @@ def _count(value: Any) -> str:
 LEDGER_COLUMNS: list[Column] = [
     ("ledger", "ledger", None),
     ("phase", "phase", None),
-    ("klass", "card class", None),
+    ("klass", "direction, or all of a class", None),
+    ("arch", "dense or MoE", None),
     ("pairs", "pairs (source → held-out card)", _count),
     ("keys", "keys", _count),
     ("mape_pct", "MAPE (%)", _pct),
     ("mape_same_keys_pct", "MAPE on the roofline's keys (%)", _pct),
     ("roofline_mape_pct", "pure-roofline MAPE (%)", _pct),
     ("band", "band, measured ÷ projected", None),
-    ("held_out_coverage_pct", "held-out coverage (%)", _pct),
+    ("held_out_coverage_pct", "held-out coverage, a card left out (%)", _pct),
+    ("held_out_pairs", "pairs scored held out", _count),
+    ("unbanded_pairs", "pairs no band could score", _count),
+    ("held_out_by_card", "held out per card: coverage", None),
     ("stated_coverage_pct", "stated coverage (%)", _pct),
     ("tau", "Kendall τ", _tau),
     ("roofline_tau", "pure-roofline τ", _tau),
@@ -218,6 +245,8 @@ def ledger_chart(book: PublishedLedger) -> str:
     phases = list(dict.fromkeys(line.phase for line in book.lines))
     value: dict[tuple[str, str], float] = {}
     for line in book.lines:
+        if line.klass not in CHART_CLASSES:
+            continue  # a cell: the table shows it
         value[(line.phase, CHART_CLASSES[line.klass])] = line.mape_pct
         if line.klass == "all" and line.roofline_mape_pct is not None:
             value[(line.phase, ROOFLINE_SERIES)] = line.roofline_mape_pct
@@ -235,13 +264,17 @@ def ledger_chart(book: PublishedLedger) -> str:
 
 
 LEDGER_LEAD = (
-    "Each card of a configuration measured on two or more cards is left out in turn and "
-    "projected from each of the others: MAPE is the mean |projected − measured| ÷ measured; "
-    "the band is measured ÷ projected between the split-conformal ranks of the n pairs it is "
-    "fitted on (the k-th largest and k-th smallest, k = ⌈(n + 1) × (1 + stated coverage) ÷ 2⌉; "
-    f"stated coverage {float(ledger.STATED_COVERAGE):.0%}), its held-out coverage the share of "
-    "each model's figures inside the band fitted on the other models (no band where the keys "
-    "are too few for the stated coverage); Kendall τ compares the cards' projected and measured "
+    "Each card of a configuration measured on two or more cards is projected from each of the "
+    "others: MAPE is the mean |projected − measured| ÷ measured. A band is fitted per cell "
+    "(phase, dense or MoE, and the vendors' direction: nvidia → amd is not amd → nvidia) as "
+    "measured ÷ projected between the split-conformal ranks of its n pairs (the k-th largest and "
+    "k-th smallest, k = ⌈(n + 1) × (1 + stated coverage) ÷ 2⌉; stated coverage "
+    f"{float(ledger.STATED_COVERAGE):.0%}), its median re-centring the projection. Its held-out "
+    "coverage leaves a card out: the band fitted on the pairs that do not touch the card, scored "
+    "on the pairs projected onto it. A cell whose held-out coverage is more than "
+    f"{ledger.TOLERANCE_POINTS:.0f} points below the stated level is not validated and lends no "
+    'band ("no validated band: measure it"); the same, same-vendor, cross-vendor and all lines '
+    "pool their cells' held-out pairs. Kendall τ compares the cards' projected and measured "
     "order over the keys with three or more cards. The pure roofline (the card's ceiling taken "
     "as the prediction) is scored on the keys whose model is in the catalog."
 )

@@ -1,26 +1,33 @@
 """Before you rent: every configuration that passed the gate, carried to every tariff's card with
-the band the ledger sets; the ranking per model and package, its verdict (robust, or the short
+the band a ledger lends it; the ranking per model and package, its verdict (robust, or the short
 rental that decides); and the package that fits a traffic.
 
 Projection of one measured row onto a card (``project_row``):
-- decode and prefill by ``project`` (the measured share of the roofline carried); the band is
-  measured ÷ projected from ``bands`` (your own runs where the same configuration ran on ≥ 2
-  cards and MIN_OWN_PAIRS held-out pairs exist, else the shipped ledger's pair, else its class,
-  else its "all" line where the class has too few keys for a band, else none, said so);
+- decode and prefill by ``project`` (the measured share of the roofline carried);
+- the band from ``harness.projection.book``: your own runs' book first, then the shipped ones
+  (``book.SHIPPED_LEDGERS``, each fitted apart, never pooled); a book lends one only inside its
+  data's scope, for cards and a stack it measured, from a cell validated by leaving a card out.
+  Else the figure is shown **unvalidated** with the reason ("no validated band: measure it", or
+  "outside … data", flagged). A row under OVERHEAD_BOUND_FRACTION of its roofline is outside
+  every book's data;
+- the **centre**: the projected figure × its band's median ratio (re-centred; the band holds
+  it); the figure from the roofline share alone is shown beside it. No band: the projected
+  figure itself, unvalidated;
 - memory fit, the KV room and the largest batch from the planner on the target
   (``harness.plan.plan_point``): KV room = the card's capacity − (the plan's peak − its KV cache);
   the largest batch = the largest batch ≤ MAX_BATCH the plan fits (bisection);
 - serving at the SLO is **not projected**: a level's attainment depends on the queue, which the
   ratio of peaks does not carry.
-A card projected onto itself is the measured row, labelled ``measured``, with no band.
+A card projected onto itself is the measured row, labelled ``measured``: its range the point.
 
 Ranking (``ranking``): per (model, package length) and tariff, the card's cheapest configuration
-in $/Mtok of output (``harness.results.pricing``'s package hour and $/Mtok), as [low, high] from
-the decode band (cost ∝ 1 ÷ tok/s: low from the band's high). **robust** when the cheapest's high
-is below every other's low; else the experiment that decides: for each projected card in
-contention (its low ≤ the cheapest's high), the plan's budget (``harness.budget``) of its
-configurations in contention, billed on that card's shortest tariff (hourly, rounded up to its
-billing unit, the whole node); the cheapest such rental.
+by its centre in $/Mtok of output (``harness.results.pricing``'s package hour and $/Mtok), with
+[low, high] from the decode band (cost ∝ 1 ÷ tok/s: low from the band's high). The verdict
+(``verdict``): **robust** only when ≥ 2 cards have figures, the cheapest is measured or banded,
+and its high is below every other's low; a card without a validated band is always in
+contention. Else the experiment that decides: for each projected card in contention, the plan's
+budget (``harness.budget``) of its configurations in contention, billed on that card's shortest
+tariff (hourly, rounded up to its billing unit, the whole node).
 
 The package that fits a traffic: ``harness.projection.traffic_fit``; the text of all of it:
 ``harness.projection.text``.
@@ -28,11 +35,8 @@ The package that fits a traffic: ``harness.projection.traffic_fit``; the text of
 
 from __future__ import annotations
 
-import csv
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from functools import cache
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -41,7 +45,9 @@ from pydantic import BaseModel, ConfigDict
 
 from harness import budget as planned
 from harness.plan import plan_point
+from harness.projection import book as books_
 from harness.projection import ledger, project
+from harness.projection.book import Band, Book
 from harness.results import pricing
 from harness.spec import catalog, compat
 from harness.spec.catalog import GpuSpec
@@ -50,14 +56,11 @@ from harness.spec.scenario import MAX_BATCH, Point
 from harness.spec.tariffs import BILLING_SECONDS, HOURS_PER_DAY, Tariff, TariffTable
 
 MEASURED = "measured"
+UNVALIDATED = "unvalidated"
 SECONDS_PER_DAY = HOURS_PER_DAY * 3600
-MIN_OWN_PAIRS = 10  # held-out pairs of your own runs before their band replaces the shipped one
 # A row below this share of its bandwidth roofline is overhead-bound (launches, Python): the
-# ratio of bandwidths does not carry it, and the ledger (8B–70B models) never saw such rows.
+# ratio of bandwidths does not carry it, and no shipped ledger (6–72B models) has such rows.
 OVERHEAD_BOUND_FRACTION = 0.05
-SHIPPED = Path(__file__).resolve().parents[1] / "data/external/argonne"
-# The shipped ledgers, first match wins: the one whose cards include the target.
-SHIPPED_LEDGERS = {"ledger.csv": "Argonne", "ledger-with-mi300x.csv": "Argonne with MI300X"}
 Row = Mapping[Any, Any]  # one record of the aggregate's points frame
 TARGET_KIND = {"nvidia": "cuda", "amd": "rocm", "cpu": "cpu"}
 
@@ -66,144 +69,7 @@ def projected_label(source: str) -> str:
     return f"projected (from {source})"
 
 
-# --- bands --------------------------------------------------------------------------------------
-
-
-class Band(BaseModel):
-    """measured ÷ projected between low and high; ``source`` says where it was read."""
-
-    model_config = ConfigDict(frozen=True)
-    low: float
-    high: float
-    source: str
-
-
-EXACT = Band(low=1.0, high=1.0, source=MEASURED)
-
-
-class ShippedLedger(BaseModel):
-    """One shipped ledger file: its class bands and pair bands per phase, and its cards."""
-
-    model_config = ConfigDict(frozen=True)
-    name: str
-    classes: dict[tuple[str, str], tuple[float, float, int]]  # (phase, class) → low, high, pairs
-    pairs: dict[tuple[str, str, str], tuple[float, float, int]]  # (phase, source, target) → …
-    cards: frozenset[str]
-
-
-def read_shipped(path: Path) -> ShippedLedger:
-    """A ledger CSV written by `harness ledger --out` (the project's own file)."""
-    classes: dict[tuple[str, str], tuple[float, float, int]] = {}
-    pairs: dict[tuple[str, str, str], tuple[float, float, int]] = {}
-    with path.open(newline="", encoding="utf-8") as handle:
-        for row in csv.DictReader(handle):
-            if row["band_low"] == "" and row["pair_band_low"] == "":
-                continue  # too few keys to state a band
-            if row["table"] == "ledger":
-                classes[(row["phase"], row["klass"])] = (
-                    float(row["band_low"]), float(row["band_high"]), int(row["pairs"]),
-                )  # fmt: skip
-            else:
-                key = (row["pair_phase"], row["pair_source"], row["pair_target"])
-                pairs[key] = (
-                    float(row["pair_band_low"]), float(row["pair_band_high"]),
-                    int(row["pair_pairs"]),
-                )  # fmt: skip
-    cards = frozenset(c for _, s, t in pairs for c in (s, t))
-    return ShippedLedger(name=path.name, classes=classes, pairs=pairs, cards=cards)
-
-
-def read_ledger_lines(path: Path) -> tuple[list[ledger.LedgerLine], str]:
-    """The ledger's lines of a CSV written by `harness ledger --out`, and its data source."""
-    lines: list[ledger.LedgerLine] = []
-    sources: dict[str, None] = {}
-    fields = ledger.LedgerLine.model_fields
-    with path.open(newline="", encoding="utf-8") as handle:
-        for row in csv.DictReader(handle):
-            sources[row["data_source"]] = None
-            if row["table"] == "ledger":
-                values = {k: row[k] if row[k] != "" else None for k in fields}
-                lines.append(ledger.LedgerLine.model_validate(values))
-    return lines, "; ".join(s for s in sources if s)
-
-
-@cache
-def shipped_ledgers() -> tuple[ShippedLedger, ...]:
-    return tuple(read_shipped(SHIPPED / name) for name in SHIPPED_LEDGERS)
-
-
-class Bands:
-    """The band of a (phase, source → target) projection: your runs first, then the shipped
-    ledger (the module docstring says the order)."""
-
-    def __init__(
-        self, own: Sequence[ledger.PairError], shipped: Sequence[ShippedLedger] | None = None
-    ) -> None:
-        self.own = list(own)
-        self.shipped = tuple(shipped_ledgers() if shipped is None else shipped)
-
-    def band(self, phase: str, source: str, target: str) -> Band | None:
-        """None where no ledger has keys enough to state a band for the phase."""
-        if source == target:
-            return EXACT
-        klass = ledger.card_class(source, target)
-        mine = [e for e in self.own if e.phase == phase]
-        pair = [e.ratio for e in mine if (e.source, e.target) == (source, target)]
-        if len(pair) >= MIN_OWN_PAIRS:
-            low, high = ledger.band(pair)
-            return Band(
-                low=low, high=high, source=f"your runs: {len(pair)} pairs {source}→{target}"
-            )
-        same = [e.ratio for e in mine if e.klass == klass]
-        if len(same) >= MIN_OWN_PAIRS:
-            low, high = ledger.band(same)
-            return Band(low=low, high=high, source=f"your runs: {klass}, {len(same)} pairs")
-        return self._shipped(phase, source, target, klass)
-
-    def _shipped(self, phase: str, source: str, target: str, klass: str) -> Band | None:
-        book = next((b for b in self.shipped if target in b.cards), self.shipped[0])
-        where = f"shipped {SHIPPED_LEDGERS[book.name]}"
-        if (phase, source, target) in book.pairs:
-            low, high, n = book.pairs[(phase, source, target)]
-            return Band(low=low, high=high, source=f"{where}: {source}→{target} ({n} pairs)")
-        stated = klass if (phase, klass) in book.classes else "all"
-        if (phase, stated) not in book.classes:
-            return None
-        low, high, n = book.classes[(phase, stated)]
-        unseen = "" if target in book.cards else f"; no {target} in it"
-        few = "" if stated == klass else f"; too few {klass} keys for a band"
-        return Band(low=low, high=high, source=f"{where}: {stated} ({n} pairs){unseen}{few}")
-
-
-def own_errors(points: pd.DataFrame) -> list[ledger.PairError]:
-    """Leave-one-card-out errors over your rows: the same configuration measured on ≥ 2 GPU
-    cards (the rows ``candidates`` keeps)."""
-    return ledger.leave_one_card_out(own_measured(points))
-
-
-def own_measured(points: pd.DataFrame) -> list[ledger.Measured]:
-    """Your GPU rows' decode and prefill figures as the ledger reads them (the key: engine,
-    model and its KV dtype, weights, one card, batch, context, output tokens)."""
-    measured: list[ledger.Measured] = []
-    for r in points.to_dict(orient="records"):
-        if catalog.gpu(str(r["gpu"])).vendor == "cpu":
-            continue
-        key: ledger.Key = (
-            str(r["backend"]), f"{r['model']}|kv={r['kv_cache_dtype']}", str(r["quantization"]),
-            1, int(r["batch"]), int(r["context"]), int(r["output_tokens"]),
-        )  # fmt: skip
-        for phase, column in (("decode", "decode_tok_s"), ("prefill", "prefill_tok_s")):
-            value = r.get(column)
-            if value is not None and value == value and value > 0:
-                one = ledger.Measured(
-                    phase=phase, key=key, card=str(r["gpu"]), tok_s=float(value),
-                    roofline_tok_s=None,
-                )  # fmt: skip
-                measured.append(one)
-    return measured
-
-
-# --- projection of measured rows ----------------------------------------------------------------
+# --- projection of measured rows ----------------------------------------------------------
 
 
 def candidates(points: pd.DataFrame, quality_class: str) -> pd.DataFrame:
@@ -220,7 +86,9 @@ def candidates(points: pd.DataFrame, quality_class: str) -> pd.DataFrame:
 
 
 class Projection(BaseModel):
-    """One measured configuration on one card: measured, projected, or skipped with its reason."""
+    """One measured configuration on one card: measured, projected, or skipped with its reason.
+    ``decode_tok_s`` is the roofline-share projection; ``decode_centre`` re-centres it on its
+    band's median; without a band, ``decode_why`` says why (unvalidated)."""
 
     model_config = ConfigDict(frozen=True)
     model: str
@@ -237,8 +105,10 @@ class Projection(BaseModel):
     label: str
     decode_tok_s: float | None = None
     decode_band: Band | None = None
+    decode_why: str = ""  # why no band
     prefill_tok_s: float | None = None
     prefill_band: Band | None = None
+    prefill_why: str = ""
     fits: bool | None = None
     memory: str = ""
     kv_room_gib: float | None = None
@@ -249,13 +119,26 @@ class Projection(BaseModel):
 
     @property
     def usable(self) -> bool:
-        return (
-            not self.skipped and bool(self.fits) and self.decode_tok_s is not None
-            and self.decode_band is not None
-        )  # fmt: skip
+        return not self.skipped and bool(self.fits) and self.decode_tok_s is not None
 
-    def decode_range(self) -> tuple[float, float]:
-        assert self.decode_tok_s is not None and self.decode_band is not None
+    @property
+    def validated(self) -> bool:
+        """Measured, or its decode figure carries a validated band."""
+        return self.label == MEASURED or self.decode_band is not None
+
+    @property
+    def decode_centre(self) -> float:
+        """The decode figure re-centred on its band's median (measured: the figure itself)."""
+        assert self.decode_tok_s is not None
+        return self.decode_tok_s * (self.decode_band.median if self.decode_band else 1.0)
+
+    def decode_range(self) -> tuple[float, float] | None:
+        """(low, high) decode tok/s; the measured figure twice; None without a band."""
+        assert self.decode_tok_s is not None
+        if self.label == MEASURED:
+            return self.decode_tok_s, self.decode_tok_s
+        if self.decode_band is None:
+            return None
         return self.decode_tok_s * self.decode_band.low, self.decode_tok_s * self.decode_band.high
 
 
@@ -301,7 +184,25 @@ def why_not(row: Row, source: GpuSpec, card: GpuSpec) -> str:
     return rule.reason if rule is not None else ""
 
 
-def project_row(row: Row, card: GpuSpec, bands: Bands) -> Projection:
+def query(row: Row, phase: str, source: str, target: str) -> books_.Query:
+    """What a book must cover to lend the row's projection a band."""
+    return books_.Query(
+        phase=phase, source=source, target=target, engine=str(row["backend"]),
+        weights=str(row["quantization"]), kv_cache_dtype=str(row["kv_cache_dtype"]),
+        arch=ledger.arch_of(str(row["model"])), load=int(row["batch"]),
+        input_tokens=int(row["context"]), output_tokens=int(row["output_tokens"]),
+    )  # fmt: skip
+
+
+def band_for(row: Row, phase: str, source: str, target: str, books: Sequence[Book]) -> Band | str:
+    """The band the books lend, or why none does (an overhead-bound row: outside every one)."""
+    share = _number(row.get("roofline_fraction"))
+    if share is not None and share < OVERHEAD_BOUND_FRACTION:
+        return f"outside every ledger's data: overhead-bound ({share:.2%} of its roofline)"
+    return books_.lend(books, query(row, phase, source, target))
+
+
+def project_row(row: Row, card: GpuSpec, books: Sequence[Book]) -> Projection:
     source = catalog.gpu(str(row["gpu"]))
     same = source.name == card.name
     base = {
@@ -318,21 +219,29 @@ def project_row(row: Row, card: GpuSpec, bands: Bands) -> Projection:
         return Projection(**base, skipped=reason)
     decode, prefill = _number(row.get("decode_tok_s")), _number(row.get("prefill_tok_s"))
     quantization = str(row["quantization"])
+    bands: dict[str, Band | str | None] = {"decode": None, "prefill": None}
     if not same:
         decode = None if decode is None else project.project_decode(decode, source, card)
         if prefill is not None:
             prefill = project.project_prefill(prefill, source, card, quantization)
+        bands = {p: band_for(row, p, source.name, card.name, books) for p in ledger.PHASES}
     point = point_on(row, card)
     plan = plan_point(point, card)
     return Projection(
         **base,
-        decode_tok_s=decode, decode_band=bands.band("decode", source.name, card.name),
-        prefill_tok_s=prefill, prefill_band=bands.band("prefill", source.name, card.name),
+        decode_tok_s=decode, prefill_tok_s=prefill, **_band_fields("decode", bands["decode"]),
+        **_band_fields("prefill", bands["prefill"]),
         fits=plan.fits, memory=plan.reason,
         kv_room_gib=plan.capacity_gib - (plan.total_gib - plan.kv_cache_gib),
         largest_batch=largest_batch(point, card),
         flags=_flags(row, source, card, same),
     )  # fmt: skip
+
+
+def _band_fields(phase: str, got: Band | str | None) -> dict[str, Any]:
+    if isinstance(got, Band):
+        return {f"{phase}_band": got}
+    return {f"{phase}_why": got or ""}
 
 
 def _number(value: object) -> float | None:
@@ -342,26 +251,28 @@ def _number(value: object) -> float | None:
 
 
 def _flags(row: Row, source: GpuSpec, card: GpuSpec, same: bool) -> tuple[str, ...]:
+    """Warnings beside the figure (a projection outside a ledger's data says so in its band's
+    place: ``band_for``)."""
     if same:
         return ()
     out = []
     flavour = project.fp8_flag(source, card, str(row["quantization"]), str(row["kv_cache_dtype"]))
     if flavour:
         out.append(flavour)
-    share = _number(row.get("roofline_fraction"))
-    if share is not None and share < OVERHEAD_BOUND_FRACTION:
-        out.append(f"overhead-bound ({share:.2%} of its roofline): outside the band's data")
     return tuple(out)
 
 
 def project_all(
-    points: pd.DataFrame, cards: Iterable[str], quality_class: str, bands: Bands | None = None
+    points: pd.DataFrame,
+    cards: Iterable[str],
+    quality_class: str,
+    books: Sequence[Book] | None = None,
 ) -> list[Projection]:
     """Every passing row onto every card (its own card included, as measured)."""
     rows = candidates(points, quality_class)
-    bands = bands or Bands(own_errors(rows))
+    books = books_.books_for(rows) if books is None else books
     specs = [catalog.gpu(c) for c in dict.fromkeys(cards)]
-    out = [project_row(r, c, bands) for r in rows.to_dict(orient="records") for c in specs]
+    out = [project_row(r, c, books) for r in rows.to_dict(orient="records") for c in specs]
     measured_cards = {(p.model, p.configuration, p.card) for p in out if p.label == MEASURED}
     # a card where the configuration was measured keeps only its measured row
     return [
@@ -374,7 +285,8 @@ def project_all(
 
 
 class RankLine(BaseModel):
-    """One tariff's card for one model and package length: its cheapest configuration."""
+    """One tariff's card for one model and package length: its cheapest configuration, at its
+    centre (re-centred on the band's median) and at the roofline share alone."""
 
     model_config = ConfigDict(frozen=True)
     model: str
@@ -384,10 +296,11 @@ class RankLine(BaseModel):
     gpus_per_node: int
     label: str
     configuration: str = ""
-    usd_per_mtok: float | None = None
-    usd_low: float | None = None
+    usd_per_mtok: float | None = None  # the centre
+    usd_projected: float | None = None  # the roofline share alone (not re-centred)
+    usd_low: float | None = None  # None: no validated band
     usd_high: float | None = None
-    band_source: str = ""
+    band_source: str = ""  # where the band was read, or why there is none
     note: str = ""
     projection: Projection | None = None
 
@@ -395,25 +308,40 @@ class RankLine(BaseModel):
     def measured(self) -> bool:
         return self.label == MEASURED
 
+    @property
+    def validated(self) -> bool:
+        return self.measured or self.usd_low is not None
 
-def price(
-    projection: Projection, tariff: Tariff, days: int, utilisation: float
-) -> tuple[float, float, float]:
-    """(low, central, high) $/Mtok of output on the tariff's package of ``days``."""
+
+class Price(BaseModel):
+    """$/Mtok of output on one package: the centre, the roofline share alone, the band."""
+
+    model_config = ConfigDict(frozen=True)
+    centre: float
+    projected: float
+    low: float | None
+    high: float | None
+
+
+def price(projection: Projection, tariff: Tariff, days: int, utilisation: float) -> Price:
+    """$/Mtok of output on the tariff's package of ``days`` (low from the band's fast end)."""
     package = next(p for p in tariff.packages if p.days == days)
     hour = pricing.package_usd_per_hour(
         tariff.package_price_usd(package), days, utilisation, 1 / tariff.gpus_per_node
     )
-    slow, fast = projection.decode_range()
     assert projection.decode_tok_s is not None
-    costs = pricing.usd_per_mtok(hour, np.array([fast, projection.decode_tok_s, slow]))
-    return float(costs[0]), float(costs[1]), float(costs[2])
+    span = projection.decode_range()
+    rates = [projection.decode_centre, projection.decode_tok_s, *(span or ())]
+    costs = [float(c) for c in pricing.usd_per_mtok(hour, np.array(rates))]
+    low, high = (costs[3], costs[2]) if span else (None, None)
+    return Price(centre=costs[0], projected=costs[1], low=low, high=high)
 
 
 def ranking(
     projections: Sequence[Projection], tariffs: TariffTable, utilisation: float
 ) -> dict[tuple[str, int], list[RankLine]]:
-    """Per (model, package days): one line per tariff with such a package, cheapest first."""
+    """Per (model, package days): one line per tariff with such a package, cheapest centre
+    first."""
     out: dict[tuple[str, int], list[RankLine]] = {}
     models = list(dict.fromkeys(p.model for p in projections))
     lengths = sorted({p.days for t in tariffs.tariffs for p in t.packages})
@@ -441,12 +369,14 @@ def _line(
         why = next((p.skipped or p.memory for p in mine), "no passing configuration to project")
         return RankLine(**base, label="—", note=why)
     priced = [(price(p, tariff, days, utilisation), p) for p in usable]
-    # the measured row wins on its own card; else the cheapest central figure
-    (low, central, high), best = min(priced, key=lambda x: (x[1].label != MEASURED, x[0][1]))
-    assert best.decode_band is not None
+    # the measured row wins on its own card; else the cheapest centre
+    cost, best = min(priced, key=lambda x: (x[1].label != MEASURED, x[0].centre))
+    source = best.decode_band.source if best.decode_band else best.decode_why
     return RankLine(
-        **base, label=best.label, configuration=best.configuration, usd_per_mtok=central,
-        usd_low=low, usd_high=high, band_source=best.decode_band.source,
+        **base, label=best.label if best.validated else f"{best.label}, {UNVALIDATED}",
+        configuration=best.configuration, usd_per_mtok=cost.centre,
+        usd_projected=cost.projected, usd_low=cost.low, usd_high=cost.high,
+        band_source=MEASURED if best.label == MEASURED else source,
         note="; ".join(best.flags), projection=best,
     )  # fmt: skip
 
@@ -481,27 +411,32 @@ def verdict(
     tariffs: TariffTable,
     utilisation: float,
 ) -> Verdict | None:
-    """Robust, or the rentals that decide: every projected card in contention measured (a
-    measured figure has no band; while one projected card stays in contention, its band can
-    still overlap), each on its cheapest hourly tariff for the plan's budget of its
-    configurations in contention."""
+    """Robust, or what is missing and the rentals that decide. Robust needs ≥ 2 cards with
+    figures, the cheapest (by centre) measured or banded, and its high below every other's low;
+    a card without a validated band is always in contention (its range is unknown). Each
+    projected card in contention is measured on its cheapest hourly tariff for the plan's
+    budget of its configurations in contention."""
     priced = [x for x in lines if x.usd_per_mtok is not None]
     if not priced:
         return None
     best = priced[0]
-    assert best.usd_high is not None
     where = f"{best.card} ({best.provider})"
-    rivals = [x for x in priced[1:] if (x.usd_low or 0.0) <= best.usd_high]
-    if not rivals:
+    bound = best.usd_high if best.validated and best.usd_high is not None else math.inf
+    rivals = [x for x in priced[1:] if not x.validated or (x.usd_low or 0.0) <= bound]
+    if len({x.card for x in priced}) < 2:
+        lead = f"no verdict: only {where} has a figure, no other card to compare it with"
+        if best.validated:
+            return Verdict(robust=False, cheapest=where, text=lead)
+    elif best.validated and not rivals:
         return Verdict(
             robust=True,
             cheapest=where,
             text=f"robust: {where}'s upper bound is below every other card's lower bound",
         )
-    names = ", ".join(f"{x.card} ({x.provider})" for x in rivals)
-    lead = f"not robust: {names} overlap {where}"
+    else:
+        lead = _contention(where, best, rivals)
     cards = dict.fromkeys(x.card for x in [best, *rivals] if not x.measured)
-    trials = [t for c in cards if (t := _trial(c, best, projections, tariffs, utilisation))]
+    trials = [t for c in cards if (t := _trial(c, best, bound, projections, tariffs, utilisation))]
     if not trials:
         return Verdict(
             robust=False,
@@ -524,6 +459,23 @@ def verdict(
     )  # fmt: skip
 
 
+def _contention(where: str, best: RankLine, rivals: Sequence[RankLine]) -> str:
+    """'not robust: …': the cheapest without a validated band, the rivals whose band overlaps
+    it, the rivals without a band."""
+    parts = []
+    overlap = [f"{x.card} ({x.provider})" for x in rivals if x.validated]
+    unbanded = [f"{x.card} ({x.provider})" for x in rivals if not x.validated]
+    if not best.validated:
+        parts.append(f"{where} is cheapest on a projected figure with no validated band")
+        if overlap:
+            parts.append(f"its range is unknown, so it may not beat {', '.join(overlap)}")
+    elif overlap:
+        parts.append(f"{', '.join(overlap)} overlap {where}")
+    if unbanded:
+        parts.append(f"no validated band for {', '.join(unbanded)}: in contention until measured")
+    return "not robust: " + "; ".join(parts)
+
+
 def _duration(hours: float) -> str:
     if hours < 1 / 60:
         return f"{hours * 3600:.0f} s"
@@ -533,17 +485,17 @@ def _duration(hours: float) -> str:
 def _trial(
     card_name: str,
     best: RankLine,
+    bound: float,
     projections: Sequence[Projection],
     tariffs: TariffTable,
     utilisation: float,
 ) -> Trial | None:
-    """Measuring the card's configurations in contention (its low ≤ the cheapest's high on any
-    of its tariffs' package of that length) on its cheapest hourly tariff."""
-    assert best.usd_high is not None
+    """Measuring the card's configurations in contention (no validated band, or a low ≤
+    ``bound`` on any of its tariffs' package of that length) on its cheapest hourly tariff."""
     mine = [p for p in projections if p.card == card_name and p.model == best.model and p.usable]
     on = [t for t in tariffs.for_gpu(card_name) if any(x.days == best.days for x in t.packages)]
     contending = [
-        p for p in mine if any(price(p, t, best.days, utilisation)[0] <= best.usd_high for t in on)
+        p for p in mine if p.label != MEASURED and _contends(p, on, best, bound, utilisation)
     ]
     if not contending:
         return None
@@ -554,6 +506,14 @@ def _trial(
     usd = billed_seconds(seconds, cheapest.billing) / 3600 * cheapest.hourly_usd
     return Trial(card=card_name, provider=cheapest.provider, hours=seconds / 3600, usd=usd,
                  configurations=len(contending), billing=cheapest.billing)  # fmt: skip
+
+
+def _contends(
+    p: Projection, on: Sequence[Tariff], best: RankLine, bound: float, utilisation: float
+) -> bool:
+    """No validated band, or a low ≤ ``bound`` on one of the tariffs."""
+    costs = [price(p, t, best.days, utilisation) for t in on]
+    return any(c.low is None or c.low <= bound for c in costs)
 
 
 def _point(p: Projection, card: GpuSpec) -> Point:
@@ -584,9 +544,9 @@ def before_you_rent(
     points: pd.DataFrame, tariffs: TariffTable, quality_class: str, utilisation: float
 ) -> BeforeYouRent:
     rows = candidates(points, quality_class)
-    own = own_errors(rows)
-    projections = project_all(points, [t.gpu for t in tariffs.tariffs], quality_class, Bands(own))
+    books = books_.books_for(rows)
+    projections = project_all(points, [t.gpu for t in tariffs.tariffs], quality_class, books)
     ranked = ranking(projections, tariffs, utilisation)
     verdicts = {k: verdict(v, projections, tariffs, utilisation) for k, v in ranked.items()}
     return BeforeYouRent(projections=projections, ranking=ranked, verdicts=verdicts,
-                         own_pairs=len(own))  # fmt: skip
+                         own_pairs=sum(c.pairs for c in books[0].cells.values()))  # fmt: skip

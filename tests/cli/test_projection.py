@@ -41,7 +41,11 @@ def test_the_ledger_of_two_cards_by_hand(tmp_path: Path) -> None:
     assert f"written: {out}" in result.output
     rows = ledger_rows(out)
     lines = {(r["phase"], r["klass"]): r for r in rows if r["table"] == "ledger"}
-    assert set(lines) == {("decode", "same vendor"), ("decode", "all")}
+    assert set(lines) == {
+        ("decode", "nvidia → nvidia"),
+        ("decode", "same vendor"),
+        ("decode", "all"),
+    }
     line = lines[("decode", "all")]
     # H100 → H200: 100 × 4,800 / 3,350 = 143.2836 against 130: 10.2181 %;
     # H200 → H100: 130 × 3,350 / 4,800 = 90.7292 against 100: 9.2708 %; mean 9.7445 %

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 import pytest
 
 from harness.projection import ledger
@@ -53,57 +51,91 @@ def test_the_band_takes_the_rank_from_either_end() -> None:
         ledger.band(ratios[:8])  # rank 9 > 8
 
 
-# measured ÷ projected of ten pairs (five keys, two pairs each) per model
-RATIOS = {
-    "A": (0.70, 0.90, 0.95, 1.00, 1.00, 1.05, 1.05, 1.10, 1.10, 1.30),
-    "B": (0.80, 0.92, 0.96, 1.00, 1.02, 1.04, 1.06, 1.08, 1.12, 1.20),
-    "C": (0.60, 0.85, 0.94, 0.98, 1.00, 1.01, 1.03, 1.07, 1.15, 1.40),
-}
+def pair(source: str, target: str, key: int, ratio: float, model: str = "m/a") -> ledger.PairError:
+    """A hand-made pair: measured ``ratio`` against a projection of 1.0 tok/s."""
+    return ledger.PairError(
+        phase="decode", key=("vllm", model, "fp16", 1, key, 128, 128), source=source,
+        target=target, klass=ledger.card_class(source, target), measured=ratio, projected=1.0,
+        roofline=None,
+    )  # fmt: skip
 
 
-def synthetic(
-    ratios: Mapping[str, tuple[float, ...]], pairs_per_key: int
-) -> list[ledger.PairError]:
-    return [
-        ledger.PairError(
-            phase="decode", key=("vllm", model, "fp16", 1, i // pairs_per_key + 1, 128, 128),
-            source="H100-SXM-80GB", target="H200-141GB", klass="same vendor",
-            measured=r, projected=1.0, roofline=None,
-        )
-        for model, rs in ratios.items()
-        for i, r in enumerate(rs)
-    ]  # fmt: skip
+H100, H200, A100 = "H100-SXM-80GB", "H200-141GB", "A100-SXM-80GB"
+MI300X, MI250 = "MI300X", "MI250-GCD"
 
 
-def test_the_band_is_split_conformal_and_checked_leaving_one_model_out() -> None:
-    got = ledger.calibrate(synthetic(RATIOS, pairs_per_key=2))
-    # every pair, n = 30: rank ⌈31 × 0.9⌉ = ⌈27.9⌉ = 28 → the 3rd smallest (0.60, 0.70, 0.80) and
-    # the 3rd largest (1.40, 1.30, 1.20): [0.80, 1.20]
-    assert got.band == pytest.approx((0.80, 1.20))
-    # each fold fits on 20 pairs (10 keys ≥ 9): rank ⌈21 × 0.9⌉ = 19 → 2nd smallest, 2nd largest
-    # - A out, B ∪ C: [0.80, 1.20]; A's 0.70 and 1.30 fall out: 8 of 10 inside
-    # - B out, A ∪ C: [0.70, 1.30]; all of B's 10 inside
-    # - C out, A ∪ B: [0.80, 1.20]; C's 0.60 and 1.40 fall out: 8 of 10 inside
-    # pooled: (8 + 10 + 8) / 30 = 86.667 %
-    assert got.held_out_coverage_pct == pytest.approx(100 * 26 / 30)
-    assert got.models == 3
+def three_nvidia_cards() -> list[ledger.PairError]:
+    """Ten keys on three cards: H100 ↔ H200 at ratio 1.0; onto the A100 0.5, from it 2.0 (its
+    stack runs at half the share of its roofline the others do)."""
+    out = []
+    for k in range(1, 11):
+        out += [pair(H100, H200, k, 1.0), pair(H200, H100, k, 1.0)]
+        out += [pair(H100, A100, k, 0.5), pair(H200, A100, k, 0.5)]
+        out += [pair(A100, H100, k, 2.0), pair(A100, H200, k, 2.0)]
+    return out
 
 
-def test_too_few_keys_state_no_band() -> None:
-    # five pairs a key: a fold fits on 20 pairs but 2 keys × 2 models = 4 keys < 9
-    assert ledger.calibrate(synthetic(RATIOS, pairs_per_key=5)).band is None
-    # one model: nothing is left to fit on when it is held out
-    only_a = ledger.calibrate(synthetic({"A": RATIOS["A"]}, pairs_per_key=1))
-    assert only_a.band is None and only_a.held_out_coverage_pct is None
+def test_the_held_out_check_leaves_the_target_card_out() -> None:
+    cell = ledger.cells(three_nvidia_cards())[("decode", "dense", "nvidia → nvidia")]
+    # A100 left out: fitted on H100 ↔ H200 only (20 ratios of 1.0, 10 keys ≥ 9): [1.0, 1.0];
+    #   its 20 pairs at 0.5: 0 inside.
+    # H100 left out: fitted on H200 → A100 (0.5 ×10) and A100 → H200 (2.0 ×10), n = 20, rank
+    #   ⌈21 × 0.9⌉ = 19: low the 2nd smallest 0.5, high the 2nd largest 2.0; its pairs at 1.0
+    #   (from H200) and 2.0 (from A100): 20 of 20 inside. H200 the same: 20 of 20.
+    # pooled: (0 + 20 + 20) ÷ 60 = 66.67 %: more than 5 points below 80: not validated
+    assert cell.card_coverage_pct == pytest.approx({A100: 0.0, H100: 100.0, H200: 100.0})
+    assert cell.held_out_coverage_pct == pytest.approx(200 / 3)
+    assert (cell.held_out_pairs, cell.unbanded_pairs) == (60, 0)
+    assert not cell.validated
+    # the band in use is fitted on every pair: 60 ratios (20 × 0.5, 20 × 1.0, 20 × 2.0),
+    # rank ⌈61 × 0.9⌉ = 55 → the 6th smallest 0.5 and the 6th largest 2.0; median 1.0
+    assert (cell.low, cell.median, cell.high) == (0.5, 1.0, 2.0)
 
 
-def test_the_ledger_lines_state_mape_and_tau_per_phase_and_class() -> None:
+def test_two_cards_leave_nothing_to_fit_when_one_is_held_out() -> None:
+    errors = [p for k in range(1, 11) for p in (pair(H100, H200, k, 1.1), pair(H200, H100, k, 0.9))]
+    cell = ledger.cells(errors)[("decode", "dense", "nvidia → nvidia")]
+    # the band on every pair exists (20 ratios), but no held-out check can be made
+    assert cell.low is not None and cell.held_out_coverage_pct is None
+    assert (cell.held_out_pairs, cell.unbanded_pairs) == (0, 20) and not cell.validated
+
+
+def test_directions_are_fitted_apart_and_are_not_reciprocal() -> None:
+    errors = []
+    for k in range(1, 11):
+        for n, a in ((H100, MI300X), (H100, MI250), (A100, MI300X), (A100, MI250)):
+            errors += [pair(n, a, k, 0.50 + k / 100), pair(a, n, k, 1.50 + k / 20)]
+    fitted = ledger.cells(errors)
+    to_amd, to_nvidia = (
+        fitted[("decode", "dense", "nvidia → amd")],
+        fitted[("decode", "dense", "amd → nvidia")],
+    )
+    # nvidia → amd: 40 ratios 0.51 … 0.60, four of each; rank ⌈41 × 0.9⌉ = 37 → the 4th
+    # smallest 0.51 and the 4th largest 0.60; median (0.55 + 0.56) ÷ 2 = 0.555
+    assert (to_amd.low, to_amd.median, to_amd.high) == pytest.approx((0.51, 0.555, 0.60))
+    # amd → nvidia: 1.55 … 2.00 the same way: [1.55, 2.00], median (1.75 + 1.80) ÷ 2 = 1.775;
+    # not [1 / 0.60, 1 / 0.51] = [1.667, 1.961], the reciprocal a pooled band would give
+    assert (to_nvidia.low, to_nvidia.median, to_nvidia.high) == pytest.approx((1.55, 1.775, 2.0))
+    # MI300X left out of nvidia → amd: fitted on the 20 pairs onto the MI250, rank 19: the 2nd
+    # smallest 0.51 and the 2nd largest 0.60: all 20 of the MI300X's inside; the MI250 alike
+    assert to_amd.held_out_coverage_pct == 100.0 and to_amd.validated
+
+
+def test_the_ledger_lines_state_a_cell_per_direction_and_the_summaries() -> None:
     lines = {
-        (x.phase, x.klass): x
+        (x.phase, x.klass, x.arch): x
         for x in ledger.ledger(ledger.observations(parse_external(HEAD + ROWS)))
     }
-    assert set(lines) == {("decode", "same vendor"), ("decode", "cross vendor"), ("decode", "all")}
-    assert lines[("decode", "all")].pairs == 6 and lines[("decode", "all")].tau_keys == 1
-    # one model, one key: no band, and the table says why
-    assert lines[("decode", "all")].band_low is None
-    assert ledger.band_text(lines[("decode", "all")]) == "too few keys to state a band: 1"
+    assert set(lines) == {
+        ("decode", "nvidia → nvidia", "dense"), ("decode", "nvidia → amd", "dense"),
+        ("decode", "amd → nvidia", "dense"), ("decode", "same vendor", "all"),
+        ("decode", "cross vendor", "all"), ("decode", "all", "all"),
+    }  # fmt: skip
+    assert (
+        lines[("decode", "all", "all")].pairs == 6 and lines[("decode", "all", "all")].tau_keys == 1
+    )
+    # one key: no band, and the table says why
+    cell = lines[("decode", "nvidia → amd", "dense")]
+    assert cell.band_low is None and not cell.validated
+    assert ledger.band_text(cell) == "too few keys to state a band: 1"
+    assert ledger.band_text(lines[("decode", "all", "all")]) == "— (a band per direction)"

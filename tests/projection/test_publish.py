@@ -11,11 +11,11 @@ Your runs' ledger by hand (bandwidths: H100 3,350 GB/s, RTX 4090 1,008 GB/s):
   measured 0.752239, APE 24.776 %;
 - H100 held out, projected from the 4090: 0.4 m × 3350 / 1008 = 1.329365 m against m: APE
   32.937 %;
-- one pair each way per key: MAPE (24.776 + 32.937) / 2 = 28.856 % → "28.9"; the band
-  (measured ÷ projected), 24 ratios 0.752 and 24 ratios 1.329: rank ⌈49 × 0.9⌉ = 45 from either
-  end, the 4th smallest 1 / 1.329365 = 0.752 and the 45th smallest 1 / 0.752239 = 1.329; each
-  KV dtype (its "model") left out has the same two ratios, inside the other's band (12 keys
-  ≥ the 9 an 80 % band needs): 100.0 %.
+- one pair each way per key: MAPE (24.776 + 32.937) / 2 = 28.856 % → "28.9"; the band of the
+  one cell (decode, dense, nvidia → nvidia; measured ÷ projected), 24 ratios 0.752 and 24 ratios
+  1.329: rank ⌈49 × 0.9⌉ = 45 from either end, the 4th smallest 1 / 1.329365 = 0.752 and the
+  45th smallest 1 / 0.752239 = 1.329, median (0.752239 + 1.329365) / 2 = 1.041; two cards: with
+  either left out nothing is left to fit on, so no held-out check and no validated band.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.projection import publish
+from harness.projection import book, publish
 from harness.results.aggregate import aggregate_run
 from harness.results.publish import report
 from harness.results.publish.svg import hatch_id
@@ -36,6 +36,8 @@ from harness.spec.tariffs import TariffTable
 from tests import factories as F
 
 SVG = "{http://www.w3.org/2000/svg}"
+CLASS = "direction, or all of a class"
+HELD_OUT = "held-out coverage, a card left out (%)"
 ARGONNE = "argonne-lcf/LLM-Inference-Bench@4211f5d4e9bc"
 
 
@@ -117,14 +119,18 @@ def test_the_report_publishes_the_ledger_with_its_sources(published: tuple[Path,
     rows = table_rows(page, "ledger")
     head = rows[0]
     mine = [dict(zip(head, r, strict=True)) for r in rows[1:] if r[0] == "your runs"]
-    assert [(r["phase"], r["card class"]) for r in mine] == [
-        ("decode", "same vendor"),
-        ("decode", "all"),
+    assert [(r["phase"], r[CLASS], r["dense or MoE"]) for r in mine] == [
+        ("decode", "nvidia → nvidia", "dense"),
+        ("decode", "same vendor", "all"),
+        ("decode", "all", "all"),
     ]
     line = mine[0]
     assert line["MAPE (%)"] == "28.9"  # by hand in the module docstring
-    assert line["band, measured ÷ projected"] == "[0.752, 1.329]"
-    assert line["held-out coverage (%)"] == "100.0" and line["stated coverage (%)"] == "80.0"
+    assert line["band, measured ÷ projected"] == (
+        "[0.752, 1.329] median 1.041, not validated: measure it"
+    )
+    assert line[HELD_OUT] == "—" and line["stated coverage (%)"] == "80.0"
+    assert line["pairs no band could score"] == "48"
     assert line["pairs (source → held-out card)"] == "48"  # 24 keys × 2 directions
     readme = (published[0] / "README.md").read_text()
     assert "## The error ledger" in readme and ARGONNE in readme
@@ -137,18 +143,19 @@ def test_the_site_shows_the_ranking_and_the_ledger_table(published: tuple[Path, 
     rows = table_rows(index, "ledger")
     head = rows[0]
     lines = [dict(zip(head, r, strict=True)) for r in rows[1:]]
-    where = ("shipped: Argonne", "decode", "same vendor")
-    shipped = next(r for r in lines if (r["ledger"], r["phase"], r["card class"]) == where)
-    # harness/data/external/argonne/ledger.csv, its first line: 676 pairs, MAPE 13.2915 %,
-    # roofline 142.945 %, band [0.85141, 1.17453], held-out 79.882 %
-    assert (shipped["pairs (source → held-out card)"], shipped["MAPE (%)"]) == ("676", "13.3")
-    assert shipped["pure-roofline MAPE (%)"] == "142.9"
-    assert shipped["band, measured ÷ projected"] == "[0.851, 1.175]"
-    assert shipped["held-out coverage (%)"] == "79.9"
+    (argonne,) = book.shipped_books()
+    cell = argonne.cells[("decode", "dense", "nvidia → nvidia")]
+    where = ("shipped Argonne", "decode", "nvidia → nvidia", "dense")
+    shipped = next(
+        r for r in lines if (r["ledger"], r["phase"], r[CLASS], r["dense or MoE"]) == where
+    )
+    assert shipped["pairs (source → held-out card)"] == str(cell.pairs)
+    assert shipped[HELD_OUT] == f"{cell.held_out_coverage_pct:.1f}"
+    assert shipped["band, measured ÷ projected"] == (
+        f"[{cell.low:.3f}, {cell.high:.3f}] median {cell.median:.3f}"
+    )  # validated: no "measure it"
     prefill = next(
-        r
-        for r in lines
-        if (r["ledger"], r["phase"], r["card class"]) == (where[0], "prefill", "all")
+        r for r in lines if (r["ledger"], r["phase"], r[CLASS]) == (where[0], "prefill", where[2])
     )
     assert prefill["band, measured ÷ projected"] == "too few keys to state a band: 6"
     assert shipped["source"] == ARGONNE
