@@ -44,6 +44,18 @@ from harness.spec.capabilities import Layout
 from harness.spec.scenario import CONFIGURATION_FIELDS
 from harness.spec.tariffs import HOURS_PER_DAY, TariffTable
 
+# Where each price came from and how old it is (harness.spec.tariffs.TariffTable.package_rows):
+# on every cost row, so cost.csv says each row's feed, date, age and spot restart charge.
+TARIFF_PROVENANCE = (
+    "tariff_region",
+    "tariff_basis",
+    "tariff_feed",
+    "tariff_feed_version",
+    "price_age_days",
+    "price_stale",
+    "spot_restart_usd",
+)
+
 __all__ = ["HOURS_PER_DAY", "QUALITY_CLASSES"]  # re-exported: their one definition is there
 
 
@@ -134,6 +146,7 @@ PACKAGE_COLUMNS = (
     "tariff_source",
     "tariff_date",
     "tariff_example",
+    *TARIFF_PROVENANCE,
 )
 
 
@@ -183,6 +196,8 @@ COST_COLUMNS = [
     "peak_mib_decode",
     "package_rule",
     "tariff_example",
+    "tariff_date",
+    *TARIFF_PROVENANCE,
     "key",
 ]
 
