@@ -60,6 +60,8 @@ MAY_IMPORT: dict[str, tuple[str, ...]] = {
     "harness.modes": ("harness.spec",),  # the registry and the Mode contract: payload types only
     # before you rent: after the results in the flow (their prices), the plan's budget
     "harness.projection": PROJECTION_READS,
+    # price feeds → tariff files (spec); the verdict across feeds re-prices results
+    "harness.prices": ("harness.spec", "harness.results"),
     "harness.cli": (),  # the command line wires every room together
     "harness.peers": (),  # the benchmark tools behind `make perf` / `side-by-side`: like the CLI
 }

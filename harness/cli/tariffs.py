@@ -9,12 +9,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
+from rich.markup import escape
 
 from harness.console import console, shown
 from harness.errors import UserInputError
 
 if TYPE_CHECKING:
     from harness.prices.build import SpotTerms
+    from harness.prices.verdicts import Survival
+    from harness.spec.tariffs import TariffTable
 
 tariffs_app = typer.Typer(
     no_args_is_help=True, help="Tariff files from price feeds; verdicts across feeds."
@@ -80,7 +83,8 @@ def import_cmd(
     ] = False,
 ) -> None:
     """Read a price feed and write a tariff file `aggregate`, `report` and `rent` price as is."""
-    from harness.prices import build, feeds, rules as package_rules
+    from harness.prices import build, feeds
+    from harness.prices import rules as package_rules
     from harness.prices.cards import wanted_cards
 
     if min_cards < 1:
@@ -130,8 +134,107 @@ def spot_terms(interruptions_per_day: float | None, restart_s: float | None) -> 
     given = interruptions_per_day is not None or restart_s is not None
     return SpotTerms(
         interruptions_per_day=(
-            DEFAULT_INTERRUPTIONS_PER_DAY if interruptions_per_day is None else interruptions_per_day
+            DEFAULT_INTERRUPTIONS_PER_DAY
+            if interruptions_per_day is None
+            else interruptions_per_day
         ),
         restart_s=DEFAULT_RESTART_S if restart_s is None else restart_s,
         stated="given on the command line" if given else "stated defaults: 1 per day, 600 s",
     )
+
+
+def verdicts_cmd(
+    run: Annotated[Path, typer.Argument(help="run folder (results/<run>)")],
+    tariffs: Annotated[
+        list[Path], typer.Option(help="tariff YAML (give two or more: feeds or dates)")
+    ],
+    quality_class: Annotated[str, typer.Option(help="quality class: 99 or 99.9")] = "99",
+    utilisation: Annotated[
+        float, typer.Option(help="share of the package's hours the node works, in (0, 1]")
+    ] = 1.0,
+    allow_mixed: Annotated[
+        bool, typer.Option("--allow-mixed", help="aggregate rows of several scenarios")
+    ] = False,
+) -> None:
+    """Does the verdict survive the feed: the cheapest configuration per model and package
+    under each tariff file, and every flip."""
+    from harness.prices import verdicts
+    from harness.results.aggregate import aggregate_run
+    from harness.results.pricing import check_quality_class, check_utilisation
+    from harness.spec.tariffs import load_tariffs
+
+    check_quality_class(quality_class, field="--quality-class")
+    check_utilisation(utilisation)
+    if len(tariffs) < 2:
+        raise UserInputError("give two or more --tariffs files to compare", field="--tariffs")
+    if not run.is_dir():
+        raise UserInputError("run folder not found (expected results/<run>/)", file=str(run))
+    tables = [load_tariffs(path) for path in tariffs]
+    points = aggregate_run(run, None, utilisation, allow_mixed).points
+    found = [s for s in verdicts.survival(points, tables, utilisation) if s.key[1] == quality_class]
+    names = [path.name for path in tariffs]
+    print_survival(found, names)
+    for line in verdicts.flip_lines(found, names):
+        console.print(line, highlight=False, soft_wrap=True)
+    flips = sum(not s.same for s in found)
+    console.print(
+        f"{len(found) - flips} of {len(found)} verdicts survive the change of tariff file; "
+        f"{flips} flip",
+        highlight=False,
+    )
+
+
+def print_survival(found: list[Survival], names: list[str]) -> None:
+    from rich.table import Table
+
+    table = Table(title="Does the verdict survive the feed? (the cheapest configuration)")
+    for column in ("model", "class", "days", *names, "verdict"):
+        table.add_column(column, overflow="fold")
+    for s in found:
+        model, quality_class, days = s.key
+        cells = [w.text() if w else "nothing passes" for w in s.winners]
+        table.add_row(model, quality_class, str(days), *cells, "same" if s.same else "FLIP")
+    console.print(table)
+
+
+def history_cmd(
+    files: Annotated[list[Path], typer.Argument(help="imported tariff files (any dates, feeds)")],
+    out: Annotated[Path, typer.Option(help="site folder: writes price-history.csv there")],
+) -> None:
+    """The dated price history per card of imported tariff files: price-history.csv (date,
+    feed, card, offers, the cheapest offer, min / median / max USD per card-hour)."""
+    from harness.atomic import atomic_write_text
+    from harness.prices.verdicts import price_history
+    from harness.spec.tariffs import load_tariffs
+
+    history = price_history([load_tariffs(path) for path in files])
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(out / "price-history.csv", history.to_csv(index=False))
+    console.print(
+        f"wrote {shown(out / 'price-history.csv')}: {len(history)} rows "
+        f"({history['gpu'].nunique()} cards, {len(files)} files)",
+        highlight=False,
+    )
+
+
+def print_price_notes(table: TariffTable | None) -> None:
+    """Under a priced table: stale, example and spot prices, said (harness.prices.stale)."""
+    from harness.prices.stale import price_notes
+
+    for line in price_notes(table) if table is not None else []:
+        console.print(f"[yellow]{escape(line)}[/]", highlight=False, soft_wrap=True)
+
+
+def print_offer_spread(table: TariffTable) -> None:
+    """Per card: the cheapest offer and the spread of USD per card-hour over its offers."""
+    from rich.table import Table
+
+    out = Table(title="Offers per card: the cheapest and the spread (USD per card-hour)")
+    for column in ("card", "offers", "cheapest offer", "min", "median", "max"):
+        out.add_column(column, justify="left" if column in ("card", "cheapest offer") else "right")
+    for card, spread in sorted(table.card_spread().items()):
+        out.add_row(
+            card, str(spread.offers), spread.cheapest_offer, f"{spread.usd_min:.4g}",
+            f"{spread.usd_median:.4g}", f"{spread.usd_max:.4g}",
+        )  # fmt: skip
+    console.print(out)

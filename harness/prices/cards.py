@@ -32,7 +32,10 @@ def known_card(
     if found is None and strict:
         source, row, column = where
         raise feed_error(
-            source, row, column, f"{quote(name)} is not a catalog card or alias "
+            source,
+            row,
+            column,
+            f"{quote(name)} is not a catalog card or alias "
             "(harness/spec/catalog/gpus.yaml); leave out --strict to skip and count it",
         )
     return found

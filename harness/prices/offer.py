@@ -61,7 +61,9 @@ def price_cell(source: str, row: int, column: str, text: str) -> float:
     try:
         value = float(text)
     except ValueError:
-        raise feed_error(source, row, column, f"{quote(text)} is not a price (USD per hour)")
+        raise feed_error(
+            source, row, column, f"{quote(text)} is not a price (USD per hour)"
+        ) from None
     if not math.isfinite(value) or value <= 0 or value > MAX_HOURLY_USD:
         raise feed_error(
             source,
@@ -78,7 +80,7 @@ def count_cell(source: str, row: int, column: str, text: str) -> float:
     try:
         value = float(text)
     except ValueError:
-        raise feed_error(source, row, column, f"{quote(text)} is not a card count")
+        raise feed_error(source, row, column, f"{quote(text)} is not a card count") from None
     if not math.isfinite(value) or value < 0:
         raise feed_error(source, row, column, f"{quote(text)} is not a card count (0 or more)")
     return value

@@ -26,9 +26,7 @@ def feed_text(path: Path, what: str) -> str:
     return decode_utf8(raw, path, what)
 
 
-def csv_rows(
-    text: str, source: str, needed: Sequence[str]
-) -> Iterator[tuple[int, dict[str, str]]]:
+def csv_rows(text: str, source: str, needed: Sequence[str]) -> Iterator[tuple[int, dict[str, str]]]:
     """(row number, cells) of each data row; the header must name every ``needed`` column."""
     csv.field_size_limit(MAX_CELL_CHARS)
     reader = csv.DictReader(io.StringIO(text, newline=""), strict=True)
@@ -39,8 +37,10 @@ def csv_rows(
     missing = [c for c in needed if c not in header]
     if missing:
         raise feed_error(
-            source, 1, "header", f"missing column(s) {', '.join(missing)}; this schema needs "
-            f"{', '.join(needed)}",
+            source,
+            1,
+            "header",
+            f"missing column(s) {', '.join(missing)}; this schema needs {', '.join(needed)}",
         )
     count = 0
     while True:

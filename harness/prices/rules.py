@@ -67,7 +67,7 @@ class PackageRules(Input):
         chosen: dict[int, PackageRule] = {}
         for rule in self.packages:
             mine = rule.provider is not None and rule.provider.lower() == provider.lower()
-            if rule.provider is None and rule.days not in chosen or mine:
+            if (rule.provider is None and rule.days not in chosen) or mine:
                 chosen[rule.days] = rule
         return [
             Package(days=days, discount_pct=r.discount_pct, rule=r.source)

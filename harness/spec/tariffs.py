@@ -61,6 +61,10 @@ Basis = Literal["on-demand", "spot", "reserved"]
 OBSERVED_AT = r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(:\d{2})?Z$"  # UTC: 2026-12-07T09:00:00Z
 
 
+def utc_today() -> _dt.date:
+    return _dt.datetime.now(_dt.UTC).date()
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
 
@@ -170,6 +174,14 @@ class Tariff(_Strict):
         """Whole days between the reading and ``today`` (0 for a reading dated in the future)."""
         return max(0, (today - self.read_on()).days)
 
+    def price_read(self, today: _dt.date, stale_after_days: int) -> str:
+        """The day the price was read and its age, flagged STALE past ``stale_after_days`` and
+        EXAMPLE when it is not a quote: "2026-11-20, 17 d, STALE"."""
+        age = self.age_days(today)
+        flags = [", STALE"] if age > stale_after_days else []
+        flags += [", EXAMPLE"] if self.example else []
+        return f"{self.read_on().isoformat()}, {age} d{''.join(flags)}"
+
     def spot_restart_usd_per_hour(self) -> float:
         """What interruptions cost per hour on spot: interruptions_per_day ÷ 24 × restart_s ÷
         3600 × hourly_usd (each restart pays the node for its restart time); 0 off spot."""
@@ -189,6 +201,45 @@ class Tariff(_Strict):
         assert package.discount_pct is not None
         bare = self.hourly_usd * HOURS_PER_DAY * package.days * (1 - package.discount_pct / 100)
         return bare + restarts
+
+
+class CardSpread(_Strict):
+    """One card's offers in a tariff table: the cheapest and the spread of USD per card-hour."""
+
+    offers: int
+    cheapest_offer: str  # "runpod EU-RO-1 ×1 spot"
+    usd_min: float
+    usd_median: float
+    usd_max: float
+
+    @classmethod
+    def of(cls, offers: list[Tariff]) -> CardSpread:
+        prices = sorted(card_hour_usd(t) for t in offers)
+        best = min(offers, key=card_hour_usd)
+        where = f" {best.region}" if best.region else ""
+        middle = len(prices) // 2
+        median = prices[middle] if len(prices) % 2 else (prices[middle - 1] + prices[middle]) / 2
+        return cls(
+            offers=len(offers),
+            cheapest_offer=f"{best.provider}{where} ×{best.gpus_per_node} {best.basis}",
+            usd_min=prices[0],
+            usd_median=median,
+            usd_max=prices[-1],
+        )
+
+    def columns(self) -> dict[str, Any]:
+        return {
+            "card_offers": self.offers,
+            "cheapest_offer": self.cheapest_offer,
+            "card_hour_usd_min": self.usd_min,
+            "card_hour_usd_median": self.usd_median,
+            "card_hour_usd_max": self.usd_max,
+        }
+
+
+def card_hour_usd(tariff: Tariff) -> float:
+    """USD per card-hour of a tariff: (hourly + spot's restart charge per hour) ÷ cards."""
+    return (tariff.hourly_usd + tariff.spot_restart_usd_per_hour()) / tariff.gpus_per_node
 
 
 class TariffTable(_Strict):
@@ -216,13 +267,26 @@ class TariffTable(_Strict):
             seen[key] = index
         return value
 
+    def card_spread(self) -> dict[str, CardSpread]:
+        """Per card: its offers' price per card-hour (spot with its restart charge), the
+        cheapest offer, and the spread (min / median / max, count)."""
+        by_card: dict[str, list[Tariff]] = {}
+        for tariff in self.tariffs:
+            by_card.setdefault(tariff.gpu, []).append(tariff)
+        return {card: CardSpread.of(offers) for card, offers in by_card.items()}
+
+    def read_label(self, tariff: Tariff, today: _dt.date | None = None) -> str:
+        """What a tariff line adds after its price: " (read 2026-11-20, 17 d, STALE)"."""
+        return f" (read {tariff.price_read(today or utc_today(), self.stale_after_days)})"
+
     def for_gpu(self, gpu: str) -> list[Tariff]:
         return [t for t in self.tariffs if t.gpu == gpu]
 
     def package_rows(self, today: _dt.date | None = None) -> list[dict[str, Any]]:
         """One flat row per (tariff, package): what aggregate merges onto result rows, with each
         price's feed, basis and age in days on ``today`` (UTC today where not given)."""
-        day = today or _dt.datetime.now(_dt.UTC).date()
+        day = today or utc_today()
+        spread = self.card_spread()
         out: list[dict[str, Any]] = []
         for index, tariff in enumerate(self.tariffs):
             age = tariff.age_days(day)
@@ -245,8 +309,10 @@ class TariffTable(_Strict):
                         "tariff_feed": tariff.feed or "",
                         "tariff_feed_version": tariff.feed_version or "",
                         "price_age_days": age,
+                        "price_read": tariff.price_read(day, self.stale_after_days),
                         "price_stale": age > self.stale_after_days,
                         "spot_restart_usd": tariff.spot_restart_usd(package.days),
+                        **spread[tariff.gpu].columns(),
                     }
                 )
         return out

@@ -71,7 +71,9 @@ def test_the_imported_file_is_priced_by_aggregate_report_and_rent(tmp_path: Path
 
 
 BAD_ROWS = {
-    "negative price": (GOOD.replace(",2.69,", ",-1,"), "runpod.csv:3: price", "'-1' is not a price"),
+    "negative price": (
+        GOOD.replace(",2.69,", ",-1,"), "runpod.csv:3: price", "'-1' is not a price",
+    ),
     "NaN price": (GOOD.replace(",2.69,", ",nan,"), "runpod.csv:3: price", "'nan' is not a price"),
     "duplicated offer": (GOOD, "runpod.csv:3: offer", "repeats row 2"),
     "unknown card": (

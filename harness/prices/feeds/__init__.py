@@ -40,7 +40,9 @@ Reader = Callable[[FeedRequest], FeedRead]
 
 def reader(name: str) -> Reader:
     if name not in FEEDS:
-        raise UserInputError(f"{name!r} is not a feed; expected one of: {one_of(FEEDS)}", field="feed")
+        raise UserInputError(
+            f"{name!r} is not a feed; expected one of: {one_of(FEEDS)}", field="feed"
+        )
     module, function = FEEDS[name].split(":")
     found: Reader = getattr(importlib.import_module(module), function)
     return found

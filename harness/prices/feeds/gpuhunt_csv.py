@@ -83,11 +83,13 @@ def snapshot_read(name: str, request: FeedRequest, source: str) -> FeedRead:
     if not request.version:
         raise UserInputError(
             f"a {name} snapshot needs --feed-version (the catalog version or commit it is from)",
-            file=source, field="--feed-version",
+            file=source,
+            field="--feed-version",
         )
     if not request.observed_at:
         raise UserInputError(
             f"a {name} snapshot needs --observed-at (when it was read, UTC: 2026-12-07T09:00:00Z)",
-            file=source, field="--observed-at",
+            file=source,
+            field="--observed-at",
         )
     return FeedRead(name, request.version, request.observed_at, source)
