@@ -42,8 +42,9 @@ def check_observed_at(value: str | None) -> str | None:
 
 def import_cmd(
     feed: Annotated[str, typer.Argument(help="gpuhunt (live API), gpuhunt-csv or skypilot-csv")],
-    path: Annotated[
-        Path | None, typer.Argument(help="the snapshot file (none for the live gpuhunt feed)")
+    paths: Annotated[
+        list[Path] | None,
+        typer.Argument(help="the snapshot file(s) (none for the live gpuhunt feed)"),
     ] = None,
     out: Annotated[Path, typer.Option(help="the tariff YAML to write")] = Path("tariffs.yaml"),
     provider: Annotated[
@@ -98,15 +99,19 @@ def import_cmd(
         min_cards=min_cards,
     )
     table_rules = package_rules.load_rules(rules)
-    request = feeds.FeedRequest(
-        path, provider, feed_version, check_observed_at(observed_at), strict,
-        tuple(p.lower() for p in only_provider or []),
-    )  # fmt: skip
-    got = read(request)
+    at = check_observed_at(observed_at)
+    asked = tuple(p.lower() for p in only_provider or [])
+    got = build.merged(
+        [
+            read(feeds.FeedRequest(path, provider, feed_version, at, strict, asked))
+            for path in paths or [None]
+        ]
+    )
     imported = build.build_table(got, table_rules, filters, spot, example, stale_after_days)
     header = (
-        f"Imported by `harness tariffs import {feed}` from {got.source}\n"
-        f"feed version {got.version}, read {got.observed_at}"
+        f"Imported by `harness tariffs import {feed}` from:\n"
+        + "".join(f"  {source}\n" for source in got.source.split(", "))
+        + f"feed version {got.version}, read {got.observed_at}"
         + ("\nEXAMPLE: illustrative, not quotes." if example else "")
     )
     build.write_tariff_file(out, build.tariff_yaml(imported.table, header))

@@ -39,8 +39,10 @@ class Filters:
     min_cards: int = 1
 
     def keeps(self, offer: Offer) -> bool:
+        """Whether the offer passes every filter; a CPU-only node only when --card cpu asks."""
+        wanted = offer.card in self.cards if self.cards or offer.card == "cpu" else True
         return (
-            (not self.cards or offer.card in self.cards)
+            wanted
             and (not self.providers or offer.provider.lower() in self.providers)
             and (not self.regions or offer.region in self.regions)
             and offer.cards_per_node >= self.min_cards
@@ -112,11 +114,18 @@ def tariff_of(
 
 def import_note(feed: FeedRead, rules: PackageRules, spot: SpotTerms, example: bool) -> str:
     lead = "EXAMPLE, not quotes: " if example else ""
+    files = feed.source.split(", ")
+    where = files[0] if len(files) == 1 else f"{len(files)} files, listed at the top"
+    spot_rows = any(o.basis == "spot" for o in feed.offers)
+    restarts = (
+        f" Spot rows are charged {spot.interruptions_per_day:g} interruption(s) per day × "
+        f"{spot.restart_s:g} s restart at the node's hourly price ({spot.stated})."
+        if spot_rows
+        else ""
+    )
     return (
         f"{lead}imported by `harness tariffs import` from {feed.feed} (version {feed.version}, "
-        f"read {feed.observed_at}, {feed.source}). {rules.note or ''} Spot rows are charged "
-        f"{spot.interruptions_per_day:g} interruption(s) per day × {spot.restart_s:g} s restart "
-        f"at the node's hourly price ({spot.stated})."
+        f"read {feed.observed_at}, {where}). {rules.note or ''}{restarts}"
     ).replace("  ", " ")
 
 
@@ -130,8 +139,11 @@ def build_table(
 ) -> Imported:
     kept = [o for o in feed.offers if filters.keeps(o)]
     left_out = Counter(feed.skipped)
-    if len(kept) < len(feed.offers):
-        left_out["filtered out"] += len(feed.offers) - len(kept)
+    cpu = sum(o.card == "cpu" for o in feed.offers) if "cpu" not in filters.cards else 0
+    if cpu:
+        left_out["CPU-only node (keep them with --card cpu)"] += cpu
+    if len(kept) + cpu < len(feed.offers):
+        left_out["filtered out"] += len(feed.offers) - len(kept) - cpu
     if not kept:
         raise UserInputError(
             f"no offer left to write ({len(feed.offers)} read; left out: "
@@ -171,3 +183,13 @@ def tariff_yaml(table: TariffTable, header: str) -> str:
 
 def write_tariff_file(path: Path, text: str) -> None:
     atomic_write_text(path, text)
+
+
+def merged(reads: list[FeedRead]) -> FeedRead:
+    """Several files of one feed (gpuhunt keeps one catalog CSV per provider) as one read."""
+    first = reads[0]
+    out = FeedRead(first.feed, first.version, first.observed_at, ", ".join(r.source for r in reads))
+    for read in reads:
+        out.offers += read.offers
+        out.skipped.update(read.skipped)
+    return out

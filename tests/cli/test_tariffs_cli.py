@@ -37,6 +37,27 @@ def test_import_writes_one_tariff_per_offer_with_its_feed_and_date(tmp_path: Pat
     assert (spot.interruptions_per_day, spot.restart_s) == (1.0, 600.0)  # the stated defaults
     assert [p.days for p in spot.packages] == [3, 7, 30]
     assert "left out: 1 × unknown card GTX1080" in output
+    assert "left out: 1 × CPU-only node (keep them with --card cpu)" in output
+
+
+def test_import_keeps_cpu_only_nodes_when_asked_and_reads_several_files(tmp_path: Path) -> None:
+    out = tmp_path / "t.yaml"
+    code, output = run_import(
+        "gpuhunt-csv", str(RUNPOD_CSV), str(RUNPOD_CSV.parent / "gpuhunt-live" / "lambdalabs.csv"),
+        "--out", str(out), *SNAPSHOT, "--card", "cpu", "--card", "H100",
+    )  # fmt: skip
+    assert code == 0, output
+    got = sorted((t.provider, t.gpu, t.gpus_per_node, t.basis) for t in load_tariffs(out).tariffs)
+    # runpod: H100 EU on-demand + spot, H100 US (one region key each), the CPU node;
+    # lambdalabs: H100 ×1 and ×8 in us-east-1
+    assert got == [
+        ("lambdalabs", "H100-SXM-80GB", 1, "on-demand"),
+        ("lambdalabs", "H100-SXM-80GB", 8, "on-demand"),
+        ("runpod", "H100-SXM-80GB", 1, "on-demand"),
+        ("runpod", "H100-SXM-80GB", 1, "on-demand"),
+        ("runpod", "H100-SXM-80GB", 1, "spot"),
+        ("runpod", "cpu", 1, "on-demand"),
+    ]
 
 
 def test_import_filters_cards_providers_regions_and_cards_per_node(tmp_path: Path) -> None:

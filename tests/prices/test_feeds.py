@@ -28,9 +28,11 @@ def test_a_feeds_card_name_maps_through_the_catalog_with_its_memory_first() -> N
 
 def test_gpuhunt_catalog_csv_gives_one_offer_per_priced_gpu_row() -> None:
     feed = reader("gpuhunt-csv")(snapshot(RUNPOD_CSV))
-    # 9 rows: 7 priced GPU rows, a GTX 1080 (not in the catalog) and a CPU-only row
-    assert len(feed.offers) == 7
-    assert dict(feed.skipped) == {"unknown card GTX1080": 1, "no GPU": 1}
+    # 9 rows: 7 priced GPU rows, a GTX 1080 (not in the catalog) and a CPU-only node
+    assert len(feed.offers) == 8
+    assert dict(feed.skipped) == {"unknown card GTX1080": 1}
+    cpu = feed.offers[-1]
+    assert (cpu.card, cpu.cards_per_node, cpu.hourly_usd) == ("cpu", 1, 0.08)
     first = feed.offers[0]
     assert (first.provider, first.region, first.card, first.cards_per_node) == (
         "runpod", "EU-RO-1", "H100-SXM-80GB", 1,
@@ -43,7 +45,7 @@ def test_gpuhunt_catalog_csv_gives_one_offer_per_priced_gpu_row() -> None:
 def test_skypilot_vms_csv_gives_on_demand_and_spot_offers_of_one_row() -> None:
     feed = reader("skypilot-csv")(snapshot(LAMBDA_VMS))
     # rows: H100 ×1 and ×8 (on-demand), A100-80GB (on-demand 1.79 + spot 0.90), GH200, an A6000
-    # (not in the catalog) and a CPU row: 5 offers
+    # (not in the catalog) and a CPU-only node: 6 offers
     got = [(o.card, o.cards_per_node, o.basis, o.hourly_usd) for o in feed.offers]
     assert got == [
         ("H100-SXM-80GB", 1, "on-demand", 3.29),
@@ -51,9 +53,10 @@ def test_skypilot_vms_csv_gives_on_demand_and_spot_offers_of_one_row() -> None:
         ("A100-SXM-80GB", 1, "on-demand", 1.79),
         ("A100-SXM-80GB", 1, "spot", 0.90),
         ("GH200-96GB", 1, "on-demand", 1.49),
+        ("cpu", 1, "on-demand", 0.12),
     ]
     assert {o.provider for o in feed.offers} == {"lambda"}  # the folder's name
-    assert dict(feed.skipped) == {"unknown card A6000": 1, "no GPU": 1}
+    assert dict(feed.skipped) == {"unknown card A6000": 1}
 
 
 def test_an_unknown_card_in_strict_mode_names_file_row_and_field() -> None:
@@ -90,7 +93,7 @@ def test_the_live_feed_unpinned_records_each_providers_latest_version(
     point_gpuhunt_at(tmp_path / "bucket", monkeypatch)
     feed = reader("gpuhunt")(FeedRequest(None, None, None, None, False))
     assert f"runpod@{LIVE_VERSION}" in feed.version and f"lambdalabs@{LIVE_VERSION}" in feed.version
-    assert {o.provider for o in feed.offers} == {"runpod", "lambdalabs"}  # the others: no rows
+    assert {o.provider for o in feed.offers} == {"runpod", "lambdalabs"}  # the others: none
 
 
 def test_the_live_feed_at_a_missing_version_is_one_clear_error(

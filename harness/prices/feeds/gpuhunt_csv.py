@@ -30,19 +30,22 @@ STORAGE_IN_PRICE = {"vastai"}  # gpuhunt adds disk × storage_cost to these prov
 def gpuhunt_offer(
     cells: dict[str, str], provider: str, row: int, source: str, feed: FeedRead, strict: bool
 ) -> Offer | None:
-    """One gpuhunt item (a CSV row, or a live item written the same way) → an Offer, or None
-    (counted in ``feed.skipped``) for a CPU-only or fractional-GPU row or an unknown card."""
+    """One gpuhunt item (a CSV row, or a live item written the same way) → an Offer (a CPU-only
+    node: the catalog's ``cpu`` card), or None (counted in ``feed.skipped``) for a fraction of a
+    GPU or an unknown card."""
     price = price_cell(source, row, "price", cells["price"])
     count = count_cell(source, row, "gpu_count", cells["gpu_count"])
     spot = bool_cell(source, row, "spot", cells["spot"])
-    if count == 0 or not cells["gpu_name"]:
-        feed.skipped["no GPU"] += 1
-        return None
     if count != int(count):
         feed.skipped["fraction of a GPU"] += 1
         return None
+    cpu_only = count == 0 or not cells["gpu_name"]
     memory = count_cell(source, row, "gpu_memory", cells["gpu_memory"] or "0")
-    card = known_card(cells["gpu_name"], memory, strict, (source, row, "gpu_name"))
+    card = (
+        "cpu"
+        if cpu_only
+        else known_card(cells["gpu_name"], memory, strict, (source, row, "gpu_name"))
+    )
     if card is None:
         feed.skipped[f"unknown card {cells['gpu_name']}"] += 1
         return None
@@ -52,7 +55,7 @@ def gpuhunt_offer(
             region=cells["location"],
             instance=cells["instance_name"],
             card=card,
-            cards_per_node=int(count),
+            cards_per_node=max(1, int(count)),  # a CPU-only node: one "cpu" card
             basis="spot" if spot else "on-demand",
             hourly_usd=price,
             storage_included=True if provider in STORAGE_IN_PRICE else None,

@@ -3,7 +3,8 @@
 Columns (order varies by cloud): InstanceType, vCPUs, MemoryGiB, AcceleratorName,
 AcceleratorCount, GPUInfo, Region, AvailabilityZone, Price, SpotPrice, Arch. ``Price`` is
 on-demand and ``SpotPrice`` spot, USD per hour for the whole instance; either cell may be empty.
-One row gives up to two offers. The cloud is the folder's name (``catalogs/v8/vast/vms.csv``)
+One row gives up to two offers; a row without an accelerator is a node of the catalog's ``cpu``
+card. The cloud is the folder's name (``catalogs/v8/vast/vms.csv``)
 unless --provider says it. No storage or term prices are in this schema. Its data licence is not
 stated: read it at run time, never ship it.
 """
@@ -26,14 +27,15 @@ def row_offers(
 ) -> list[Offer]:
     """The on-demand and spot offers of one row (an empty cell: no such offer)."""
     prices = {c: price_cell(source, row, c, cells[c]) for c, _ in BASES if cells[c]}
-    if not cells["AcceleratorName"]:
-        feed.skipped["no GPU"] += 1
-        return []
-    count = count_cell(source, row, "AcceleratorCount", cells["AcceleratorCount"])
-    if count == 0 or count != int(count):
-        feed.skipped["fraction of a GPU"] += 1
-        return []
-    card = known_card(cells["AcceleratorName"], None, strict, (source, row, "AcceleratorName"))
+    cpu_only = not cells["AcceleratorName"]
+    count = 1.0
+    if not cpu_only:
+        count = count_cell(source, row, "AcceleratorCount", cells["AcceleratorCount"])
+        if count == 0 or count != int(count):
+            feed.skipped["fraction of a GPU"] += 1
+            return []
+    name = cells["AcceleratorName"]
+    card = "cpu" if cpu_only else known_card(name, None, strict, (source, row, "AcceleratorName"))
     if card is None:
         feed.skipped[f"unknown card {cells['AcceleratorName']}"] += 1
         return []
