@@ -12,13 +12,14 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePath
 
 import yaml
+from pydantic import ValidationError
 
 from harness.atomic import atomic_write_text
 from harness.errors import UserInputError
-from harness.prices.offer import FeedRead, Offer
+from harness.prices.offer import FeedRead, Offer, feed_error
 from harness.prices.rules import PackageRules
 from harness.spec.tariffs import MAX_TARIFFS, STALE_AFTER_DAYS, Tariff, TariffTable, parse_tariffs
 
@@ -82,7 +83,8 @@ def cheapest_offers(offers: list[Offer]) -> dict[TariffKey, tuple[Offer, int]]:
 def source_text(feed: FeedRead, offer: Offer, offers: int) -> str:
     where = f" {offer.region}" if offer.region else ""
     many = f"; cheapest of {offers} offers" if offers > 1 else ""
-    return f"{feed.feed} {feed.version}: {offer.instance}{where}, row {offer.row}{many}"
+    read_from = f"{PurePath(offer.source).name} " if offer.source else ""
+    return f"{feed.feed} {feed.version}: {offer.instance}{where}, {read_from}row {offer.row}{many}"
 
 
 def tariff_of(
@@ -110,6 +112,18 @@ def tariff_of(
         interruptions_per_day=spot.interruptions_per_day if on_spot else None,
         restart_s=spot.restart_s if on_spot else None,
     )
+
+
+def checked_tariff(
+    offer: Offer, offers: int, feed: FeedRead, rules: PackageRules, spot: SpotTerms, example: bool
+) -> Tariff:
+    """``tariff_of``, or one line naming the feed row whose offer makes no valid tariff."""
+    try:
+        return tariff_of(offer, offers, feed, rules, spot, example)
+    except ValidationError as exc:
+        problem = exc.errors()[0]
+        field = ".".join(str(p) for p in problem["loc"]) or "row"
+        raise feed_error(offer.source or feed.source, offer.row, field, problem["msg"]) from None
 
 
 def import_note(feed: FeedRead, rules: PackageRules, spot: SpotTerms, example: bool) -> str:
@@ -157,7 +171,7 @@ def build_table(
             "--card, --provider or --region",
             file=feed.source,
         )
-    tariffs = [tariff_of(o, n, feed, rules, spot, example) for o, n in chosen.values()]
+    tariffs = [checked_tariff(o, n, feed, rules, spot, example) for o, n in chosen.values()]
     table = TariffTable(
         tariffs=tariffs,
         note=import_note(feed, rules, spot, example),

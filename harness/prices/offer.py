@@ -32,6 +32,7 @@ class Offer(BaseModel):
     hourly_usd: float = Field(gt=0, le=MAX_HOURLY_USD)  # the whole node, per hour
     storage_included: bool | None = None
     row: int  # the feed row it was read from (1 = the header line)
+    source: str = ""  # the file (or catalog) it was read from
 
     @property
     def identity(self) -> tuple[str, str, str, str, str]:
@@ -93,10 +94,17 @@ def bool_cell(source: str, row: int, column: str, text: str) -> bool:
     return lowered == "true"
 
 
-def unique_offers(offers: list[Offer], source: str) -> list[Offer]:
-    """The offers, or an error naming the row that repeats an earlier one."""
+def unique_offers(
+    offers: list[Offer], source: str, skipped: Counter[str] | None = None
+) -> list[Offer]:
+    """The offers, or an error naming the row that repeats an earlier one (a file); with
+    ``skipped`` (a live feed, whose rows nobody can fix) a repeat is counted there instead."""
     seen: dict[tuple[str, str, str, str, str], int] = {}
+    kept = []
     for offer in offers:
+        if offer.identity in seen and skipped is not None:
+            skipped["duplicated offer"] += 1
+            continue
         if offer.identity in seen:
             raise feed_error(
                 source,
@@ -106,4 +114,5 @@ def unique_offers(offers: list[Offer], source: str) -> list[Offer]:
                 f"{quote(offer.region or offer.zone)}, {offer.basis}): a duplicated offer",
             )
         seen[offer.identity] = offer.row
-    return offers
+        kept.append(offer)
+    return kept

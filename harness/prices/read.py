@@ -14,7 +14,6 @@ from harness.prices.offer import feed_error
 
 MAX_FEED_BYTES = 64 << 20  # 64 MiB: SkyPilot's largest v8 vms.csv is a few MiB
 MAX_FEED_ROWS = 500_000
-MAX_CELL_CHARS = 100_000  # a JSON provider_data cell of gpuhunt's is under 1 KiB
 
 
 def feed_text(path: Path, what: str) -> str:
@@ -28,7 +27,6 @@ def feed_text(path: Path, what: str) -> str:
 
 def csv_rows(text: str, source: str, needed: Sequence[str]) -> Iterator[tuple[int, dict[str, str]]]:
     """(row number, cells) of each data row; the header must name every ``needed`` column."""
-    csv.field_size_limit(MAX_CELL_CHARS)
     reader = csv.DictReader(io.StringIO(text, newline=""), strict=True)
     try:
         header = reader.fieldnames or []

@@ -60,6 +60,7 @@ def gpuhunt_offer(
             hourly_usd=price,
             storage_included=True if provider in STORAGE_IN_PRICE else None,
             row=row,
+            source=source,
         )
     except ValueError as exc:
         raise feed_error(source, row, "row", str(exc).splitlines()[-1].strip()) from None

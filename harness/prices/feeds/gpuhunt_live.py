@@ -61,7 +61,7 @@ def read_live(request: FeedRequest) -> FeedRead:
         )
         if offer is not None:
             offers.append(offer)
-    feed.offers = unique_offers(offers, source)
+    feed.offers = unique_offers(offers, source, feed.skipped)
     return feed
 
 

@@ -54,6 +54,7 @@ def row_offers(
                 basis=basis,  # type: ignore[arg-type]
                 hourly_usd=prices[column],
                 row=row,
+                source=source,
             )
             for column, basis in BASES
             if column in prices
