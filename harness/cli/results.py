@@ -243,7 +243,7 @@ def report_cmd(aggregated: Aggregated) -> None:
     print_counts(result)
     print_headline(result, quality_class)
     print_price_notes(aggregated.tariffs)
-    if ahead is not None:
+    if ahead is not None and aggregated.tariffs is not None:
         print_before_you_rent(ahead, quality_class)
         print_offer_spread(aggregated.tariffs)
     console.print(f"published: {shown(out)}/ (report.html, README.md, cost.csv, points.csv, …)")

@@ -104,7 +104,7 @@ def import_cmd(
     got = build.merged(
         [
             read(feeds.FeedRequest(path, provider, feed_version, at, strict, asked))
-            for path in paths or [None]
+            for path in live_or(paths)
         ]
     )
     imported = build.build_table(got, table_rules, filters, spot, example, stale_after_days)
@@ -122,6 +122,11 @@ def import_cmd(
     )
     for reason, n in sorted(imported.left_out.items()):
         console.print(f"  left out: {n} × {reason}", highlight=False)
+
+
+def live_or(paths: list[Path] | None) -> list[Path | None]:
+    """The snapshot files given, or one None: the live feed, read once."""
+    return list(paths) if paths else [None]
 
 
 def spot_terms(interruptions_per_day: float | None, restart_s: float | None) -> SpotTerms:

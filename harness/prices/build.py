@@ -19,7 +19,7 @@ from pydantic import ValidationError
 
 from harness.atomic import atomic_write_text
 from harness.errors import UserInputError
-from harness.prices.offer import FeedRead, Offer, feed_error
+from harness.prices.offer import FeedRead, Offer, offer_error
 from harness.prices.rules import PackageRules
 from harness.spec.tariffs import MAX_TARIFFS, STALE_AFTER_DAYS, Tariff, TariffTable, parse_tariffs
 
@@ -121,9 +121,7 @@ def checked_tariff(
     try:
         return tariff_of(offer, offers, feed, rules, spot, example)
     except ValidationError as exc:
-        problem = exc.errors()[0]
-        field = ".".join(str(p) for p in problem["loc"]) or "row"
-        raise feed_error(offer.source or feed.source, offer.row, field, problem["msg"]) from None
+        raise offer_error(offer.source or feed.source, offer.row, exc) from None
 
 
 def import_note(feed: FeedRead, rules: PackageRules, spot: SpotTerms, example: bool) -> str:

@@ -11,7 +11,7 @@ import math
 from collections import Counter
 from dataclasses import dataclass, field
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from harness.errors import UserInputError, quote
 from harness.spec.tariffs import MAX_GPUS_PER_NODE, MAX_HOURLY_USD, MAX_TEXT, Basis
@@ -55,6 +55,13 @@ class FeedRead:
 def feed_error(source: str, row: int, column: str, message: str) -> UserInputError:
     """One line naming the feed file, the row and the field."""
     return UserInputError(message, file=source, line=row, field=column)
+
+
+def offer_error(source: str, row: int, exc: ValidationError) -> UserInputError:
+    """A row whose cells make no valid Offer (a region of 600 characters): its first problem."""
+    problem = exc.errors()[0]
+    field = ".".join(str(p) for p in problem["loc"]) or "row"
+    return feed_error(source, row, field, problem["msg"])
 
 
 def price_cell(source: str, row: int, column: str, text: str) -> float:

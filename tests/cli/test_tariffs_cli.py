@@ -97,6 +97,9 @@ BAD_ROWS = {
     ),
     "NaN price": (GOOD.replace(",2.69,", ",nan,"), "runpod.csv:3: price", "'nan' is not a price"),
     "duplicated offer": (GOOD, "runpod.csv:3: offer", "repeats row 2"),
+    "huge region": (
+        GOOD.replace(",EU-RO-1,", f",{'x' * 600},"), "runpod.csv:3: region", "at most 500",
+    ),
     "unknown card": (
         GOOD.replace(",H100,", ",GTX1080,"), "runpod.csv:3: gpu_name", "not a catalog card",
     ),

@@ -9,6 +9,8 @@ the price (``providers/vastai.py``): their storage is included.
 
 from __future__ import annotations
 
+from pydantic import ValidationError
+
 from harness.errors import UserInputError
 from harness.prices.cards import known_card
 from harness.prices.feeds import FeedRequest
@@ -17,7 +19,7 @@ from harness.prices.offer import (
     Offer,
     bool_cell,
     count_cell,
-    feed_error,
+    offer_error,
     price_cell,
     unique_offers,
 )
@@ -62,8 +64,8 @@ def gpuhunt_offer(
             row=row,
             source=source,
         )
-    except ValueError as exc:
-        raise feed_error(source, row, "row", str(exc).splitlines()[-1].strip()) from None
+    except ValidationError as exc:
+        raise offer_error(source, row, exc) from None
 
 
 def read_catalog_csv(request: FeedRequest) -> FeedRead:

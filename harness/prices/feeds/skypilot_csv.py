@@ -11,11 +11,13 @@ stated: read it at run time, never ship it.
 
 from __future__ import annotations
 
+from pydantic import ValidationError
+
 from harness.errors import UserInputError
 from harness.prices.cards import known_card
 from harness.prices.feeds import FeedRequest
 from harness.prices.feeds.gpuhunt_csv import snapshot_read
-from harness.prices.offer import FeedRead, Offer, count_cell, feed_error, price_cell, unique_offers
+from harness.prices.offer import FeedRead, Offer, count_cell, offer_error, price_cell, unique_offers
 from harness.prices.read import csv_rows, feed_text
 
 NEEDED = ("InstanceType", "AcceleratorName", "AcceleratorCount", "Region", "Price", "SpotPrice")
@@ -59,8 +61,8 @@ def row_offers(
             for column, basis in BASES
             if column in prices
         ]
-    except ValueError as exc:
-        raise feed_error(source, row, "row", str(exc).splitlines()[-1].strip()) from None
+    except ValidationError as exc:
+        raise offer_error(source, row, exc) from None
 
 
 def read_vms_csv(request: FeedRequest) -> FeedRead:
