@@ -1,5 +1,8 @@
 """Each feed schema read from a hand-written fixture: the offers, the cards mapped through the
-catalog's aliases, what was skipped and why (expected values read off the fixture rows)."""
+catalog's aliases, what was skipped and why (expected values read off the fixture rows).
+
+The readers: harness.prices.feeds.gpuhunt_csv, harness.prices.feeds.skypilot_csv and
+harness.prices.feeds.gpuhunt_live (through the registry, harness.prices.feeds)."""
 
 from __future__ import annotations
 

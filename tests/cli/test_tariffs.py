@@ -1,5 +1,6 @@
 """`harness tariffs import`: the file it writes is priced by aggregate, report and rent as is;
-bad feed input is one line naming file, row and field, with nothing written."""
+bad feed input is one line naming file, row and field, with nothing written (the reading:
+harness.prices.read)."""
 
 from __future__ import annotations
 
