@@ -73,6 +73,13 @@ def import_cmd(
         float | None,
         typer.Option(help="seconds one spot restart costs: pull + load + engine (default 600)"),
     ] = None,
+    restart_from: Annotated[
+        Path | None,
+        typer.Option(help="a run folder: restart = its largest measured load_s + --pull-s"),
+    ] = None,
+    pull_s: Annotated[
+        float, typer.Option(help="with --restart-from: image pull + weights download, seconds")
+    ] = 300.0,
     stale_after_days: Annotated[
         int, typer.Option(help="flag prices older than this many days")
     ] = 7,
@@ -91,7 +98,7 @@ def import_cmd(
     if min_cards < 1:
         raise UserInputError(f"--min-cards must be 1 or more, got {min_cards}", field="--min-cards")
     read = feeds.reader(feed)
-    spot = spot_terms(interruptions_per_day, restart_s)
+    spot = spot_terms(interruptions_per_day, restart_s, restart_from, pull_s)
     filters = build.Filters(
         cards=frozenset(wanted_cards(card or [])),
         providers=frozenset(p.lower() for p in only_provider or []),
@@ -129,19 +136,38 @@ def live_or(paths: list[Path] | None) -> list[Path | None]:
     return list(paths) if paths else [None]
 
 
-def spot_terms(interruptions_per_day: float | None, restart_s: float | None) -> SpotTerms:
+def spot_terms(
+    interruptions_per_day: float | None,
+    restart_s: float | None,
+    restart_from: Path | None = None,
+    pull_s: float = 300.0,
+) -> SpotTerms:
+    """The spot terms of an import: given, measured from a run (--restart-from), or the
+    stated defaults (1 interruption a day, 600 s)."""
     from harness.prices.build import DEFAULT_INTERRUPTIONS_PER_DAY, DEFAULT_RESTART_S, SpotTerms
+    from harness.prices.spot import restart_from_run
 
     if interruptions_per_day is not None and not 0 <= interruptions_per_day <= 1000:
         raise UserInputError(
             f"--interruptions-per-day must be in [0, 1000], got {interruptions_per_day!r}",
             field="--interruptions-per-day",
         )
+    if restart_s is not None and restart_from is not None:
+        raise UserInputError("give --restart-s or --restart-from, not both", field="--restart-s")
+    if not 0 <= pull_s <= 86_400:
+        raise UserInputError(f"--pull-s must be in [0, 86400], got {pull_s!r}", field="--pull-s")
+    stated = []
+    if restart_from is not None:
+        restart_s, how = restart_from_run(restart_from, pull_s)
+        stated.append(how)
     if restart_s is not None and not 0 < restart_s <= 86_400:
         raise UserInputError(
             f"--restart-s must be in (0, 86400] seconds, got {restart_s!r}", field="--restart-s"
         )
-    given = interruptions_per_day is not None or restart_s is not None
+    if interruptions_per_day is None:
+        stated.append(f"{DEFAULT_INTERRUPTIONS_PER_DAY:g} interruption a day: stated default")
+    if restart_s is None:
+        stated.append(f"{DEFAULT_RESTART_S:g} s restart: stated default")
     return SpotTerms(
         interruptions_per_day=(
             DEFAULT_INTERRUPTIONS_PER_DAY
@@ -149,7 +175,7 @@ def spot_terms(interruptions_per_day: float | None, restart_s: float | None) -> 
             else interruptions_per_day
         ),
         restart_s=DEFAULT_RESTART_S if restart_s is None else restart_s,
-        stated="given on the command line" if given else "stated defaults: 1 per day, 600 s",
+        stated="; ".join(stated) or "given on the command line",
     )
 
 

@@ -5,7 +5,8 @@ CSV, SkyPilot's ``vms.csv``) → ``Offer`` rows (``offer``: one typed row every 
 file and row) → filters and catalog card names (``cards``) → a ``TariffTable`` priced by package
 rules (``rules``), written by ``build`` → read by ``harness aggregate`` / ``rent`` unchanged.
 
-Beside it: each price's age and the stale flag (``stale``), the cheapest offer and the spread per
-card (``spread``), and whether the cheapest configuration survives a change of feed (``verdicts``,
-with the dated price history per card).
+Beside it: a spot restart measured from a run (``spot``), the console's notes on stale, example
+and spot prices (``stale``; each row's age and flag, and the cheapest offer and spread per card,
+are ``harness.spec.tariffs``'s), and whether the cheapest configuration survives a change of feed
+(``verdicts``, with the dated price history per card).
 """
