@@ -99,6 +99,7 @@ _SPECS: tuple[ColumnSpec, ...] = (
     # the day a price was read, its age, STALE past the tariff file's threshold, EXAMPLE when
     # not a quote (harness.spec.tariffs.Tariff.price_read)
     _c("price_read", "price read", "date, age in days; STALE / EXAMPLE flagged"),
+    _c("tariff_basis", "basis"),  # on-demand, spot (restart charge included) or reserved
     # the card's offers in the tariff table (harness.spec.tariffs.CardSpread)
     _c("cheapest_offer", "cheapest offer"),
     _c("card_offers", "offers", "offers of the card", "fmt_int"),
@@ -267,8 +268,9 @@ PRICED_ON: tuple[str, ...] = (
 )
 # when each price was read, with its age and flags (stale, example)
 PRICE_READ: tuple[str, ...] = ("price_read",)
-# the card's cheapest offer and the spread of its offers' prices
+# the row's price basis, the card's cheapest offer and the spread of its offers' prices
 OFFER_SPREAD: tuple[str, ...] = (
+    "tariff_basis",
     "cheapest_offer",
     "card_offers",
     "card_hour_usd_min",

@@ -276,8 +276,16 @@ class TariffTable(_Strict):
         return {card: CardSpread.of(offers) for card, offers in by_card.items()}
 
     def read_label(self, tariff: Tariff, today: _dt.date | None = None) -> str:
-        """What a tariff line adds after its price: " (read 2026-11-20, 17 d, STALE)"."""
-        return f" (read {tariff.price_read(today or utc_today(), self.stale_after_days)})"
+        """What a tariff line adds after its price: " (read 2026-11-20, 17 d, STALE)", and on
+        spot its risk and the restart charge its packages include."""
+        read = f" (read {tariff.price_read(today or utc_today(), self.stale_after_days)})"
+        if tariff.basis != "spot":
+            return read
+        return (
+            f"{read} (spot: {tariff.interruptions_per_day:g} interruption(s) a day × "
+            f"{tariff.restart_s:g} s restart = ${tariff.spot_restart_usd_per_hour():.4g}/h, "
+            "included in its packages)"
+        )
 
     def for_gpu(self, gpu: str) -> list[Tariff]:
         return [t for t in self.tariffs if t.gpu == gpu]

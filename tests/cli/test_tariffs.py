@@ -148,3 +148,24 @@ def test_a_missing_header_column_is_named(tmp_path: Path) -> None:
         "skypilot-csv", str(feed), "--provider", "x", "--out", str(tmp_path / "t.yaml"), *SNAPSHOT
     )
     assert code == 2 and "vms.csv:1: header" in output and "AcceleratorName" in output
+
+
+def test_stale_and_spot_prices_are_said_in_the_console_and_the_report(tmp_path: Path) -> None:
+    tariffs = tmp_path / "t.yaml"
+    old = ["--feed-version", "v0", "--observed-at", "2026-01-05T00:00:00Z"]  # months before now
+    assert run_import("gpuhunt-csv", str(RUNPOD_CSV), "--out", str(tariffs), *old)[0] == 0
+    run = F.write_run(tmp_path / "run", F.small_grid())
+    result = CliRunner().invoke(app, ["aggregate", str(run), "--tariffs", str(tariffs)])
+    assert result.exit_code == 0, result.output
+    assert "STALE prices: 7 of 7 tariffs were read more than 7 days ago" in result.output
+    # RTX 4090 spot at 0.34 $/h: 1 a day ÷ 24 × 600 s ÷ 3600 × 0.34 = 0.0023611 $/h
+    assert "SPOT runpod RTX-4090×1 EU-RO-1: interruptible" in result.output
+    assert "= $0.002361/h, included in its package prices" in result.output
+    result = CliRunner().invoke(app, ["report", str(run), "--tariffs", str(tariffs)])
+    assert result.exit_code == 0, result.output
+    readme = (run / "published" / "README.md").read_text()
+    assert "(read 2026-01-05," in readme and "STALE" in readme
+    assert "(spot: 1 interruption(s) a day × 600 s restart" in readme
+    with (run / "published" / "cost.csv").open() as handle:
+        rows = list(csv.DictReader(handle))
+    assert {r["price_stale"] for r in rows} == {"True"}
