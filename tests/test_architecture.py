@@ -60,6 +60,8 @@ MAY_IMPORT: dict[str, tuple[str, ...]] = {
     "harness.modes": ("harness.spec",),  # the registry and the Mode contract: payload types only
     # before you rent: after the results in the flow (their prices), the plan's budget
     "harness.projection": PROJECTION_READS,
+    # price feeds → tariff files (spec); the verdict across feeds re-prices results
+    "harness.prices": ("harness.spec", "harness.results"),
     "harness.cli": (),  # the command line wires every room together
     "harness.peers": (),  # the benchmark tools behind `make perf` / `side-by-side`: like the CLI
 }
@@ -362,6 +364,14 @@ COVERED_BY: dict[str, tuple[str, ...]] = {
     "harness.modes.serving.price": ("tests/modes/serving/test_price.py",),
     "harness.modes.serving.price.common": ("tests/modes/serving/price/test_bands.py",),
     "harness.projection.text": ("tests/projection/test_rent.py",),
+    # price feeds: each schema read from its fixture, bad rows through the command
+    "harness.prices.offer": ("tests/prices/test_build.py",),
+    "harness.prices.read": ("tests/cli/test_tariffs.py",),
+    "harness.prices.cards": ("tests/prices/test_feeds.py",),
+    "harness.prices.feeds": ("tests/prices/test_feeds.py",),
+    "harness.prices.feeds.gpuhunt_csv": ("tests/prices/test_feeds.py",),
+    "harness.prices.feeds.gpuhunt_live": ("tests/prices/test_feeds.py",),
+    "harness.prices.feeds.skypilot_csv": ("tests/prices/test_feeds.py",),
     "harness.projection.traffic_fit": ("tests/projection/test_rent.py",),
     "harness.modes.serving.columns": ("tests/results/test_columns.py",),
     "harness.modes.training.columns": ("tests/results/test_columns.py",),

@@ -404,6 +404,18 @@ def _register_projection() -> None:
 _register_projection()
 
 
+def _register_tariffs() -> None:
+    from harness.cli import tariffs
+
+    tariffs.tariffs_app.command("import")(friendly(tariffs.import_cmd))
+    tariffs.tariffs_app.command("verdicts")(friendly(tariffs.verdicts_cmd))
+    tariffs.tariffs_app.command("history")(friendly(tariffs.history_cmd))
+    app.add_typer(tariffs.tariffs_app, name="tariffs")
+
+
+_register_tariffs()
+
+
 def main() -> None:
     app()
 

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.table import Table
 
+from harness.cli.tariffs import print_offer_spread, print_price_notes
 from harness.console import console
 from harness.csvtext import csv_rows
 
@@ -201,6 +202,8 @@ def rent_cmd(
         return
     rent = r.before_you_rent(result.points, table, quality_class, utilisation)
     print_before_you_rent(rent, quality_class)
+    print_offer_spread(table)  # the cheapest offer and the spread per card (harness.prices)
+    print_price_notes(table)
     projected = text.projection_rows(rent.projections)
     if projected:
         console.print(_rows_table("Projected configurations (never in measured tables)", projected))

@@ -17,6 +17,7 @@ from rich.markup import escape as markup_escape
 from rich.table import Table
 
 from harness import modes
+from harness.cli.tariffs import print_offer_spread, print_price_notes
 from harness.console import console, shown
 from harness.errors import UserInputError
 from harness.results.columns import COLUMNS, COMPARED
@@ -195,6 +196,7 @@ def aggregate_cmd(aggregated: Aggregated) -> None:
         console.print("no --tariffs given: nothing priced (try --tariffs tariffs/example.yaml)")
         return
     print_headline(result, quality_class)
+    print_price_notes(aggregated.tariffs)
     ratios = result.gpu_ratios
     ratios = ratios[ratios["quality_class"] == quality_class]
     if not ratios.empty:
@@ -240,8 +242,10 @@ def report_cmd(aggregated: Aggregated) -> None:
     )
     print_counts(result)
     print_headline(result, quality_class)
-    if ahead is not None:
+    print_price_notes(aggregated.tariffs)
+    if ahead is not None and aggregated.tariffs is not None:
         print_before_you_rent(ahead, quality_class)
+        print_offer_spread(aggregated.tariffs)
     console.print(f"published: {shown(out)}/ (report.html, README.md, cost.csv, points.csv, …)")
 
 

@@ -96,6 +96,16 @@ _SPECS: tuple[ColumnSpec, ...] = (
     _c("gpu_a", "GPU a"),
     _c("gpu_b", "GPU b"),
     _c("provider", "provider"),
+    # the day a price was read, its age, STALE past the tariff file's threshold, EXAMPLE when
+    # not a quote (harness.spec.tariffs.Tariff.price_read)
+    _c("price_read", "price read", "date, age in days; STALE / EXAMPLE flagged"),
+    _c("tariff_basis", "basis"),  # on-demand, spot (restart charge included) or reserved
+    # the card's offers in the tariff table (harness.spec.tariffs.CardSpread)
+    _c("cheapest_offer", "cheapest offer"),
+    _c("card_offers", "offers", "offers of the card", "fmt_int"),
+    _c("card_hour_usd_min", "min $/card-h", "USD per card-hour", "fmt_usd", -1),
+    _c("card_hour_usd_median", "median $/card-h", "USD per card-hour", "fmt_usd"),
+    _c("card_hour_usd_max", "max $/card-h", "USD per card-hour", "fmt_usd"),
     _c("package_days", "days", "days", "fmt_int"),
     _c("gpus_per_node", "cards", "GPUs per node", "fmt_int"),
     # --- speed and memory ---------------------------------------------------------------------
@@ -255,6 +265,17 @@ PRICED_ON: tuple[str, ...] = (
     "package_days",
     "package_price_usd",
     "gpus_in_package",
+)
+# when each price was read, with its age and flags (stale, example)
+PRICE_READ: tuple[str, ...] = ("price_read",)
+# the row's price basis, the card's cheapest offer and the spread of its offers' prices
+OFFER_SPREAD: tuple[str, ...] = (
+    "tariff_basis",
+    "cheapest_offer",
+    "card_offers",
+    "card_hour_usd_min",
+    "card_hour_usd_median",
+    "card_hour_usd_max",
 )
 # a configuration's price on a package: $ per million output tokens and per million tokens
 USD_PER_MTOK: tuple[str, ...] = ("usd_per_mtok_output", "usd_per_mtok_total")

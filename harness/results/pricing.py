@@ -35,6 +35,7 @@ and package length among rows passing the class, with the ratio to the cheapest 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from datetime import date
 
 import numpy as np
 import pandas as pd
@@ -46,6 +47,29 @@ from harness.results.frame import Array, Codes, best_per_group, column_codes, jo
 from harness.spec.capabilities import Layout
 from harness.spec.scenario import CONFIGURATION_FIELDS
 from harness.spec.tariffs import HOURS_PER_DAY, TariffTable
+
+# Per card, over every offer of the tariff table: the cheapest and the spread of USD per
+# card-hour (harness.spec.tariffs.CardSpread).
+CARD_SPREAD = (
+    "cheapest_offer",
+    "card_offers",
+    "card_hour_usd_min",
+    "card_hour_usd_median",
+    "card_hour_usd_max",
+)
+# Where each price came from and how old it is (harness.spec.tariffs.TariffTable.package_rows):
+# on every cost row, so cost.csv says each row's feed, date, age and spot restart charge.
+TARIFF_PROVENANCE = (
+    "tariff_region",
+    "tariff_basis",
+    "tariff_feed",
+    "tariff_feed_version",
+    "price_age_days",
+    "price_read",
+    "price_stale",
+    "spot_restart_usd",
+    *CARD_SPREAD,
+)
 
 __all__ = ["HOURS_PER_DAY", "QUALITY_CLASSES"]  # re-exported: their one definition is there
 
@@ -146,12 +170,14 @@ PACKAGE_COLUMNS = (
     "tariff_source",
     "tariff_date",
     "tariff_example",
+    *TARIFF_PROVENANCE,
 )
 
 
-def packages_frame(tariffs: TariffTable | None) -> pd.DataFrame:
-    """One row per (tariff, package); empty (with its columns) when there are no tariffs."""
-    rows = tariffs.package_rows() if tariffs is not None else []
+def packages_frame(tariffs: TariffTable | None, today: date | None = None) -> pd.DataFrame:
+    """One row per (tariff, package); empty (with its columns) when there are no tariffs.
+    Each price's age is counted to ``today`` (UTC today where not given)."""
+    rows = tariffs.package_rows(today) if tariffs is not None else []
     if rows:
         return pd.DataFrame(rows).assign(package_index=np.arange(len(rows)))
     return pd.DataFrame({c: pd.Series(dtype="object") for c in PACKAGE_COLUMNS})
@@ -195,6 +221,8 @@ COST_COLUMNS = [
     "peak_mib_decode",
     "package_rule",
     "tariff_example",
+    "tariff_date",
+    *TARIFF_PROVENANCE,
     "key",
 ]
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
 from harness.errors import UserInputError
-from harness.spec.tariffs import Package, Tariff, load_tariffs, parse_tariffs
+from harness.spec.tariffs import Package, Tariff, TariffTable, load_tariffs, parse_tariffs
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "tariffs" / "example.yaml"
 
@@ -160,3 +161,58 @@ def test_electricity_prices_out_of_bounds_or_as_text_are_named() -> None:
         assert err.field == "electricity_usd_per_kwh" and says in err.message, err.message
     err = _error(GOOD.replace("    example: true\n", "    example: true\n    purchase_usd: 0\n"))
     assert err.field == "tariffs[0].purchase_usd" and err.line == 9
+
+
+# --- imported rows: spot's restart charge, the spread of a card's offers (issue 48) ------------
+
+
+def spot_h100(**extra: object) -> Tariff:
+    fields: dict[str, object] = {
+        "provider": "runpod", "gpu": "H100-SXM-80GB", "hourly_usd": 1.75, "source": "fixture",
+        "date": "2026-12-07", "basis": "spot", "interruptions_per_day": 2.0, "restart_s": 900.0,
+        "packages": [Package(days=7, discount_pct=10)],
+    }  # fmt: skip
+    fields.update(extra)
+    return Tariff.model_validate(fields)
+
+
+def test_a_spot_package_is_dearer_than_its_bare_price_by_the_stated_restart_charge() -> None:
+    spot = spot_h100()
+    # per hour: 2 interruptions/day ÷ 24 × 900 s ÷ 3600 × 1.75 $/h = 0.875 ÷ 24 = 0.0364583 $/h
+    assert spot.spot_restart_usd_per_hour() == pytest.approx(0.875 / 24)
+    # 7 days: 14 interruptions × 0.25 h × 1.75 $/h = 6.125 $; bare 1.75 × 24 × 7 × 0.9 = 264.6 $
+    assert spot.spot_restart_usd(7) == pytest.approx(6.125)
+    assert spot.package_price_usd(spot.packages[0]) == pytest.approx(264.6 + 6.125)
+    (row,) = TariffTable(tariffs=[spot]).package_rows()
+    assert row["spot_restart_usd"] == pytest.approx(6.125)
+    assert row["package_price_usd"] == pytest.approx(270.725)
+    assert row["tariff_basis"] == "spot"
+
+
+def test_a_spot_tariff_without_its_interruption_rate_is_refused() -> None:
+    with pytest.raises(ValidationError, match="states interruptions_per_day and restart_s"):
+        spot_h100(interruptions_per_day=None)
+    with pytest.raises(ValidationError, match="for basis: spot only"):
+        spot_h100(basis="on-demand")
+
+
+def test_offers_of_one_card_differing_in_region_or_basis_are_separate_tariffs() -> None:
+    on_demand = spot_h100(basis="on-demand", interruptions_per_day=None, restart_s=None)
+    TariffTable(tariffs=[on_demand, spot_h100()])  # same provider and card, two bases: fine
+    with pytest.raises(ValidationError, match="repeats tariffs"):
+        TariffTable(tariffs=[spot_h100(), spot_h100(hourly_usd=1.5)])
+
+
+def test_the_spread_of_a_cards_offers_counts_spot_with_its_restart_charge() -> None:
+    offers = [
+        spot_h100(),  # 1.75 + 0.875 / 24 = 1.7864583 $/card-h
+        spot_h100(basis="on-demand", interruptions_per_day=None, restart_s=None, hourly_usd=2.69),
+        spot_h100(basis="on-demand", interruptions_per_day=None, restart_s=None, region="US",
+                  gpus_per_node=8, hourly_usd=8 * 2.79),  # 2.79 $/card-h
+    ]  # fmt: skip
+    spread = TariffTable(tariffs=offers).card_spread()["H100-SXM-80GB"]
+    assert spread.offers == 3
+    assert spread.usd_min == pytest.approx(1.75 + 0.875 / 24)
+    assert spread.usd_median == pytest.approx(2.69)
+    assert spread.usd_max == pytest.approx(2.79)
+    assert spread.cheapest_offer == "runpod ×1 spot"

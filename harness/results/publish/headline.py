@@ -10,6 +10,7 @@ from harness.results.columns import (
     CONFIGURATION,
     DPPL_WITH_CI,
     PACKAGE_TERMS,
+    PRICE_READ,
     USD_PER_MTOK,
     headers,
     spec,
@@ -26,6 +27,7 @@ HEADLINE = (
     *USD_PER_MTOK,
     *PACKAGE_TERMS,
     "dppl_pct_with_ci",
+    *PRICE_READ,
 )
 # for a terminal: the configuration (engine, weights, KV, batch, context) in one label
 COMPACT_COLUMNS = (
@@ -37,6 +39,7 @@ COMPACT_COLUMNS = (
     "usd_per_mtok_total",
     "tokens_per_package",
     "ratio_to_cheapest_gpu",
+    *PRICE_READ,
 )
 COMPACT = tuple(headers(COMPACT_COLUMNS).values())
 # the labels of the numeric columns (a terminal right-justifies them)

@@ -16,8 +16,10 @@ from harness.results.columns import (
     CHEAPEST_OF,
     CONFIGURATION,
     DPPL_WITH_CI,
+    OFFER_SPREAD,
     PACKAGE_TERMS,
     PEAK_MEMORY,
+    PRICE_READ,
     USD_PER_MTOK,
     table_columns,
 )
@@ -148,6 +150,8 @@ CHEAPEST_COLUMNS: list[Column] = table_columns(
         "j_per_mtok_output",
         *PACKAGE_TERMS,
         *DPPL_WITH_CI,
+        *PRICE_READ,
+        *OFFER_SPREAD,
     )
 )
 POINT_COLUMNS: list[Column] = table_columns(
@@ -472,7 +476,8 @@ def report_html(
             )
             sections.append(
                 f"<li>{escape(t.provider)} {escape(t.gpu)} × {escape(t.gpus_per_node)}: "
-                f"{escape(fmt_usd(t.hourly_usd))}/node-hour{' (example)' if t.example else ''}; "
+                f"{escape(fmt_usd(t.hourly_usd))}/node-hour{' (example)' if t.example else ''}"
+                f"{escape(tariffs.read_label(t))}; "
                 f"source {escape(t.source)} ({escape(t.date)}); {escape(packages)}</li>"
             )
         sections.append("</ul>")

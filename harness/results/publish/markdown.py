@@ -148,7 +148,7 @@ def readme(
         if tariffs.note:
             parts.append(md_escape(tariffs.note) + "\n")
         for t in tariffs.tariffs:
-            label = " (example)" if t.example else ""
+            label = (" (example)" if t.example else "") + md_escape(tariffs.read_label(t))
             parts.append(
                 f"- {md_escape(t.provider)} {md_escape(t.gpu)} × {t.gpus_per_node}: "
                 f"${t.hourly_usd:g}/node-hour{label}; source: {md_escape(t.source)} "

@@ -153,6 +153,7 @@ def index_html(
                 "; ".join(
                     f"{t.provider} {t.gpu} {fmt_usd(t.hourly_usd)}/node-hour"
                     + (" (example)" if t.example else "")
+                    + tariffs.read_label(t)
                     for t in tariffs.tariffs
                 )
             )
