@@ -46,9 +46,9 @@ def read_live(request: FeedRequest) -> FeedRead:
         catalog.load(version=request.version)
         items = catalog.query(provider=list(request.providers) or None)
     except (gpuhunt.GPUHuntError, OSError, ValueError) as exc:
-        cause = exc.__cause__ or exc
+        cause = f" ({exc.__cause__})" if exc.__cause__ else ""
         raise UserInputError(
-            f"gpuhunt could not read its catalog: {exc} ({cause})", field="gpuhunt"
+            f"gpuhunt could not read its catalog: {exc}{cause}", field="gpuhunt"
         ) from None
     version = loaded_version(catalog, request.version)
     now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
