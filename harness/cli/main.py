@@ -395,9 +395,16 @@ _register_pull()
 
 
 def _register_projection() -> None:
-    from harness.cli import projection
+    from harness.cli import ledger, projection
 
-    app.command("ledger")(friendly(projection.ledger_cmd))
+    ledger_app = typer.Typer(
+        cls=ledger.LedgerGroup,
+        help="The projection's error ledger: fit it on an external CSV (the default), or check "
+        "a ledger's bands on held-out measurements.",
+    )
+    ledger_app.command(ledger.DEFAULT_COMMAND)(friendly(projection.ledger_cmd))
+    ledger_app.command("check")(friendly(ledger.check_cmd))
+    app.add_typer(ledger_app, name="ledger")
     app.command("rent")(friendly(projection.rent_cmd))
 
 

@@ -15,11 +15,13 @@ from harness.console import console
 from harness.csvtext import csv_rows
 
 if TYPE_CHECKING:
-    from harness.projection.external import ExternalRow
+    from harness.projection.check import KeyTau
+    from harness.projection.external import ExternalFile, ExternalRow
     from harness.projection.ledger import LedgerLine, PairLine
     from harness.projection.rent import BeforeYouRent
 
 DEFAULT_FILE = Path(__file__).resolve().parents[1] / "data/external/argonne/results.csv"
+DEFAULT_TARIFFS = Path("tariffs/example.yaml")  # the repository's example (absent: no cost τ)
 
 
 def _pct(value: float | None) -> str:
@@ -40,18 +42,27 @@ def ledger_cmd(
     out: Annotated[
         Path | None, typer.Option(help="write the ledger and pair tables as CSV")
     ] = None,
+    strict: Annotated[
+        bool, typer.Option("--strict", help="refuse rows on unknown cards or columns")
+    ] = False,
+    tariffs: Annotated[
+        Path, typer.Option(help="tariff YAML: each card's cheapest price, for the cost τ")
+    ] = DEFAULT_TARIFFS,
 ) -> None:
     """Leave-one-card-out projection error per phase and card class: MAPE, the conformal band
-    with its stated and held-out (one model left out) coverage, Kendall τ, and the pure
-    roofline's beside them."""
+    with its stated and held-out (one model left out) coverage, Kendall τ over throughput and
+    cost, and the pure roofline's beside them."""
     from harness.atomic import atomic_write_text
-    from harness.projection import book, ledger
+    from harness.projection import check, ledger
     from harness.projection.external import read_external
     from harness.spec import catalog
 
+    check_out_path(out)
     excluded = {catalog.gpu(name).name for name in exclude or []}
-    rows = read_external(file)
-    measured = [m for m in ledger.observations(rows) if m.card not in excluded]
+    prices = _prices(tariffs)
+    data = read_external(file, strict)
+    print_skipped(data)
+    measured = [m for m in ledger.observations(data.rows) if m.card not in excluded]
     lines = ledger.ledger(measured)
     title = f"Projection ledger (leave one card out): {file.name}"
     if excluded:
@@ -79,20 +90,83 @@ def ledger_cmd(
                 f"{line.held_out_by_card}",
                 highlight=False,
             )
-    scope = book.fit(file.name, measured).scope_text()
-    console.print(
-        f"range of its data (a projection outside it gets no band): {scope}", highlight=False
-    )
-    console.print(
-        "roofline MAPE: the pure roofline's ceiling as the prediction, on the keys whose model is "
-        "in the catalog (MAPE on those same keys by this method: "
-        + ", ".join(f"{x.phase} {x.klass} {_pct(x.mape_same_keys_pct)}" for x in lines)
-        + ")",
-        highlight=False,
-    )
+    if not lines:
+        console.print(
+            nothing_to_compare(data.rows, excluded), highlight=False, soft_wrap=True, markup=False
+        )
+    else:
+        for scope in check.scope_lines(file.name, data.rows, excluded):
+            console.print(scope, highlight=False, soft_wrap=True, markup=False)
+        console.print(
+            "roofline MAPE: the pure roofline's ceiling as the prediction, on the keys whose "
+            "model is in the catalog (MAPE on those same keys by this method: "
+            + ", ".join(f"{x.phase} {x.klass} {_pct(x.mape_same_keys_pct)}" for x in lines)
+            + ")",
+            highlight=False,
+        )
+        errors = ledger.leave_one_card_out(measured)
+        taus = check.key_taus(errors, prices)
+        console.print(cost_tau_line(taus, tariffs), highlight=False, soft_wrap=True, markup=False)
     if out is not None:
-        atomic_write_text(out, ledger_csv(lines, ledger.pair_table(measured), sources(rows)))
+        atomic_write_text(out, ledger_csv(lines, ledger.pair_table(measured), sources(data.rows)))
         console.print(f"written: {out}")
+
+
+def _prices(tariffs: Path) -> dict[str, float]:
+    from harness.projection.check import card_prices
+    from harness.spec.tariffs import load_tariffs
+
+    if tariffs == DEFAULT_TARIFFS and not tariffs.is_file():
+        return {}  # an installed package without the repository's example tariffs: no cost τ
+    return card_prices(load_tariffs(tariffs))
+
+
+def check_out_path(out: Path | None) -> None:
+    """An --out that is a folder: one line, before any work."""
+    from harness.errors import UserInputError
+
+    if out is not None and out.is_dir():
+        raise UserInputError("is a folder: expected a file to write the CSV to", file=str(out),
+                             field="--out")  # fmt: skip
+
+
+def print_skipped(data: ExternalFile) -> None:
+    """One line: the rows skipped and why (none: nothing)."""
+    if data.skipped:
+        console.print(f"{data.skipped_text()} (--strict refuses them)", highlight=False,
+                      soft_wrap=True, markup=False)  # fmt: skip
+
+
+def nothing_to_compare(rows: list[ExternalRow], excluded: set[str]) -> str:
+    """Why a ledger has no line: no row, every card left out, or no key on two cards."""
+    cards = sorted({r.gpu for r in rows})
+    if not rows:
+        return "no row to read: nothing to project"
+    if not set(cards) - excluded:
+        return f"every card is left out ({', '.join(cards)}): nothing to project"
+    return (
+        "no key is measured on two cards or more (cards: "
+        f"{', '.join(sorted(set(cards) - excluded))}): nothing to project, no ledger"
+    )
+
+
+def cost_tau_line(taus: list[KeyTau], tariffs: Path) -> str:
+    """τ over cost beside τ over throughput, per phase."""
+    parts = []
+    for phase in dict.fromkeys(t.phase for t in taus):
+        mine = [t for t in taus if t.phase == phase]
+        costs = [t.cost_tau for t in mine if t.cost_tau is not None]
+        cost = f"{sum(costs) / len(costs):.3f} over {len(costs)} keys" if costs else "—"
+        parts.append(
+            f"{phase}: τ {sum(t.tau for t in mine) / len(mine):.3f} over {len(mine)} keys, "
+            f"cost τ {cost}"
+        )
+    if not parts:
+        return "ranking τ: no key on 3 cards or more"
+    return (
+        f"ranking τ (keys on ≥ 3 cards; cost = USD per Mtok of output at each card's cheapest "
+        f"tariff in {tariffs.name}, cards with no tariff left out): " + "; ".join(parts)
+    )
 
 
 def sources(rows: list[ExternalRow]) -> str:

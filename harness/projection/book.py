@@ -164,7 +164,8 @@ class Book(BaseModel):
         if outside:
             return f"outside {self.name}'s data: {outside}"
         engine = engine_family(q.engine)
-        stacks = {s for c in self.cells.values() if c.phase == q.phase for s in c.stacks}
+        stacks = {(card, engine_family(stack)) for c in self.cells.values() if c.phase == q.phase
+                  for card, stack in c.stacks}  # fmt: skip
         absent = [c for c in (q.source, q.target) if (c, engine) not in stacks]
         if absent:
             return f"{NO_BAND} (no {' or '.join(absent)} with {engine} in {self.name})"
@@ -253,7 +254,7 @@ def shipped_data() -> tuple[Shipped, ...]:
     """The shipped ledgers' figures (``SHIPPED_LEDGERS``), in their order."""
     out = []
     for name, (path, regime) in SHIPPED_LEDGERS.items():
-        rows = read_external(EXTERNAL / path)
+        rows = read_external(EXTERNAL / path).rows
         source = "; ".join(sorted({row.source.split(" ")[0] for row in rows}))
         out.append(Shipped(name=name, regime=regime, measured=ledger.observations(rows),
                            source=source))  # fmt: skip

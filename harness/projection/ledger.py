@@ -115,20 +115,23 @@ def decode_figure(row: ExternalRow) -> float | None:
         return row.output_tok_s
     if row.tpot_ms is not None:
         return row.load * 1000 / row.tpot_ms
-    if row.e2e_s is not None and row.load <= DECODE_MAX_LOAD and row.output_tokens >= 2:
-        return row.load * row.output_tokens / row.e2e_s
+    tokens = row.output_tokens or 0
+    if row.e2e_s is not None and row.load <= DECODE_MAX_LOAD and tokens >= 2:
+        return row.load * tokens / row.e2e_s
     return None
 
 
 def prefill_figure(row: ExternalRow) -> float | None:
-    return None if row.ttft_ms is None else row.load * row.input_tokens / (row.ttft_ms / 1000)
+    if row.ttft_ms is None or row.input_tokens is None:
+        return None
+    return row.load * row.input_tokens / (row.ttft_ms / 1000)
 
 
 def _roofline(phase: str, row: ExternalRow) -> float | None:
     """The pure roofline for the row, where the model's architecture is in the catalog."""
     arch = catalog.catalog_models().get(row.model)
     weights = "fp16" if row.weights in ("fp16", "float16") else row.weights
-    if arch is None or weights not in ("fp16", "bf16", "fp8"):
+    if arch is None or weights not in ("fp16", "bf16", "fp8") or not row.input_tokens:
         return None
     card = catalog.gpu(row.gpu)
     if project.cannot_run(card, weights):
@@ -136,7 +139,7 @@ def _roofline(phase: str, row: ExternalRow) -> float | None:
     if phase == "prefill":
         return project.prefill_roofline_tok_s(card, arch, weights, row.gpus)
     return project.decode_roofline_tok_s(
-        card, arch, weights, row.load, row.input_tokens, row.output_tokens, row.gpus
+        card, arch, weights, row.load, row.input_tokens, row.output_tokens or 1, row.gpus
     )
 
 
@@ -145,8 +148,8 @@ def observations(rows: Iterable[ExternalRow]) -> list[Measured]:
     seen: set[tuple[str, Key, str]] = set()
     out: list[Measured] = []
     for row in rows:
-        key: Key = (row.engine, row.model, row.weights, row.gpus, row.load,
-                    row.input_tokens, row.output_tokens)  # fmt: skip
+        key: Key = (row.stack, row.model, row.weights, row.gpus, row.load,
+                    row.input_tokens or 0, row.output_tokens or 0)  # fmt: skip
         for phase, figure in (("decode", decode_figure(row)), ("prefill", prefill_figure(row))):
             if figure is None or (phase, key, row.gpu) in seen:
                 continue
@@ -216,13 +219,17 @@ def band(ratios: Sequence[float]) -> tuple[float, float]:
 
 
 def kendall_tau(xs: Sequence[float], ys: Sequence[float]) -> float:
-    """Kendall's τ-a: (concordant − discordant) pairs ÷ all pairs."""
+    """Kendall's τ-a: (concordant − discordant) pairs ÷ all pairs (a tie is neither)."""
     n = len(xs)
     score = 0
     for i in range(n):
         for j in range(i + 1, n):
-            score += int(math.copysign(1, xs[i] - xs[j]) * math.copysign(1, ys[i] - ys[j]))
+            score += _sign(xs[i] - xs[j]) * _sign(ys[i] - ys[j])
     return score / (n * (n - 1) / 2)
+
+
+def _sign(x: float) -> int:
+    return (x > 0) - (x < 0)
 
 
 def enough_keys(errors: Sequence[PairError]) -> bool:

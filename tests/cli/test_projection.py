@@ -78,7 +78,8 @@ def test_a_bad_row_is_one_line_naming_file_line_and_column_with_exit_2(tmp_path:
     result = CliRunner().invoke(app, ["ledger", str(path), "--out", str(out)])
     assert result.exit_code == 2
     (line,) = result.output.strip().splitlines()
-    assert line == f"error: {path}:3: tpot_ms: expected a finite number > 0, got 'fast'"
+    expected = "tpot_ms: expected a finite number > 0 (ASCII digits), got 'fast'"
+    assert line == f"error: {path}:3: {expected}"
     assert not out.exists()  # nothing written
 
 
@@ -91,4 +92,4 @@ def test_an_unknown_card_to_leave_out_is_exit_2(tmp_path: Path) -> None:
 def test_sources_are_the_first_word_of_each_distinct_source() -> None:
     from harness.projection.external import parse_external
 
-    assert sources(parse_external(HEAD + ROWS)) == "https://example.org/b; repo@abc"
+    assert sources(parse_external(HEAD + ROWS).rows) == "https://example.org/b; repo@abc"

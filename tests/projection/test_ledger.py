@@ -19,7 +19,7 @@ ROWS = (
 
 
 def test_leave_one_card_out_projects_each_card_from_each_other() -> None:
-    measured = ledger.observations(parse_external(HEAD + ROWS))
+    measured = ledger.observations(parse_external(HEAD + ROWS).rows)
     errors = {(e.source, e.target): e for e in ledger.leave_one_card_out(measured)}
     assert len(errors) == 6
     h100_to_h200 = errors[("H100-SXM-80GB", "H200-141GB")]
@@ -124,7 +124,7 @@ def test_directions_are_fitted_apart_and_are_not_reciprocal() -> None:
 def test_the_ledger_lines_state_a_cell_per_direction_and_the_summaries() -> None:
     lines = {
         (x.phase, x.klass, x.arch): x
-        for x in ledger.ledger(ledger.observations(parse_external(HEAD + ROWS)))
+        for x in ledger.ledger(ledger.observations(parse_external(HEAD + ROWS).rows))
     }
     assert set(lines) == {
         ("decode", "nvidia → nvidia", "dense"), ("decode", "nvidia → amd", "dense"),
@@ -139,3 +139,9 @@ def test_the_ledger_lines_state_a_cell_per_direction_and_the_summaries() -> None
     assert cell.band_low is None and not cell.validated
     assert ledger.band_text(cell) == "too few keys to state a band: 1"
     assert ledger.band_text(lines[("decode", "all", "all")]) == "— (a band per direction)"
+
+
+def test_kendall_tau_with_ties_does_not_depend_on_row_order() -> None:
+    # xs tie on the first two: that pair counts neither way; (1,3)+ (2,3)+ → 2 / 3 either order
+    assert ledger.kendall_tau([5, 5, 9], [1, 2, 3]) == pytest.approx(2 / 3)
+    assert ledger.kendall_tau([5, 5, 9], [2, 1, 3]) == pytest.approx(2 / 3)
