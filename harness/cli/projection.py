@@ -49,9 +49,9 @@ def ledger_cmd(
         Path, typer.Option(help="tariff YAML: each card's cheapest price, for the cost τ")
     ] = DEFAULT_TARIFFS,
 ) -> None:
-    """Leave-one-card-out projection error per phase and card class: MAPE, the conformal band
-    with its stated and held-out (one model left out) coverage, Kendall τ over throughput and
-    cost, and the pure roofline's beside them."""
+    """Projection error per phase and cell (dense or MoE, vendor direction): MAPE, the band
+    with its stated and held-out (a card left out at a time) coverage, Kendall τ over
+    throughput and cost, and the pure roofline's beside them."""
     from harness.atomic import atomic_write_text
     from harness.projection import check, ledger
     from harness.projection.external import read_external
