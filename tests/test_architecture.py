@@ -32,7 +32,7 @@ ENGINES = (
 )  # fmt: skip
 BASE = (
     "harness", "harness.errors", "harness.units", "harness.atomic", "harness.files",
-    "harness.console",
+    "harness.console", "harness.csvtext",
 )  # fmt: skip
 RESULTS_READS = (
     "harness.spec", "harness.row", "harness.run.store", "harness.measure", "harness.tasks",
