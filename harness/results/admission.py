@@ -254,7 +254,8 @@ def _per_position_problem(
     if any(b > a + ACCEPTANCE_SLACK for a, b in itertools.pairwise(positions)):
         return f"{name} {text[:40]} rises: a position is accepted only after the one before it"
     total = sum(positions) / 100.0
-    if length is not None and abs(total - (length - 1.0)) > ACCEPTANCE_SLACK * len(positions):
+    slack = ACCEPTANCE_SLACK / 100.0 * len(positions)  # tokens: each position off by 0.05 %
+    if length is not None and abs(total - (length - 1.0)) > slack:
         return (
             f"{name} sums to {total:.3g} accepted tokens per draft; the acceptance length "
             f"{length:g} says {length - 1.0:.3g}"

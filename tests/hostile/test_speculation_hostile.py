@@ -130,6 +130,9 @@ def test_an_honest_speculative_row_is_admitted() -> None:
         ({"spec_acceptance_per_pos_pct": "40.0,40.0,24.0,16.0,5.0"}, "5 positions; k = 4"),
         # 20 + 20 + 12 = 52 %: 0.52 accepted per draft, the length says 1.2
         ({"spec_acceptance_per_pos_pct": "20.0,20.0,12.0"}, "sums to 0.52"),
+        # 40 + 40 + 24 + 12 = 116 %: 1.16 accepted per draft, 0.04 short of 1.2 (4 positions
+        # rounded to 0.1 % are off by 0.002 at most)
+        ({"spec_acceptance_per_pos_pct": "40.0,40.0,24.0,12.0"}, "sums to 1.16"),
         ({"spec_tasks_acceptance_rate_pct": 101.0}, "spec_tasks_acceptance_rate_pct 101"),
     ],
 )  # fmt: skip
