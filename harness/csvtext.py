@@ -4,9 +4,9 @@ formula are neutralised, and list cells are JSON.
 A text cell that starts with ``=``, ``+``, ``-``, ``@``, a tab or a carriage return gets a
 leading ``'`` (OWASP's advice for CSV injection); numbers, negative ones included, stay numbers
 (only strings are touched); a carriage return inside a cell becomes a line feed (which the
-writer quotes: a bare CR would split the row in a spreadsheet). A list, tuple or mapping (a row's per-task scores, say) is written
-as JSON, never as Python's repr. ``csv_text`` writes a frame (headers too), ``csv_rows`` rows
-of plain values (the ledger).
+writer quotes: a bare CR would split the row in a spreadsheet). A list, tuple or mapping (a
+row's per-task scores, say) is written as JSON, never as Python's repr. ``csv_text`` writes a
+frame (headers too), ``csv_rows`` rows of plain values (the ledger).
 """
 
 from __future__ import annotations
