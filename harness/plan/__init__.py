@@ -538,14 +538,16 @@ def decode_step_bytes(
     context: int, new_tokens: int, layout: Layout | None = None, stage: int = 0,
 ) -> tuple[float, float]:  # fmt: skip
     """(weight bytes, KV-cache bytes) one decode step reads: ``weights`` (the whole model's, or
-    under ``layout`` one rank's of ``stage``) less its untied input embedding (a lookup of B
-    rows, not a read of the whole table), and the whole batch's KV cache at the mean decode
-    context."""
+    under ``layout`` one rank's of ``stage``) less its input embedding where that is a lookup of
+    B rows, not a read of the whole table (untied; or tied on a pipeline stage before the last,
+    whose table is read as the output head on the last stage only), and the whole batch's KV
+    cache at the mean decode context."""
     mean = roofline.mean_decode_context(context, new_tokens) if new_tokens >= 2 else context
     kv = kv_cache_bytes(arch, kv_cache_dtype, quantization, mean, batch)
     per_param = unquantized_bytes_per_param(arch, quantization)
     embeddings = param_counts(arch, layout, stage).embeddings
-    lookup_only = 0 if arch.tie_embeddings else embeddings * per_param
+    head_here = layout is None or stage == layout.pipeline - 1  # the stage that runs the head
+    lookup_only = 0 if arch.tie_embeddings and head_here else embeddings * per_param
     return weights - lookup_only, kv
 
 
