@@ -26,7 +26,7 @@ from harness.errors import quote
 from harness.plan import EFFICIENCY, PointPlan, default_card, param_counts, plan_point
 from harness.spec import catalog
 from harness.spec.engines import device_kind, engine
-from harness.spec.scenario import Grid, GroupKey, Scenario, Skip
+from harness.spec.scenario import Grid, GroupKey, Point, Scenario, Skip
 from harness.units import GIB
 
 LOAD_GB_S = 1.0  # disk → device, for the budget's load time per group
@@ -160,6 +160,7 @@ class Plan(BaseModel):
     skipped: list[tuple[Skip, PointPlan | None]]
     budget: Budget
     phases: list[PhaseSeconds] = []  # the budget's phases per group (not in the --json contract)
+    warnings: list[str] = []  # what will not happen as planned, said before anything runs
 
     def contract(self) -> dict[str, object]:
         """The `harness plan --json` object (a contract: see README)."""
@@ -172,6 +173,7 @@ class Plan(BaseModel):
             "points": [p.contract() for p in self.points],
             "skipped": skipped,
             "budget": self.budget.model_dump(),
+            "warnings": self.warnings,
         }
 
 
@@ -220,7 +222,27 @@ def plan_grid(
             f"and ≥ 0 ({'.'.join(map(str, bad['loc']))}: {quote(bad.get('input'))}): the "
             "defaults are shown"
         )
-    return Plan(points=fitting, skipped=skipped, budget=result, phases=phases)
+    warnings = ungated_models([p.point for p in fitting])
+    return Plan(points=fitting, skipped=skipped, budget=result, phases=phases, warnings=warnings)
+
+
+def ungated_models(points: list[Point]) -> list[str]:
+    """Each model whose every inference point runs on a layout of several cards: the quality
+    reference runs on one card (harness.run.contracts.is_reference), so none of its rows will
+    be gated, nor priced at equal quality."""
+    inference = [p for p in points if p.weights == "checkpoint" and p.serving is None
+                 and p.training is None]  # fmt: skip
+    out = []
+    for model in dict.fromkeys(p.model for p in inference):
+        layouts = [p.layout for p in inference if p.model == model]
+        if all(layout is not None for layout in layouts):
+            labels = ", ".join(dict.fromkeys(layout.label for layout in layouts if layout))
+            out.append(
+                f"{model}: every point runs on several cards ({labels}), none on one card, where "
+                "its quality reference runs: nothing of it will be gated or priced at equal "
+                "quality (add a one-card layout: parallel tensor and pipeline [1, …])"
+            )
+    return out
 
 
 def quality_seconds(fitting: Iterable[PointPlan], scenario: Scenario) -> dict[GroupKey, float]:

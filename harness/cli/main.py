@@ -150,6 +150,8 @@ def print_plan(result: Any, *, show_skipped: bool = False) -> None:
                      pt.context, pt.target, skip.reason)  # fmt: skip
             skips.add_row(*(shown(c) for c in cells))
         console.print(skips)
+    for warning in result.warnings:
+        console.print(f"warning: {warning}", highlight=False, markup=False)
     print_budget(result.budget)
 
 

@@ -46,3 +46,20 @@ def test_an_8_card_layout_is_not_priced_on_a_4_card_node_and_is_named(tmp_path: 
     # there: priced at $8 ÷ 4 cards = $2 per card-hour either way
     assert both["est_cost_usd"] == pytest.approx(one["est_cost_usd"], rel=1e-9)
     assert both["est_gpu_hours"] > one["est_gpu_hours"]  # the 8 cards' hours are still counted
+
+
+def plan_of(tmp_path: Path, tensor: list[int]) -> dict[str, Any]:
+    scenario = tmp_path / f"only{len(tensor)}.yaml"
+    parallel = {**SCENARIO["parallel"], "tensor": tensor}
+    scenario.write_text(json.dumps({**SCENARIO, "parallel": parallel}))
+    done = CliRunner().invoke(app, ["plan", str(scenario), "--json"])
+    assert done.exit_code == 0, done.output
+    found: dict[str, Any] = json.loads(done.stdout)
+    return found
+
+
+def test_a_sweep_of_only_multi_card_layouts_is_told_nothing_will_be_gated(tmp_path: Path) -> None:
+    (warning,) = plan_of(tmp_path, [8])["warnings"]
+    assert warning.startswith("meta-llama/Llama-3.1-8B-Instruct: every point runs on several cards")
+    assert "(tp=8)" in warning and "nothing of it will be gated" in warning
+    assert plan_of(tmp_path, [1, 8])["warnings"] == []  # tp=1 runs on one card: the reference
