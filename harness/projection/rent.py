@@ -45,6 +45,7 @@ from pydantic import BaseModel, ConfigDict
 
 from harness import budget as planned
 from harness.plan import plan_point
+from harness.plan.measured import measured_fit
 from harness.projection import book as books_
 from harness.projection import ledger, project
 from harness.projection.book import Band, Book
@@ -150,7 +151,18 @@ def point_on(row: Row, card: GpuSpec, batch: int | None = None) -> Point:
         kv_cache_dtype=row["kv_cache_dtype"], batch=batch or int(row["batch"]),
         context=int(row["context"]), output_tokens=int(row["output_tokens"]),
         target=TARGET_KIND[card.vendor], repeats=int(row.get("repeats") or 5),
+        **loaded(row),
     )  # fmt: skip
+
+
+def loaded(row: Row) -> dict[str, Any]:
+    """What the row's configuration loads beside the model, for its fit: its layout, its draft
+    (speculative decoding) and its adapter."""
+    return {k: row.get(k) for k in ("layout", "speculative", "adapter") if _text(row.get(k))}
+
+
+def _text(value: object) -> bool:
+    return isinstance(value, str) and bool(value)
 
 
 def largest_batch(point: Point, card: GpuSpec) -> int:
@@ -227,13 +239,16 @@ def project_row(row: Row, card: GpuSpec, books: Sequence[Book]) -> Projection:
         bands = {p: band_for(row, p, source.name, card.name, books) for p in ledger.PHASES}
     point = point_on(row, card)
     plan = plan_point(point, card)
+    fits, memory = measured_fit(plan, _number(row.get("peak_mib_decode"))) if same else (
+        plan.fits, plan.reason)  # fmt: skip
+    batch = max(largest_batch(point, card), int(row["batch"]) if same else 0)
     return Projection(
         **base,
         decode_tok_s=decode, prefill_tok_s=prefill, **_band_fields("decode", bands["decode"]),
         **_band_fields("prefill", bands["prefill"]),
-        fits=plan.fits, memory=plan.reason,
+        fits=fits, memory=memory,
         kv_room_gib=plan.capacity_gib - (plan.total_gib - plan.kv_cache_gib),
-        largest_batch=largest_batch(point, card),
+        largest_batch=batch,
         flags=_flags(row, source, card, same),
     )  # fmt: skip
 
