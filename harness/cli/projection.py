@@ -267,6 +267,9 @@ def rent_cmd(
         console.print(
             f"[yellow]unreadable, skipped:[/] {escape(f'{path}: {why}')}", highlight=False
         )
+    left_out = r.layouts_left_out(result.points, quality_class)
+    if left_out:
+        console.print(left_out, highlight=False, markup=False)
     if r.candidates(result.points, quality_class).empty:
         console.print(
             f"no row passed the gate at class {quality_class} on one catalog card: nothing to "

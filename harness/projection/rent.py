@@ -86,6 +86,24 @@ def candidates(points: pd.DataFrame, quality_class: str) -> pd.DataFrame:
     return kept
 
 
+def layouts_left_out(points: pd.DataFrame, quality_class: str) -> str | None:
+    """One line naming the passing rows on several cards that ``candidates`` leaves out, and why;
+    None where there are none."""
+    if points.empty or "layout" not in points:
+        return None
+    passing = points[pricing.pass_column(quality_class)].fillna(False).to_numpy(dtype=bool)
+    several = pricing.gpus_used(points) > 1
+    labels = list(dict.fromkeys(points.loc[passing & several, "layout"].astype(str)))
+    if not labels:
+        return None
+    return (
+        f"layouts are not projected: {int((passing & several).sum())} passing row(s) on several "
+        f"cards ({', '.join(labels)}) are left out (a projection carries one card's measured "
+        "share of its roofline; a layout's all-reduces and its node are not projected yet): "
+        "their measured prices are in the report's cost tables"
+    )
+
+
 class Projection(BaseModel):
     """One measured configuration on one card: measured, projected, or skipped with its reason.
     ``decode_tok_s`` is the roofline-share projection; ``decode_centre`` re-centres it on its

@@ -63,3 +63,21 @@ def test_a_sweep_of_only_multi_card_layouts_is_told_nothing_will_be_gated(tmp_pa
     assert warning.startswith("meta-llama/Llama-3.1-8B-Instruct: every point runs on several cards")
     assert "(tp=8)" in warning and "nothing of it will be gated" in warning
     assert plan_of(tmp_path, [1, 8])["warnings"] == []  # tp=1 runs on one card: the reference
+
+
+def test_rent_says_in_one_line_that_passing_layout_rows_are_not_projected() -> None:
+    from harness.projection import rent
+    from harness.results.aggregate import aggregate
+    from harness.results.frame import frame_from_rows
+    from tests import factories as F
+
+    rows = [F.reference(decode_tok_s=1000.0)] + [
+        F.row(layout=layout, decode_tok_s=2000.0, **F.quality(100.0)) for layout in ("tp=2", "tp=8")
+    ]
+    points = aggregate(frame_from_rows(rows), F.tariffs(F.tariff()), 1.0).points
+    line = rent.layouts_left_out(points, "99")
+    assert line is not None and "\n" not in line
+    assert line.startswith(
+        "layouts are not projected: 2 passing row(s) on several cards (tp=2, tp=8)"
+    )
+    assert rent.layouts_left_out(points[points["layout"].isna()], "99") is None
