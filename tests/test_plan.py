@@ -142,7 +142,8 @@ def test_plan_json_matches_the_contract_and_is_fast() -> None:
     elapsed = time.perf_counter() - started
     assert result.exit_code == 0, result.output
     data = json.loads(result.output)
-    assert set(data) == {"points", "skipped", "budget"}
+    assert set(data) == {"points", "skipped", "budget", "warnings"}
+    assert data["warnings"] == []  # a one-card grid: every model has its reference
     fields = {
         "model",
         "backend",
