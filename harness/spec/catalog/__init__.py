@@ -21,6 +21,8 @@ HERE = Path(__file__).parent
 PACKAGE_DATA = HERE.parents[1] / "data"
 
 Vendor = Literal["nvidia", "amd", "cpu"]
+Fp8Flavour = Literal["e4m3fn", "e4m3fnuz"]
+Fp4Flavour = Literal["nvfp4", "mxfp4"]
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
 
 
@@ -36,6 +38,18 @@ class GpuSpec(BaseModel):
     interconnect_gb_s: float | None = None
     aliases: tuple[str, ...] = ()
     source: str
+    # Dense fp4 tensor peak, 10**12 FLOP/s (None: no fp4 unit; prefill in an fp4 format then runs
+    # at the fp8 or bf16 peak, the weights dequantized).
+    fp4_tflops: float | None = None
+    # The fp8 the tensor units take (OCP e4m3fn; MI300-series e4m3fnuz) and the fp4 block formats
+    # they run natively (harness.spec.capabilities: nvfp4, mxfp4).
+    fp8_flavour: Fp8Flavour | None = None
+    fp4_flavours: tuple[Fp4Flavour, ...] = ()
+    # Cards joined at interconnect_gb_s (an NVLink / Infinity Fabric domain): 8 on an HGX or OAM
+    # board, 72 in an NVL72 rack, 1 where cards meet over PCIe only.
+    nvlink_domain: int = Field(1, ge=1, le=1024)
+    read_on: str | None = None  # the date the source was read (YYYY-MM-DD)
+    derivation: str = ""  # how a dense figure follows from a sparse-only or rack-level datasheet
 
 
 # The linears of a decoder layer's MLP: one copy per expert on a mixture of experts.
