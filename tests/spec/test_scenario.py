@@ -106,7 +106,8 @@ MALFORMED: dict[str, tuple[str, str]] = {
     ),
     "unknown gpu": (
         BASE + "gpu: H1000\n",
-        "bad.yaml:9: gpu: unknown GPU 'H1000'; known: H100-SXM-80GB, H100-PCIe-80GB, H200-141GB, A100-SXM-40GB, A100-SXM-80GB, L40S, L4, RTX-4090, MI300X, MI325X, MI250X-GCD, cpu, GH200-96GB, MI250-GCD",
+        "bad.yaml:9: gpu: unknown GPU 'H1000'; known: H100-SXM-80GB, H100-PCIe-80GB, H200-141GB, A100-SXM-40GB, A100-SXM-80GB, L40S, L4, RTX-4090, MI300X, MI325X, MI250X-GCD, cpu, GH200-96GB, MI250-GCD, B200, B300, GB200, GB300, H100-NVL-94GB, H200-NVL-141GB, GH200-144GB, "
+        "RTX-PRO-6000-Blackwell-Server, RTX-5090, L40, A10G, H20, MI355X, MI350X",
     ),
     "repeats zero": (
         BASE + "repeats: 0\n",
