@@ -87,10 +87,16 @@ from harness.plan.bytes import (
     param_counts as param_counts,
 )
 from harness.plan.bytes import (
+    planned_format as planned_format,
+)
+from harness.plan.bytes import (
     stage_layers as stage_layers,
 )
 from harness.plan.bytes import (
     unquantized_bytes_per_param as unquantized_bytes_per_param,
+)
+from harness.plan.bytes import (
+    untouched_expert_bytes as untouched_expert_bytes,
 )
 from harness.plan.bytes import (
     weights_bytes as weights_bytes,
@@ -546,7 +552,8 @@ def decode_step_bytes(
     per_param = unquantized_bytes_per_param(arch, quantization)
     embeddings = param_counts(arch, layout, stage).embeddings
     lookup_only = 0 if arch.tie_embeddings else embeddings * per_param
-    return weights - lookup_only, kv
+    unread = untouched_expert_bytes(arch, quantization, batch, layout, stage)  # MoE: bytes.py
+    return weights - lookup_only - unread, kv
 
 
 def decode_ceiling_tok_s(card: GpuSpec, weights: float, arch: ModelArch, point: Point) -> float:
@@ -593,7 +600,8 @@ def estimate_seconds(
     counts = param_counts(arch)
     active = counts.active_linear + counts.embeddings
     tensor = 1 if point.layout is None else point.layout.tensor
-    prefill_s = 2 * active * point.batch * point.context / (tensor * card.bf16_tflops * 1e12)
+    peak = catalog.format_peak_tflops(card, planned_format(arch, point.quantization)[0])
+    prefill_s = 2 * active * point.batch * point.context / (tensor * (peak or card.bf16_tflops) * 1e12)
     prefill_s += allreduce_seconds(card, arch, point, point.batch * point.context)
     decode_s = point.batch * point.output_tokens / ceiling
     per_run = (prefill_s + decode_s) / EFFICIENCY[point.target]
