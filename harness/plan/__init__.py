@@ -243,6 +243,10 @@ class PointPlan(BaseModel):
     draft_weights_gib: float = 0.0
     draft_kv_cache_gib: float = 0.0
     pool: speculative.PoolShrink | None = None
+    # the binding rank's KV bytes per token (MLA: the latent, whole on every tensor rank) and,
+    # under vLLM's pre-allocation on a GPU, the largest batch its pool holds at this context
+    kv_per_token_bytes: float = 0.0
+    largest_batch: int | None = None
 
     def contract(self) -> dict[str, object]:
         point = {f: getattr(self.point, f) for f in CONFIGURATION_FIELDS if f != "revision"}
@@ -258,6 +262,8 @@ class PointPlan(BaseModel):
                 "cards": self.cards,
                 "binding_rank": self.binding_rank,
                 "communication_gib": self.communication_gib,
+                "kv_per_token_bytes": self.kv_per_token_bytes,
+                "largest_batch": self.largest_batch,
             }
         if self.point.speculative is None:  # and speculative decoding only where it is used
             del point["speculative"]
@@ -356,7 +362,10 @@ def inference_plan(
             draft_kv_per_token=draft_kv,
             sequence_tokens=point.context + point.output_tokens,
         )
+    kv_token = rank_kv_per_token(point, arch)
     return PointPlan(
+        kv_per_token_bytes=kv_token,
+        largest_batch=largest_batch(point, capacity, terms, kv_token),
         draft_weights_gib=draft_weights / GIB,
         draft_kv_cache_gib=terms["kv_cache"] * (1 - 1 / speculative_kv_scale(point, arch)) / GIB,
         pool=pool,
@@ -379,6 +388,31 @@ def inference_plan(
         est_seconds=seconds(weights, ceiling),
         roofline_decode_tok_s=ceiling,
     )
+
+
+def rank_kv_per_token(point: Point, arch: ModelArch) -> float:
+    """KV bytes per token on the rank holding the most (the whole model's on one card): the KV
+    formula's per-token bytes × the largest stage's share (harness.plan.bytes; MLA's latent is
+    whole on every tensor rank)."""
+    per_token = kv_bytes_per_token(arch, point.kv_cache_dtype, point.quantization)
+    layout = point.layout
+    stages = range(1 if layout is None else layout.pipeline)
+    return per_token * max(rank_kv_share(arch, layout, s) for s in stages)
+
+
+def largest_batch(
+    point: Point, capacity: float, terms: dict[str, float], kv_per_token: float
+) -> int | None:
+    """Under vLLM's pre-allocation on a GPU, the sequences of context + output tokens the KV
+    pool holds: ⌊(capacity − weights − activations − reserve − communication) / KV per token⌋
+    tokens, ÷ the sequence (sliding-window caps not taken off: a lower bound); None elsewhere."""
+    if point.backend != "vllm" or point.target == "cpu" or not kv_per_token:
+        return None
+    held = sum(terms[t] for t in ("weights", "activations", "reserve")) + terms.get(
+        "communication", 0.0
+    )
+    tokens = max(0.0, capacity - held) // kv_per_token
+    return int(tokens // (point.context + point.output_tokens))
 
 
 def adapter_bytes(point: Point, arch: ModelArch) -> float:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from harness.projection import project
 from harness.projection.external import parse_external
 from harness.spec import catalog
 
@@ -96,3 +97,29 @@ def test_an_external_csv_with_b200_b300_and_mi355x_rows_is_read() -> None:
     ]
     read = parse_external("\n".join([header, *rows]) + "\n", "market.csv")
     assert [r.gpu for r in read] == ["B200", "B300", "MI355X"]
+
+
+@pytest.mark.parametrize(
+    ("card", "weights", "peak"),
+    [
+        ("B200", "nvfp4", 9000),  # fp4 units of the NVFP4 flavour
+        ("MI355X", "mxfp4", 10066.3),  # CDNA 4 runs MXFP4 on its fp4 units
+        ("MI355X", "nvfp4", 2516.6),  # no NVFP4 units: dequantized, bf16 peak
+        ("H200-141GB", "mxfp4", 989.4),  # Hopper has no fp4: bf16 peak (weight-only)
+        ("H200-141GB", "fp8-block", 1978.9),  # fp8 units
+        ("A10G", "fp8-block", None),  # no fp8 units: does not run as measured
+        ("L40", "w8a8-int8", 2 * 181.05),  # int8 taken at twice the bf16 rate
+        ("B300", "none", 2250),
+    ],
+)
+def test_prefill_runs_at_the_formats_peak_fp4_only_where_the_card_has_it(
+    card: str, weights: str, peak: float | None
+) -> None:
+    got = catalog.format_peak_tflops(catalog.gpu(card), weights)
+    assert got == (None if peak is None else pytest.approx(peak))
+    assert project.peak_tflops(catalog.gpu(card), weights) == got
+
+
+def test_cdna4_fp8_is_ocp_e4m3fn_unlike_mi300() -> None:
+    assert project.fp8_flavour(catalog.gpu("MI355X")) == "e4m3fn"
+    assert project.fp8_flavour(catalog.gpu("MI300X")) == "e4m3fnuz"
