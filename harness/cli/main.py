@@ -138,7 +138,8 @@ def print_plan(result: Any, *, show_skipped: bool = False) -> None:
         table.add_row(
             shown(point), shown(p.gpu), f"{p.weights_gib:.2f}", f"{p.kv_cache_gib:.2f}",
             f"{p.kv_per_token_bytes / 1024:.1f}",
-            "" if p.largest_batch is None else str(p.largest_batch), f"{p.activations_gib:.2f}", f"{p.reserve_gib:.2f}", f"{p.total_gib:.2f}",
+            "" if p.largest_batch is None else str(p.largest_batch),
+            f"{p.activations_gib:.2f}", f"{p.reserve_gib:.2f}", f"{p.total_gib:.2f}",
             f"{p.est_seconds:.1f}",
         )  # fmt: skip
     console.print(table)

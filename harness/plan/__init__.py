@@ -635,7 +635,9 @@ def estimate_seconds(
     active = counts.active_linear + counts.embeddings
     tensor = 1 if point.layout is None else point.layout.tensor
     peak = catalog.format_peak_tflops(card, planned_format(arch, point.quantization)[0])
-    prefill_s = 2 * active * point.batch * point.context / (tensor * (peak or card.bf16_tflops) * 1e12)
+    prefill_s = (
+        2 * active * point.batch * point.context / (tensor * (peak or card.bf16_tflops) * 1e12)
+    )
     prefill_s += allreduce_seconds(card, arch, point, point.batch * point.context)
     decode_s = point.batch * point.output_tokens / ceiling
     per_run = (prefill_s + decode_s) / EFFICIENCY[point.target]

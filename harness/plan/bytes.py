@@ -67,7 +67,9 @@ def param_counts(arch: ModelArch, layout: Layout | None = None, stage: int = 0) 
     vocab_rows = arch.vocab_size * h / t
     lm_head = vocab_rows if last and (not arch.tie_embeddings or stages > 1) else 0
     return ParamCounts(
-        linear=round(layers * attention + dense * dense_mlp + moe * (routed + shared_rank + router)),
+        linear=round(
+            layers * attention + dense * dense_mlp + moe * (routed + shared_rank + router)
+        ),
         embeddings=round(vocab_rows) if first else 0,
         lm_head=round(lm_head),
         other=round(layers * (norms + bias + sinks) + (h if last else 0)),

@@ -218,7 +218,8 @@ WEIGHT_FORMATS: dict[str, WeightFormat] = {
         # FP8 E4M3 weights with one fp32 scale per 128 × 128 block (DeepSeek-V3/R1, Kimi-K2):
         # 8 + 32 / 16384 = 8.002 bit. vLLM: Fp8Config with weight_block_size (quant_method "fp8").
         WeightFormat(
-            name="fp8-block", bits=8, group_size=128 * 128, group_overhead_bits=32, checkpoint_only=True, library="vllm",
+            name="fp8-block", bits=8, group_size=128 * 128, group_overhead_bits=32,
+            checkpoint_only=True, library="vllm",
             engines=VLLM, targets=GPU_TARGETS, vllm_quantization="fp8", vllm_dtype="auto",
             vllm_checkpoint_methods=frozenset({"fp8"}), tensor_unit="fp8",
             why_not_cpu="vLLM CPU has no fp8 weight kernels (docs/guide/vllm-cpu.md: worker start "
@@ -229,7 +230,8 @@ WEIGHT_FORMATS: dict[str, WeightFormat] = {
         # weight). NVIDIA Blackwell tensor units only. vLLM: ModelOpt's "modelopt_fp4" or
         # compressed-tensors' W4A4 NVFP4 scheme.
         WeightFormat(
-            name="nvfp4", bits=4, group_size=16, group_overhead_bits=8, checkpoint_only=True, library="vllm",
+            name="nvfp4", bits=4, group_size=16, group_overhead_bits=8, checkpoint_only=True,
+            library="vllm",
             engines=VLLM, targets=frozenset({"cuda"}), vllm_quantization="modelopt_fp4",
             vllm_dtype="auto", vllm_checkpoint_methods=frozenset({"modelopt_fp4",
             "compressed-tensors"}), tensor_unit="fp4", card_flavour="nvfp4",
@@ -240,7 +242,8 @@ WEIGHT_FORMATS: dict[str, WeightFormat] = {
         # scale each: 4 + 8 / 32 = 4.25 bit. gpt-oss ships its experts so. fp4 units on
         # Blackwell and CDNA 4; elsewhere vLLM dequantizes (Marlin / Triton weight-only).
         WeightFormat(
-            name="mxfp4", bits=4, group_size=32, group_overhead_bits=8, checkpoint_only=True, library="vllm",
+            name="mxfp4", bits=4, group_size=32, group_overhead_bits=8, checkpoint_only=True,
+            library="vllm",
             engines=VLLM, targets=GPU_TARGETS, vllm_quantization="mxfp4", vllm_dtype="auto",
             vllm_checkpoint_methods=frozenset({"mxfp4"}), tensor_unit="fp4",
             card_flavour="mxfp4",
@@ -250,7 +253,8 @@ WEIGHT_FORMATS: dict[str, WeightFormat] = {
         # the model dtype) and int8 activations quantized per token at run time: 8 + 16 / row.
         # vLLM runs it on the CPU too (kernels/linear/scaled_mm/cpu.py, oneDNN).
         WeightFormat(
-            name="w8a8-int8", bits=8, per_row_overhead_bits=16, checkpoint_only=True, library="compressed-tensors",
+            name="w8a8-int8", bits=8, per_row_overhead_bits=16, checkpoint_only=True,
+            library="compressed-tensors",
             engines=VLLM, vllm_quantization="compressed-tensors", vllm_dtype="auto",
             vllm_checkpoint_methods=frozenset({"compressed-tensors"}), tensor_unit="int8",
         ),
@@ -259,7 +263,8 @@ WEIGHT_FORMATS: dict[str, WeightFormat] = {
         # runs it on the CPU too (kernels/linear/mixed_precision/cpu.py, CPUWNA16).
         WeightFormat(
             name="w4a16", bits=4, group_size=128, group_overhead_bits=16,
-            checkpoint_only=True, library="compressed-tensors", engines=VLLM, vllm_quantization="compressed-tensors",
+            checkpoint_only=True, library="compressed-tensors", engines=VLLM,
+            vllm_quantization="compressed-tensors",
             vllm_dtype="auto", vllm_checkpoint_methods=frozenset({"compressed-tensors"}),
         ),
     ]

@@ -92,10 +92,15 @@ RULES: tuple[Rule, ...] = (
         quantization=_weights_not_on("vllm", "optimum-quanto"),
     ),
     *(
-        _rule(f"{f.name}-not-on-cpu", f"{f.name} on the CPU: {f.why_not_cpu}",
-              quantization={f.name}, target={"cpu"})
-        for f in WEIGHT_FORMATS.values() if f.why_not_cpu
-    ),  # fmt: skip
+        _rule(
+            f"{f.name}-not-on-cpu",
+            f"{f.name} on the CPU: {f.why_not_cpu}",
+            quantization={f.name},
+            target={"cpu"},
+        )
+        for f in WEIGHT_FORMATS.values()
+        if f.why_not_cpu
+    ),
     _rule(
         "nvfp4-not-on-rocm",
         "NVFP4 is NVIDIA's block format; ROCm has no NVFP4 kernels (CDNA 4 runs MXFP4)",

@@ -243,9 +243,7 @@ class ConfigJson(BaseModel):
     ] = None
     first_k_dense_replace: Annotated[int, _whole(0, CONFIG_INT_LIMIT)] = 0
     # Qwen2-MoE's shared expert width; Llama-4's dense MLP width and chunked-attention span
-    shared_expert_intermediate_size: Annotated[Count | None, Field(description=COUNT_WORDS)] = (
-        None
-    )
+    shared_expert_intermediate_size: Annotated[Count | None, Field(description=COUNT_WORDS)] = None
     intermediate_size_mlp: Annotated[Count | None, Field(description=COUNT_WORDS)] = None
     attention_chunk_size: Annotated[Count | None, Field(description=COUNT_WORDS)] = None
     # how the checkpoint's weights are stored (checked by shipped_format, not here)
