@@ -84,19 +84,22 @@ from harness.plan.bytes import (
     kv_heads_per_rank as kv_heads_per_rank,
 )
 from harness.plan.bytes import (
+    largest_batch,
+    planned_format,
+    rank_kv_per_token,
+    untouched_expert_bytes,
+)
+from harness.plan.bytes import (
     param_counts as param_counts,
 )
 from harness.plan.bytes import (
-    planned_format as planned_format,
+    rank_kv_share as rank_kv_share,
 )
 from harness.plan.bytes import (
     stage_layers as stage_layers,
 )
 from harness.plan.bytes import (
     unquantized_bytes_per_param as unquantized_bytes_per_param,
-)
-from harness.plan.bytes import (
-    untouched_expert_bytes as untouched_expert_bytes,
 )
 from harness.plan.bytes import (
     weights_bytes as weights_bytes,
@@ -243,8 +246,7 @@ class PointPlan(BaseModel):
     draft_weights_gib: float = 0.0
     draft_kv_cache_gib: float = 0.0
     pool: speculative.PoolShrink | None = None
-    # the binding rank's KV bytes per token (MLA: the latent, whole on every tensor rank) and,
-    # under vLLM's pre-allocation on a GPU, the largest batch its pool holds at this context
+    # the binding rank's KV bytes per token; the largest batch vLLM's pool holds (GPU only)
     kv_per_token_bytes: float = 0.0
     largest_batch: int | None = None
 
@@ -362,10 +364,13 @@ def inference_plan(
             draft_kv_per_token=draft_kv,
             sequence_tokens=point.context + point.output_tokens,
         )
-    kv_token = rank_kv_per_token(point, arch)
+    kv_token = rank_kv_per_token(arch, point.kv_cache_dtype, point.quantization, point.layout)
+    sequence = point.context + point.output_tokens
     return PointPlan(
         kv_per_token_bytes=kv_token,
-        largest_batch=largest_batch(point, capacity, terms, kv_token),
+        largest_batch=None  # what vLLM's pre-allocated pool holds: bytes.largest_batch
+        if point.backend != "vllm" or point.target == "cpu"
+        else largest_batch(capacity - sum(terms.values()) + terms["kv_cache"], kv_token, sequence),
         draft_weights_gib=draft_weights / GIB,
         draft_kv_cache_gib=terms["kv_cache"] * (1 - 1 / speculative_kv_scale(point, arch)) / GIB,
         pool=pool,
@@ -388,31 +393,6 @@ def inference_plan(
         est_seconds=seconds(weights, ceiling),
         roofline_decode_tok_s=ceiling,
     )
-
-
-def rank_kv_per_token(point: Point, arch: ModelArch) -> float:
-    """KV bytes per token on the rank holding the most (the whole model's on one card): the KV
-    formula's per-token bytes × the largest stage's share (harness.plan.bytes; MLA's latent is
-    whole on every tensor rank)."""
-    per_token = kv_bytes_per_token(arch, point.kv_cache_dtype, point.quantization)
-    layout = point.layout
-    stages = range(1 if layout is None else layout.pipeline)
-    return per_token * max(rank_kv_share(arch, layout, s) for s in stages)
-
-
-def largest_batch(
-    point: Point, capacity: float, terms: dict[str, float], kv_per_token: float
-) -> int | None:
-    """Under vLLM's pre-allocation on a GPU, the sequences of context + output tokens the KV
-    pool holds: ⌊(capacity − weights − activations − reserve − communication) / KV per token⌋
-    tokens, ÷ the sequence (sliding-window caps not taken off: a lower bound); None elsewhere."""
-    if point.backend != "vllm" or point.target == "cpu" or not kv_per_token:
-        return None
-    held = sum(terms[t] for t in ("weights", "activations", "reserve")) + terms.get(
-        "communication", 0.0
-    )
-    tokens = max(0.0, capacity - held) // kv_per_token
-    return int(tokens // (point.context + point.output_tokens))
 
 
 def adapter_bytes(point: Point, arch: ModelArch) -> float:
@@ -537,15 +517,6 @@ def speculative_kv_scale(point: Point, arch: ModelArch) -> float:
     if not draft_kv:
         return 1.0
     return 1.0 + draft_kv / kv_bytes_per_token(arch, point.kv_cache_dtype, point.quantization)
-
-
-def rank_kv_share(arch: ModelArch, layout: Layout | None, stage: int) -> float:
-    """The share of the KV cache one rank of `stage` holds: its stage's layers, and its KV heads
-    (replicated ones count whole)."""
-    if layout is None:
-        return 1.0
-    layers = stage_layers(arch.num_layers, layout.pipeline, stage) / arch.num_layers
-    return layers * kv_heads_per_rank(arch, layout.tensor) / arch.num_kv_heads
 
 
 def communication_bytes(point: Point) -> float:

@@ -203,3 +203,30 @@ def kv_cache_bytes(
     full = arch.num_layers - sliding
     token_layers = full * tokens + sliding * min(tokens, window)
     return per_layer_token * token_layers * batch
+
+
+def rank_kv_share(arch: ModelArch, layout: Layout | None, stage: int) -> float:
+    """The share of the KV cache one rank of `stage` holds: its stage's layers, and its KV heads
+    (replicated ones count whole; MLA's latent, one "head", is whole on every tensor rank)."""
+    if layout is None:
+        return 1.0
+    layers = stage_layers(arch.num_layers, layout.pipeline, stage) / arch.num_layers
+    return layers * kv_heads_per_rank(arch, layout.tensor) / arch.num_kv_heads
+
+
+def rank_kv_per_token(
+    arch: ModelArch, kv_cache_dtype: str, quantization: str, layout: Layout | None
+) -> float:
+    """KV bytes per token on the rank holding the most (the whole model's on one card): the
+    per-token bytes × the largest stage's share."""
+    per_token = kv_bytes_per_token(arch, kv_cache_dtype, quantization)
+    stages = range(1 if layout is None else layout.pipeline)
+    return per_token * max(rank_kv_share(arch, layout, s) for s in stages)
+
+
+def largest_batch(pool_bytes: float, kv_per_token: float, sequence_tokens: int) -> int | None:
+    """Sequences of `sequence_tokens` a KV pool of `pool_bytes` holds: ⌊pool / KV per token⌋
+    tokens ÷ the sequence (sliding-window caps not taken off: a lower bound)."""
+    if not kv_per_token:
+        return None
+    return int(max(0.0, pool_bytes) // kv_per_token) // sequence_tokens
