@@ -5,8 +5,8 @@ Formulas (bytes; GiB = 2**30):
   params        = embeddings + layers × (attention + MLP × experts + router + norms) + lm_head
   weights       = Σ quantized-linear params × (bits + overhead)/8
                   + the rest × 16-bit (or the model dtype)
-  KV cache      = 2 × layers × kv_heads × head_dim × bytes(kv dtype) × tokens × batch,
-                  tokens capped at the window on sliding-window layers
+  KV cache      = 2 × layers × kv_heads × head_dim × bytes(kv dtype) × tokens × batch, capped at
+                  the window on sliding layers; MLA and MoE terms: harness.plan.bytes's docstring
   activations   = prefill transient (hidden + MLP intermediates of B × S tokens, per layer) + logits
                   (fp32 over B × S positions when all are kept, else B × 1)
   adapter       = (a LoRA folder on the model, counted with the weights)
@@ -71,6 +71,7 @@ from pydantic import BaseModel, ConfigDict
 
 from harness import modes
 from harness.measure import roofline
+from harness.plan import bytes as planbytes
 from harness.plan.bytes import (
     ParamCounts as ParamCounts,
 )
@@ -84,16 +85,7 @@ from harness.plan.bytes import (
     kv_heads_per_rank as kv_heads_per_rank,
 )
 from harness.plan.bytes import (
-    largest_batch,
-    planned_format,
-    rank_kv_per_token,
-    untouched_expert_bytes,
-)
-from harness.plan.bytes import (
     param_counts as param_counts,
-)
-from harness.plan.bytes import (
-    rank_kv_share as rank_kv_share,
 )
 from harness.plan.bytes import (
     stage_layers as stage_layers,
@@ -246,8 +238,7 @@ class PointPlan(BaseModel):
     draft_weights_gib: float = 0.0
     draft_kv_cache_gib: float = 0.0
     pool: speculative.PoolShrink | None = None
-    # the binding rank's KV bytes per token; the largest batch vLLM's pool holds (GPU only)
-    kv_per_token_bytes: float = 0.0
+    kv_per_token_bytes: float = 0.0  # the binding rank's; bytes.pool_figures
     largest_batch: int | None = None
 
     def contract(self) -> dict[str, object]:
@@ -364,13 +355,9 @@ def inference_plan(
             draft_kv_per_token=draft_kv,
             sequence_tokens=point.context + point.output_tokens,
         )
-    kv_token = rank_kv_per_token(arch, point.kv_cache_dtype, point.quantization, point.layout)
-    sequence = point.context + point.output_tokens
+    kv_room = capacity - sum(terms.values()) + terms["kv_cache"]  # what vLLM's share leaves KV
     return PointPlan(
-        kv_per_token_bytes=kv_token,
-        largest_batch=None  # what vLLM's pre-allocated pool holds: bytes.largest_batch
-        if point.backend != "vllm" or point.target == "cpu"
-        else largest_batch(capacity - sum(terms.values()) + terms["kv_cache"], kv_token, sequence),
+        **planbytes.pool_figures(point, arch, kv_room),
         draft_weights_gib=draft_weights / GIB,
         draft_kv_cache_gib=terms["kv_cache"] * (1 - 1 / speculative_kv_scale(point, arch)) / GIB,
         pool=pool,
@@ -445,7 +432,7 @@ def inference_memory(
     layout = point.layout
     weights = weights_bytes(arch, point.quantization, layout, stage) + adapter_bytes(point, arch)
     weights += draft_terms(point, arch, stage)[0]  # the draft, as the engine shards it
-    kv_share = rank_kv_share(arch, layout, stage)
+    kv_share = planbytes.rank_kv_share(arch, layout, stage)
     if speculative.draft_on_stage(layout, stage):
         kv_share *= speculative_kv_scale(point, arch)
     kv_prefill = kv_share * kv_cache_bytes(
@@ -557,7 +544,7 @@ def decode_step_bytes(
     per_param = unquantized_bytes_per_param(arch, quantization)
     embeddings = param_counts(arch, layout, stage).embeddings
     lookup_only = 0 if arch.tie_embeddings else embeddings * per_param
-    unread = untouched_expert_bytes(arch, quantization, batch, layout, stage)  # MoE: bytes.py
+    unread = planbytes.untouched_expert_bytes(arch, quantization, batch, layout, stage)
     return weights - lookup_only - unread, kv
 
 
@@ -593,7 +580,7 @@ def layout_decode_ceiling_tok_s(card: GpuSpec, arch: ModelArch, point: Point) ->
             arch, weights_bytes(arch, q, layout, s), q, point.kv_cache_dtype, point.batch,
             point.context, point.output_tokens, layout, s,
         )  # fmt: skip
-        read += kv_all * rank_kv_share(arch, layout, s)
+        read += kv_all * planbytes.rank_kv_share(arch, layout, s)
         step += read / (card.bandwidth_gb_s * 1e9)
     return point.batch / step
 
@@ -605,10 +592,8 @@ def estimate_seconds(
     counts = param_counts(arch)
     active = counts.active_linear + counts.embeddings
     tensor = 1 if point.layout is None else point.layout.tensor
-    peak = catalog.format_peak_tflops(card, planned_format(arch, point.quantization)[0])
-    prefill_s = (
-        2 * active * point.batch * point.context / (tensor * (peak or card.bf16_tflops) * 1e12)
-    )
+    peak = planbytes.format_peak(card, arch, point.quantization) * 1e12
+    prefill_s = 2 * active * point.batch * point.context / (tensor * peak)
     prefill_s += allreduce_seconds(card, arch, point, point.batch * point.context)
     decode_s = point.batch * point.output_tokens / ceiling
     per_run = (prefill_s + decode_s) / EFFICIENCY[point.target]

@@ -1,13 +1,31 @@
 """The bytes a model holds (harness.plan's formulas, its docstring states them): its parameters
 per kind (whole, or one rank's of a layout's stage), the weights in a format, and the KV cache per
-token and for a batch at a context."""
+token and for a batch at a context.
+
+Today's MoE architectures (issue 46), from config.json:
+  MLA KV        = layers × (kv_lora_rank + qk_rope_head_dim) × bytes × tokens × batch, no factor
+                  2 (vLLM caches the latent and the rope key; K and V are read from it), whole
+                  on every tensor rank (vLLM replicates the MLA cache)
+  MLA attention = q_a_proj, kv_a_proj_with_mqa whole on every rank; q_b_proj (or q_proj),
+                  kv_b_proj, o_proj ÷ tp
+  MoE layer     = routed experts (÷ tp, or ⌈E / tp⌉ whole under ep) + shared experts (÷ tp, or
+                  whole on every rank under ep) + router (whole); the first
+                  first_k_dense_replace layers hold a dense MLP instead
+  shipped       = `none` plans a checkpoint in the format its quantization_config names
+                  (planned_format); a checkpoint-only format keeps the routers in 16 bit
+  decode reads  = the weights less the routed experts a step of B tokens does not touch:
+                  routed × (1 − k/E)^B (experts_touched_share)
+"""
 
 from __future__ import annotations
+
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
 from harness.spec.capabilities import KV_CACHE_FORMATS, WEIGHT_FORMATS, Layout, compute_dtype_bytes
-from harness.spec.catalog import MLP_LINEARS, ModelArch
+from harness.spec.catalog import MLP_LINEARS, GpuSpec, ModelArch, format_peak_tflops
+from harness.spec.scenario import Point
 
 
 class ParamCounts(BaseModel):
@@ -230,3 +248,21 @@ def largest_batch(pool_bytes: float, kv_per_token: float, sequence_tokens: int) 
     if not kv_per_token:
         return None
     return int(max(0.0, pool_bytes) // kv_per_token) // sequence_tokens
+
+
+def pool_figures(point: Point, arch: ModelArch, kv_room: float) -> dict[str, Any]:
+    """The plan's `kv_per_token_bytes` (the binding rank's KV bytes per token) and
+    `largest_batch` (the sequences of context + output a KV pool of `kv_room` bytes holds, under
+    vLLM's pre-allocation on a GPU only; None elsewhere)."""
+    kv_token = rank_kv_per_token(arch, point.kv_cache_dtype, point.quantization, point.layout)
+    most = None
+    if point.backend == "vllm" and point.target != "cpu":
+        most = largest_batch(kv_room, kv_token, point.context + point.output_tokens)
+    return {"kv_per_token_bytes": kv_token, "largest_batch": most}
+
+
+def format_peak(card: GpuSpec, arch: ModelArch, quantization: str) -> float:
+    """TFLOP/s a prefill in this format runs at (catalog.format_peak_tflops of the format
+    planned, a shipped one under `none`); the bf16 peak where the card has no unit for it."""
+    peak = format_peak_tflops(card, planned_format(arch, quantization)[0])
+    return peak or card.bf16_tflops

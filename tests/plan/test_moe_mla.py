@@ -83,7 +83,7 @@ def test_latent_attention_caches_the_latent_not_heads_times_head_dim() -> None:
     assert plan.kv_bytes_per_token(arch, "auto", "none") == 70_272
     assert plan.kv_bytes_per_token(arch, "fp8", "none") == 35_136
     # the latent is whole on every tensor rank (vLLM keeps the MLA cache replicated)
-    assert plan.rank_kv_share(arch, Layout(tensor=8, expert=True), 0) == 1.0
+    assert planbytes.rank_kv_share(arch, Layout(tensor=8, expert=True), 0) == 1.0
 
 
 def test_deepseek_v3_ships_block_fp8_and_none_plans_it() -> None:
