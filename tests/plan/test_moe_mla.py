@@ -170,3 +170,26 @@ def test_dense_first_layers_sit_in_the_first_pipeline_stage() -> None:
 def test_llama4_scout_chunks_three_of_four_layers() -> None:
     arch = catalog.model("meta-llama/Llama-4-Scout-17B-16E-Instruct")
     assert (arch.sliding_window, arch.sliding_layers, arch.shared_expert_size) == (8192, 36, 8192)
+
+
+@pytest.mark.parametrize("card", ["B200", "H200-141GB"])
+def test_harness_plan_prints_the_hand_computed_rank_weights_and_latent_kv(card: str) -> None:
+    import json
+    from pathlib import Path
+
+    from typer.testing import CliRunner
+
+    from harness.cli.main import app
+
+    example = Path(__file__).resolve().parents[2] / "scenarios/examples/deepseek-b200-nvl72.yaml"
+    result = CliRunner().invoke(app, ["plan", str(example), "--gpu", card, "--json"])
+    assert result.exit_code == 0, result.output
+    points = json.loads(result.stdout)["points"]
+    ep = next(
+        p for p in points
+        if p["layout"] == "tp=8,ep" and p["quantization"] == "none" and p["batch"] == 64
+        and p["kv_cache_dtype"] == "auto"
+    )  # fmt: skip
+    assert ep["weights_gib"] == pytest.approx(HAND_RANK_BYTES / GIB, rel=0.02)  # 81.37 GiB
+    assert ep["kv_per_token_bytes"] == pytest.approx(70_272, rel=0.02)  # 61 × 576 × 2 B
+    assert ep["largest_batch"] > 64 and ep["fits"]
