@@ -95,8 +95,8 @@ def test_an_external_csv_with_b200_b300_and_mi355x_rows_is_read() -> None:
         "B300,8,sglang,0.5,deepseek-ai/DeepSeek-R1,nvfp4,,64,1024,1024,12000,,,,https://x.test/b",
         "MI355X,8,vllm,0.10,deepseek-ai/DeepSeek-R1,mxfp4,,64,1024,1024,8000,,,,https://x.test/c",
     ]
-    read = parse_external("\n".join([header, *rows]) + "\n", "market.csv")
-    assert [r.gpu for r in read] == ["B200", "B300", "MI355X"]
+    read = parse_external("\n".join([header, *rows]) + "\n", "market.csv", strict=True)
+    assert [r.gpu for r in read.rows] == ["B200", "B300", "MI355X"] and not read.skipped
 
 
 @pytest.mark.parametrize(
