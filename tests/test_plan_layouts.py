@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from harness import plan
+from harness.plan import bytes as planbytes
 from harness.spec import catalog
 from harness.spec.capabilities import Layout
 from harness.spec.scenario import Point
@@ -66,7 +67,7 @@ def test_kv_heads_are_replicated_when_tp_exceeds_them() -> None:
     arch = catalog.model(QWEN3)
     whole = plan.kv_cache_bytes(arch, "auto", "bf16", tokens=1, batch=1)
     assert whole == 2 * 94 * 4 * 128 * 2
-    assert plan.rank_kv_share(arch, Layout(tensor=8), 0) * whole == 48_128
+    assert planbytes.rank_kv_share(arch, Layout(tensor=8), 0) * whole == 48_128
 
 
 def test_pipeline_stages_split_the_layers_and_the_first_stage_binds() -> None:

@@ -5,8 +5,8 @@ Formulas (bytes; GiB = 2**30):
   params        = embeddings + layers × (attention + MLP × experts + router + norms) + lm_head
   weights       = Σ quantized-linear params × (bits + overhead)/8
                   + the rest × 16-bit (or the model dtype)
-  KV cache      = 2 × layers × kv_heads × head_dim × bytes(kv dtype) × tokens × batch,
-                  tokens capped at the window on sliding-window layers
+  KV cache      = 2 × layers × kv_heads × head_dim × bytes(kv dtype) × tokens × batch, capped at
+                  the window on sliding layers; MLA and MoE terms: harness.plan.bytes's docstring
   activations   = prefill transient (hidden + MLP intermediates of B × S tokens, per layer) + logits
                   (fp32 over B × S positions when all are kept, else B × 1)
   adapter       = (a LoRA folder on the model, counted with the weights)
@@ -71,6 +71,7 @@ from pydantic import BaseModel, ConfigDict
 
 from harness import modes
 from harness.measure import roofline
+from harness.plan import bytes as planbytes
 from harness.plan.bytes import (
     ParamCounts as ParamCounts,
 )
@@ -237,6 +238,8 @@ class PointPlan(BaseModel):
     draft_weights_gib: float = 0.0
     draft_kv_cache_gib: float = 0.0
     pool: speculative.PoolShrink | None = None
+    kv_per_token_bytes: float = 0.0  # the binding rank's; bytes.pool_figures
+    largest_batch: int | None = None
 
     def contract(self) -> dict[str, object]:
         point = {f: getattr(self.point, f) for f in CONFIGURATION_FIELDS if f != "revision"}
@@ -252,6 +255,8 @@ class PointPlan(BaseModel):
                 "cards": self.cards,
                 "binding_rank": self.binding_rank,
                 "communication_gib": self.communication_gib,
+                "kv_per_token_bytes": self.kv_per_token_bytes,
+                "largest_batch": self.largest_batch,
             }
         if self.point.speculative is None:  # and speculative decoding only where it is used
             del point["speculative"]
@@ -350,7 +355,9 @@ def inference_plan(
             draft_kv_per_token=draft_kv,
             sequence_tokens=point.context + point.output_tokens,
         )
+    kv_room = capacity - sum(terms.values()) + terms["kv_cache"]  # what vLLM's share leaves KV
     return PointPlan(
+        **planbytes.pool_figures(point, arch, kv_room),
         draft_weights_gib=draft_weights / GIB,
         draft_kv_cache_gib=terms["kv_cache"] * (1 - 1 / speculative_kv_scale(point, arch)) / GIB,
         pool=pool,
@@ -425,7 +432,7 @@ def inference_memory(
     layout = point.layout
     weights = weights_bytes(arch, point.quantization, layout, stage) + adapter_bytes(point, arch)
     weights += draft_terms(point, arch, stage)[0]  # the draft, as the engine shards it
-    kv_share = rank_kv_share(arch, layout, stage)
+    kv_share = planbytes.rank_kv_share(arch, layout, stage)
     if speculative.draft_on_stage(layout, stage):
         kv_share *= speculative_kv_scale(point, arch)
     kv_prefill = kv_share * kv_cache_bytes(
@@ -499,15 +506,6 @@ def speculative_kv_scale(point: Point, arch: ModelArch) -> float:
     return 1.0 + draft_kv / kv_bytes_per_token(arch, point.kv_cache_dtype, point.quantization)
 
 
-def rank_kv_share(arch: ModelArch, layout: Layout | None, stage: int) -> float:
-    """The share of the KV cache one rank of `stage` holds: its stage's layers, and its KV heads
-    (replicated ones count whole)."""
-    if layout is None:
-        return 1.0
-    layers = stage_layers(arch.num_layers, layout.pipeline, stage) / arch.num_layers
-    return layers * kv_heads_per_rank(arch, layout.tensor) / arch.num_kv_heads
-
-
 def communication_bytes(point: Point) -> float:
     """COMM_BUFFER_BYTES on a GPU rank of a layout with 2 ranks or more, else 0."""
     if point.layout is None or point.layout.cards < 2 or point.target == "cpu":
@@ -548,7 +546,8 @@ def decode_step_bytes(
     embeddings = param_counts(arch, layout, stage).embeddings
     head_here = layout is None or stage == layout.pipeline - 1  # the stage that runs the head
     lookup_only = 0 if arch.tie_embeddings and head_here else embeddings * per_param
-    return weights - lookup_only, kv
+    unread = planbytes.untouched_expert_bytes(arch, quantization, batch, layout, stage)
+    return weights - lookup_only - unread, kv
 
 
 def decode_ceiling_tok_s(card: GpuSpec, weights: float, arch: ModelArch, point: Point) -> float:
@@ -583,7 +582,7 @@ def layout_decode_ceiling_tok_s(card: GpuSpec, arch: ModelArch, point: Point) ->
             arch, weights_bytes(arch, q, layout, s), q, point.kv_cache_dtype, point.batch,
             point.context, point.output_tokens, layout, s,
         )  # fmt: skip
-        read += kv_all * rank_kv_share(arch, layout, s)
+        read += kv_all * planbytes.rank_kv_share(arch, layout, s)
         step += read / (card.bandwidth_gb_s * 1e9)
     return point.batch / step
 
@@ -595,7 +594,8 @@ def estimate_seconds(
     counts = param_counts(arch)
     active = counts.active_linear + counts.embeddings
     tensor = 1 if point.layout is None else point.layout.tensor
-    prefill_s = 2 * active * point.batch * point.context / (tensor * card.bf16_tflops * 1e12)
+    peak = planbytes.format_peak(card, arch, point.quantization) * 1e12
+    prefill_s = 2 * active * point.batch * point.context / (tensor * peak)
     prefill_s += allreduce_seconds(card, arch, point, point.batch * point.context)
     decode_s = point.batch * point.output_tokens / ceiling
     per_run = (prefill_s + decode_s) / EFFICIENCY[point.target]

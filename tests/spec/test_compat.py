@@ -24,6 +24,11 @@ EXAMPLES: dict[str, dict[str, str]] = {
     "fp8-weights-vllm-only": {"quantization": "fp8"},
     "transformers-no-fp8-kv": {"kv_cache_dtype": "fp8_e4m3"},
     "transformers-kv-follows-compute": {"kv_cache_dtype": "bf16"},
+    "fp8-block-not-on-cpu": {"backend": "vllm", "quantization": "fp8-block", "target": "cpu"},
+    "nvfp4-not-on-cpu": {"backend": "vllm", "quantization": "nvfp4", "target": "cpu"},
+    "mxfp4-not-on-cpu": {"backend": "vllm", "quantization": "mxfp4", "target": "cpu"},
+    "nvfp4-not-on-rocm": {"backend": "vllm", "quantization": "nvfp4", "target": "rocm"},
+    "checkpoint-formats-vllm-only": {"quantization": "w8a8-int8"},
 }
 
 
