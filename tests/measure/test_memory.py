@@ -35,7 +35,12 @@ def in_fresh_process(check: str) -> None:
     """Run a check of this module in a new interpreter. RSS only grows on an allocation the
     allocator cannot serve from memory the process already holds, and earlier tests in the same
     session (a 2 GB model built and freed) leave such memory behind."""
-    code = f"import tests.measure.test_memory as m; m.{check}()"
+    # loaded by its file path: an installed package may ship a top-level `tests` (gpuhunt does)
+    code = (
+        "import importlib.util as u; "
+        f"s = u.spec_from_file_location('memory_checks', {str(Path(__file__).resolve())!r}); "
+        f"m = u.module_from_spec(s); s.loader.exec_module(m); m.{check}()"
+    )
     done = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parents[2],
                           capture_output=True, text=True, timeout=120)  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]

@@ -117,6 +117,7 @@ def test_the_overall_metric_alone_would_pass_the_planted_regression(run_dir: Pat
     assert score.worst_category == PLANTED
 
 
+@pytest.mark.engine  # the error analysis loads the model's tokenizer (transformers) for excerpts
 def test_a_planted_regression_on_one_intent_fails_and_names_it(run_dir: Path) -> None:
     points = aggregate_run(run_dir).points.set_index("group")
     assert points.loc["int8", "tasks_verdict_99"] == "fail"
@@ -143,6 +144,7 @@ def test_the_unplanted_configuration_passes_on_its_tasks(tmp_path: Path) -> None
     assert points.loc["fp16", "tasks_failed_by_99"] == ""
 
 
+@pytest.mark.engine  # the error analysis loads the model's tokenizer (transformers) for excerpts
 def test_the_report_names_the_intent_and_regressions_csv_lists_the_flips(run_dir: Path) -> None:
     out = report(run_dir, None)
     readme = (out / "README.md").read_text()

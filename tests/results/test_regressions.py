@@ -107,6 +107,7 @@ def flips_of(run_dir: Path) -> dict[str, dict[str, Any]]:
             for r in found.flips.to_dict(orient="records")}  # fmt: skip
 
 
+@pytest.mark.engine  # the error analysis loads the model's tokenizer (transformers) for excerpts
 def test_a_planted_regression_is_found_per_task_with_its_mcnemar_p(tmp_path: Path) -> None:
     planted_run(tmp_path)
     flips = flips_of(tmp_path)
@@ -126,6 +127,7 @@ def test_a_planted_regression_is_found_per_task_with_its_mcnemar_p(tmp_path: Pat
     assert "McNemar exact" in arc["test"]
 
 
+@pytest.mark.engine  # the error analysis loads the model's tokenizer (transformers) for excerpts
 def test_an_extract_task_flips_its_gold_fields(tmp_path: Path) -> None:
     planted_run(tmp_path)
     slots = flips_of(tmp_path)["slots"]
@@ -138,6 +140,7 @@ def test_an_extract_task_flips_its_gold_fields(tmp_path: Path) -> None:
     assert slots["mcnemar_p_exact"] == 0.625
 
 
+@pytest.mark.engine  # the error analysis loads the model's tokenizer (transformers) for excerpts
 def test_the_summary_keeps_the_windows_and_the_items_the_task_rows(tmp_path: Path) -> None:
     planted_run(tmp_path)
     found = aggregate_run(tmp_path).regressions
@@ -179,6 +182,7 @@ def test_the_worst_windows_come_first_with_their_text(tmp_path: Path) -> None:
     assert summary["worst_window"] == f"window:{k}"
 
 
+@pytest.mark.engine  # the error analysis loads the model's tokenizer (transformers) for excerpts
 def test_regressions_are_published_as_csv_and_in_both_reports(tmp_path: Path) -> None:
     planted_run(tmp_path)
     published = report(tmp_path, None)
@@ -206,6 +210,7 @@ def test_a_run_without_kept_task_results_says_so(tmp_path: Path) -> None:
     assert found.items.empty
 
 
+@pytest.mark.engine  # the error analysis loads the model's tokenizer (transformers) for excerpts
 def test_a_reference_without_task_results_gives_no_flips_row_and_says_why(tmp_path: Path) -> None:
     write_pair(tmp_path)
     keep(tmp_path, "ref", REF_NLL)
@@ -228,6 +233,7 @@ def keep_old_style(run_dir: Path, group: str, nll: NDArray[Any], right: list[int
     atomic_write_bytes(window_scores_path(run_dir, group), buffer.getvalue())
 
 
+@pytest.mark.engine  # the error analysis loads the model's tokenizer (transformers) for excerpts
 def test_an_old_runs_arc_answers_give_an_arc_easy_flips_row(tmp_path: Path) -> None:
     # needs harness.run.store.load_window_tasks to read arc_index / arc_correct as the
     # arc-easy task's arrays (the conversion of runs kept before ARC was a task)
