@@ -17,9 +17,12 @@ from typing import Any
 
 import pytest
 import typer
+import yaml
+from typer.testing import CliRunner
 
 from harness.cli.main import app
 from harness.errors import UserInputError
+from harness.spec import catalog
 from harness.spec import scenario as scen
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -202,6 +205,50 @@ def test_every_command_a_page_shows_parses_against_the_cli(page: Path) -> None:
 def test_every_scenario_snippet_a_page_shows_parses(page: Path) -> None:
     stale = snippet_claims(page)
     assert not stale, "\n".join(map(str, stale))
+
+
+def card_rows() -> list[tuple[str, int, str]]:
+    """The card-catalog rows the docs show (a YAML block under `<!-- card -->`)."""
+    found = []
+    for page in pages():
+        text = page.read_text()
+        for match in FENCE.finditer(text):
+            before = text[: match.start()].rstrip().rsplit("\n", 1)[-1]
+            if before == "<!-- card -->":
+                found.append((page.name, line_of(text, match.start()), match.group(2)))
+    return found
+
+
+def test_every_card_row_the_docs_show_is_a_catalog_row() -> None:
+    rows = card_rows()
+    assert rows, "docs/development/adding-a-card.md shows a row of gpus.yaml"
+    for page, line, body in rows:
+        for row in yaml.safe_load(body):
+            shown = catalog.GpuSpec(**row)
+            assert shown == catalog.gpus()[shown.name], f"{page}:{line}: not as gpus.yaml has it"
+
+
+# Commands cheap enough to run for real here (no engine, no GPU, about a second each).
+CHEAP = ("plan",)
+
+
+def cheap_commands() -> list[tuple[str, int, list[str]]]:
+    found = []
+    for page in pages():
+        for lang, line, body, _ in blocks(page):
+            if lang in ("bash", "sh", "shell", "console", ""):
+                found += [
+                    (page.name, line + 1 + offset, words)
+                    for offset, words in commands(body)
+                    if words[0] in CHEAP and len(words) > 1 and (ROOT / words[1]).is_file()
+                ]
+    return found
+
+
+@pytest.mark.parametrize("page, line, words", cheap_commands())
+def test_every_cheap_command_the_docs_show_runs(page: str, line: int, words: list[str]) -> None:
+    result = CliRunner().invoke(app, words)
+    assert result.exit_code == 0, f"{page}:{line}: harness {' '.join(words)}\n{result.output}"
 
 
 def test_the_scenarios_page_shows_every_top_level_key() -> None:

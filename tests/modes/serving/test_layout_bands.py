@@ -155,7 +155,7 @@ def test_the_flip_in_words(result: Aggregate) -> None:
 
 def test_no_words_without_two_layouts() -> None:
     one = [r for r in rows() if r.layout is None]
-    bands = aggregate(frame_from_rows(one), NODE, 1.0).interactivity_bands
+    bands = aggregate(frame_from_rows(one), NODE, 1.0).table("interactivity_bands")
     assert not bands.empty and layout_lines(bands, "99") == []
 
 

@@ -99,7 +99,7 @@ def test_joules_per_million_tokens_at_the_slo_are_the_chosen_levels() -> None:
     assert cheapest == pytest.approx([0.3e6] * len(cheapest)) and cheapest
     vllm = result.cost[result.cost["backend"] == "vllm"]
     assert list(vllm["j_per_mtok_output_at_slo"]) == pytest.approx([0.3e6] * 3)
-    plain = aggregate(frame_from_rows(runs()), tariffs()).at_slo  # not measured: NaN
+    plain = aggregate(frame_from_rows(runs()), tariffs()).table("at_slo")  # not measured: NaN
     assert math.isnan(plain["j_per_mtok_output_at_slo"].iloc[0])
 
 

@@ -153,7 +153,7 @@ def test_the_cheapest_card_per_band_flips_where_the_hand_calculation_says(
 
 
 def test_no_band_is_met_by_a_level_failing_the_quality_class() -> None:
-    bands = aggregate(frame_from_rows(rows(rtx_ppl=110.0)), TARIFFS).interactivity_bands
+    bands = aggregate(frame_from_rows(rows(rtx_ppl=110.0)), TARIFFS).table("interactivity_bands")
     assert (bands[bands["quality_class"] == "99"]["gpu"] == "H100-SXM-80GB").all()
     assert not bands[bands["quality_class"] == "99"].empty
 

@@ -60,7 +60,7 @@ def test_price_per_million_training_tokens_and_to_the_target_by_hand() -> None:
 
 def test_joules_per_million_training_tokens_beside_the_price() -> None:
     rows = [training_row("full", j_per_token_train=0.25), training_row("lora")]
-    cost = aggregate(frame_from_rows(rows), tariffs()).training_cost
+    cost = aggregate(frame_from_rows(rows), tariffs()).table("training_cost")
     full = cost[cost["train_method"] == "full"]
     assert list(full["j_per_mtok_train"]) == pytest.approx([0.25e6] * 3)
     assert cost.loc[cost["train_method"] == "lora", "j_per_mtok_train"].isna().all()
@@ -118,7 +118,7 @@ def test_rows_that_split_the_same_step_differently_must_train_alike() -> None:
         training_row("full", micro_batch=1, grad_accum=4, loss_curve=[10.0, 9.2, 8.9]),
         training_row("full", micro_batch=2, grad_accum=1, tokens_per_step=512, loss_curve=curve),
     ]
-    pairs = trn.accumulation_pairs(aggregate(frame_from_rows(rows)).training)
+    pairs = trn.accumulation_pairs(aggregate(frame_from_rows(rows)).table("training"))
     by = pairs.set_index("train_method")
     assert len(pairs) == 2  # the 2×1 row has other tokens per step: no pair
     assert by.loc["lora", "equivalent"] and by.loc["lora", "max_abs_dloss_curve"] < 1e-5
