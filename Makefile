@@ -18,7 +18,7 @@ export GPTQMODEL_CPU_WORKERS := 2
 export RAY_USAGE_STATS_ENABLED := 0
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: bench test test-fast lint docs docs-build docs-reference perf gpu-check plan images image-cpu image-cuda image-rocm bench-cluster side-by-side side-by-side-vllm clean venv serving-vs-offline budget-h200
+.PHONY: bench test test-fast lint docs docs-build docs-reference perf gpu-check plan images image-cpu image-cuda image-rocm bench-cluster side-by-side side-by-side-vllm clean venv serving-vs-offline budget-vs-runs budget-h200
 
 venv: $(STAMP)
 
@@ -99,8 +99,10 @@ perf: $(STAMP)
 
 # The plan's budget (defaults, an empty history) against the H200 runs recorded in results/example/,
 # per phase (no GPU needed: the recorded rows are the figures).
-budget-h200: $(STAMP)
-	$(BIN)/python scripts/budget_h200.py
+budget-vs-runs: $(STAMP)
+	$(BIN)/python scripts/budget_vs_runs.py
+
+budget-h200: budget-vs-runs  # its old name (one campaign's card), kept for those who typed it
 
 # The CUDA/ROCm path end to end (tiny model both engines, a random ~0.9B Llama vs the roofline),
 # then the worker on a small GPU grid. Writes JSON under $$OUT (default results/gpu-check).

@@ -57,6 +57,7 @@ REGISTRY: dict[str, Mode] = {
                 forks=False,  # its server is a process of its own
                 payload=True,
                 levels=True,
+                never_reference="its rows carry no quality: the group's offline rows are compared",
                 tables=SERVING_TABLES,
             ),
             points="serving_points",
@@ -126,6 +127,11 @@ def forks_from_host(backend: str, names: set[str]) -> bool:
     return not engine(backend).own_processes and all(get(n).facts.forks for n in names)
 
 
+def never_reference(name: str) -> str | None:
+    """Why a point or row of this mode is never the quality reference (None: it may be)."""
+    return get(name).facts.never_reference
+
+
 def get(name: str) -> Mode:
     try:
         return REGISTRY[name]
@@ -149,6 +155,7 @@ __all__ = [
     "TrainingPoint",
     "forks_from_host",
     "get",
+    "never_reference",
     "payloads",
     "standalone",
     "tables",

@@ -178,7 +178,7 @@ class Priced(Protocol):
     @property
     def tables(self) -> Mapping[str, pd.DataFrame]:
         """Its tables by name; each name is one its registry entry declares (`Facts.tables`),
-        read on the core's `Aggregate` as an attribute of that name."""
+        read on the core's `Aggregate` with ``table(name)``."""
         ...
 
     @property
@@ -214,3 +214,7 @@ class ReportPart(Protocol[R_contra]):
     def markdown(self, result: R_contra, quality_class: str, table: MdTable) -> list[str]: ...
 
     def html(self, result: R_contra, quality_class: str, table: HtmlTable) -> list[str]: ...
+
+    def summary(self, result: R_contra) -> dict[str, pd.DataFrame]:
+        """Its entries of summary.json, by key: the tables a reader of the summary needs."""
+        ...

@@ -44,7 +44,7 @@ SPEED_ONLY_COLUMNS = (
 class Aggregate:
     """Every table of one aggregation. ``points`` keeps every offline row, priced or not; the
     modes' tables are in ``tables`` (filled from each mode's `price` part: the part names them,
-    its registry entry declares them), read as attributes.
+    its registry entry declares them), read with ``table(name)``.
     ``cost`` is built on first use, as it is the one table that grows with rows × packages and
     nothing else here needs it whole."""
 
@@ -62,7 +62,7 @@ class Aggregate:
     # per configuration vs its reference (harness.results.regressions); None: no run folder read
     regressions: reg.Regressions | None = None
     # each mode's tables, by the names its registry entry declares (harness.modes, Facts.tables;
-    # what each holds: the mode's `price` part): read as attributes, ``result.at_slo``; an empty
+    # what each holds: the mode's `price` part): read with ``result.table("at_slo")``; an empty
     # table where the run has none of that mode's rows
     tables: dict[str, pd.DataFrame] = field(default_factory=dict)
     # n-gram overlap of what the models saw with what they are scored on (the run's manifest)
@@ -74,13 +74,13 @@ class Aggregate:
     gated: tuple[str, ...] = GATE_METRICS
     gated_by_run: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
-    def __getattr__(self, name: str) -> pd.DataFrame:
-        """A mode's table (``tables``), empty where the run has none of its rows; any other
-        missing name is an AttributeError, as on any object."""
-        if name.startswith("__") or name not in modes.tables():
-            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
-        tables: dict[str, pd.DataFrame] = self.__dict__.setdefault("tables", {})
-        return tables.setdefault(name, pd.DataFrame())
+    def table(self, name: str) -> pd.DataFrame:
+        """A mode's table (``tables``) by the name its registry entry declares, empty where the
+        run has none of its rows; a name no mode declares is a KeyError naming the known ones."""
+        known = modes.tables()
+        if name not in known:
+            raise KeyError(f"no mode declares a table {name!r}; known: {', '.join(known)}")
+        return self.tables.setdefault(name, pd.DataFrame())
 
     @cached_property
     def cost(self) -> pd.DataFrame:

@@ -401,7 +401,7 @@ def write_site(site: Site, tariffs: TariffTable | None, quality_class: str) -> P
         atomic_write_text(tmp / "cost.csv", csv_text(cost))
         cheapest_csv = cheapest.drop(columns=["point_index", "package_index"], errors="ignore")
         atomic_write_text(tmp / "cheapest.csv", csv_text(cheapest_csv))
-        atomic_write_text(tmp / "serving.csv", csv_text(run_first(result.serving)))
+        atomic_write_text(tmp / "serving.csv", csv_text(run_first(result.table("serving"))))
         atomic_write_text(tmp / "runs.csv", csv_text(runs))
         atomic_write_json(
             tmp / "site.json", json_safe(site_json(site, runs, quality_class, differ))

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict
 
+from harness import modes
 from harness.backends.base import WindowScores
 from harness.row import Energy, Header, Part, PointColumns, Provenance, ResultRow, Status
 from harness.spec.quality import QualitySettings
@@ -34,13 +35,22 @@ class WorkContext(BaseModel):
     gpu: str | None = None  # catalog card when the device name is not matched
 
 
+def apart_from_reference(group: GroupKey) -> bool:
+    """Is the group one of a mode whose rows are never the reference, named on the group by its
+    payload's label (a training configuration: its own group)?"""
+    return any(
+        getattr(group, name, None) is not None and modes.never_reference(name)
+        for name in modes.payloads()
+    )
+
+
 def is_reference(group: GroupKey, ctx: WorkContext) -> bool:
     """Random weights are never a quality reference (they have no quality), nor is a training
     group (its quality is a held-out loss, compared in harness.modes.training.price)."""
     return (
         group.weights == "checkpoint"
         and group.adapter is None  # an adapter is compared with its base, never the reference
-        and group.training is None  # training points compare with the full fine-tune instead
+        and not apart_from_reference(group)  # a mode never the reference (its Facts say why)
         and group.layout is None  # one card: a layout over k cards is compared with it
         and group.speculative is None  # plain decoding: a speculative one is compared with it
         and group.quantization == ctx.reference.quantization

@@ -23,6 +23,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from harness import modes
 from harness import plan as planner
 from harness.backends.base import BackendOptions, WindowScores
 from harness.console import err_console, shown
@@ -106,10 +107,10 @@ class Job:
         prov = self.provenance
         if load_generator is not None:
             prov = (prov or Provenance()).model_copy(update={"load_generator": load_generator})
+        reference = self.reference_group and not modes.never_reference(point.mode)
         return point_row(
             point, *parts, run=self.ctx.run, corpus_hash=self.corpus_hash, status=status,
-            error=error, is_reference=self.reference_group and point.serving is None, gpu=card,
-            provenance=prov,
+            error=error, is_reference=reference, gpu=card, provenance=prov,
         )  # fmt: skip
 
 

@@ -81,9 +81,7 @@ def prepare(
     for point in grid.points:
         if point.weights == "random":  # no quality, so nothing to compare with a reference
             continue
-        if point.serving is not None:  # quality comes from the group's offline points
-            continue
-        if point.training is not None:  # compared with the full fine-tune (results.training)
+        if modes.never_reference(point.mode):  # compared otherwise (the mode's Facts say how)
             continue
         ref = scen.reference_point(scenario, point).model_copy(
             update={"backend": reference_backend}

@@ -40,7 +40,7 @@ def test_each_table_belongs_to_one_mode() -> None:
 
 def test_a_mode_table_reads_as_an_attribute_and_is_empty_without_its_rows() -> None:
     result = aggregate(pd.DataFrame([r.model_dump() for r in F.small_grid()]), F.tariffs())
-    assert isinstance(result.at_slo, pd.DataFrame)
-    assert result.at_slo.empty and result.training_cost.empty
+    assert isinstance(result.table("at_slo"), pd.DataFrame)
+    assert result.table("at_slo").empty and result.table("training_cost").empty
     with pytest.raises(AttributeError, match="no attribute 'at_sla'"):
         _ = result.at_sla

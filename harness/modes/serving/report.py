@@ -39,10 +39,10 @@ def _finite(value: Any) -> float:
 
 def latency_throughput_charts(result: Aggregate, max_charts: int = MAX_CHARTS) -> list[str]:
     """One SVG per configuration with serving rows: x output tok/s, y TPOT p99 (ms) per level."""
-    served = result.serving
+    served = result.table("serving")
     if served.empty:
         return []
-    chosen = {str(k) for k in result.at_slo["key_at_slo"].dropna()}
+    chosen = {str(k) for k in result.table("at_slo")["key_at_slo"].dropna()}
     out = []
     for (_, group), rows in list(served.groupby(["run", "group"], sort=False))[:max_charts]:
         ok = rows[rows["status"] == "ok"]
@@ -118,7 +118,7 @@ def cost_interactivity_charts(
 ) -> list[str]:
     """One SVG per (model, package length): x tok/s/user (1000 / TPOT), y $/Mtok out; a series
     per GPU and provider (every level), and the front of the levels passing ``quality_class``."""
-    curve = result.interactivity
+    curve = result.table("interactivity")
     if curve.empty:
         return []
     out = []
@@ -163,7 +163,7 @@ def cost_interactivity_charts(
 
 def level_table(result: Aggregate) -> pd.DataFrame:
     """Per configuration: its level at the SLO (empty when there are no serving rows)."""
-    return result.at_slo
+    return result.table("at_slo")
 
 
 # --- the tables --------------------------------------------------------------------------------
@@ -232,7 +232,7 @@ SPECULATION_BANDS = (
 
 def bands_for(result: Aggregate, quality_class: str) -> pd.DataFrame:
     """The cheapest level per interactivity band for ``quality_class`` (both pages)."""
-    table = result.interactivity_bands
+    table = result.table("interactivity_bands")
     if table.empty:
         return table
     return table[table["quality_class"] == quality_class]
@@ -348,7 +348,7 @@ SPECULATION_NOTE = (
 
 def speculation_for(result: Aggregate, quality_class: str) -> pd.DataFrame:
     """Speculation against plain decoding per band for ``quality_class`` (both pages)."""
-    table = result.speculation_bands
+    table = result.table("speculation_bands")
     if table.empty:
         return table
     return table[table["quality_class"] == quality_class]
@@ -370,7 +370,7 @@ SPECULATION_HEADERS = readme_headers(SPECULATION_BANDS)
 
 def cheapest_at_slo(result: Aggregate, quality_class: str) -> pd.DataFrame:
     """The cheapest configurations at the SLO for ``quality_class`` (both pages show these)."""
-    table = result.cheapest_at_slo
+    table = result.table("cheapest_at_slo")
     return table[table["quality_class"] == quality_class]
 
 
@@ -383,7 +383,7 @@ def _cells(frame: pd.DataFrame, headers: dict[str, str]) -> list[dict[str, str]]
 
 def markdown_section(result: Aggregate, quality_class: str, md_table: MdTable) -> list[str]:
     """Serving under load: cheapest at the SLO per package, and each configuration's level."""
-    if result.serving.empty:
+    if result.table("serving").empty:
         return []
     cheapest = cheapest_at_slo(result, quality_class)
     return [
@@ -391,7 +391,7 @@ def markdown_section(result: Aggregate, quality_class: str, md_table: MdTable) -
         *_md_listing(LAYOUT_LEAD, at_slo_layout_lines(result, quality_class)),
         md_table(_cells(cheapest, SERVING_HEADERS)),
         "\n### Level at the SLO per configuration\n",
-        md_table(_cells(result.at_slo, AT_SLO_HEADERS)),
+        md_table(_cells(result.table("at_slo"), AT_SLO_HEADERS)),
         *markdown_search(result, quality_class, md_table),
     ]
 
@@ -404,10 +404,10 @@ def _md_listing(lead: str, lines: list[str]) -> list[str]:
 def markdown_search(result: Aggregate, quality_class: str, md_table: MdTable) -> list[str]:
     """The searches' outcome and the cheapest level per interactivity band (when there are)."""
     out = []
-    if not result.slo_search.empty:
+    if not result.table("slo_search").empty:
         out += [
             "\n### Highest load meeting the SLO (searched)\n",
-            md_table(_cells(result.slo_search, SEARCH_HEADERS)),
+            md_table(_cells(result.table("slo_search"), SEARCH_HEADERS)),
         ]
     bands = bands_for(result, quality_class)
     if not bands.empty:
@@ -459,7 +459,7 @@ SERVING_COLUMNS: list[Column] = table_columns(
 
 def html_section(result: Aggregate, quality_class: str, html_table: HtmlTable) -> list[str]:
     """Serving under load (mode: serving rows); empty when the run has none."""
-    if result.serving.empty:
+    if result.table("serving").empty:
         return []
     cheapest = cheapest_at_slo(result, quality_class)
     return [
@@ -473,11 +473,11 @@ def html_section(result: Aggregate, quality_class: str, html_table: HtmlTable) -
         *_html_listing(LAYOUT_LEAD, at_slo_layout_lines(result, quality_class)),
         html_table(cheapest, CHEAPEST_AT_SLO_COLUMNS, "cheapest-at-slo"),
         "<h3>Level at the SLO per configuration</h3>",
-        html_table(result.at_slo, AT_SLO_COLUMNS, "at-slo"),
+        html_table(result.table("at_slo"), AT_SLO_COLUMNS, "at-slo"),
         *latency_throughput_charts(result),
         *html_search(result, quality_class, html_table),
         "<h3>Every load level</h3>",
-        html_table(result.serving, SERVING_COLUMNS, "serving"),
+        html_table(result.table("serving"), SERVING_COLUMNS, "serving"),
     ]
 
 
@@ -492,14 +492,14 @@ def _html_listing(lead: str, lines: list[str]) -> list[str]:
 def html_search(result: Aggregate, quality_class: str, html_table: HtmlTable) -> list[str]:
     """The searches' outcome, cost against interactivity and the cheapest per band."""
     out = []
-    if not result.slo_search.empty:
+    if not result.table("slo_search").empty:
         out += [
             "<h3>Highest load meeting the SLO (searched)</h3>",
             '<p class="note">Bracketed, then bisected (geometric midpoint for a request rate, '
             "integer for a concurrency), each probe a real <code>vllm bench serve</code> level. "
             "max load = the highest probed load that met the SLO; the bracket's high end the "
             "lowest that missed it (empty: HIGH met it). $/Mtok out at the probe there.</p>",
-            html_table(result.slo_search, SEARCH_COLUMNS, "slo-search"),
+            html_table(result.table("slo_search"), SEARCH_COLUMNS, "slo-search"),
         ]
     charts = cost_interactivity_charts(result, quality_class)
     bands = bands_for(result, quality_class)
@@ -537,6 +537,14 @@ class Report:
     def site_charts(self, result: Aggregate, quality_class: str) -> list[str]:
         """The charts the site draws across runs (harness.results.site)."""
         return cost_interactivity_charts(result, quality_class)
+
+    def summary(self, result: Aggregate) -> dict[str, pd.DataFrame]:
+        return {
+            "serving_at_slo": result.table("at_slo"),  # per configuration: its level at the SLO
+            "serving_slo_search": result.table("slo_search"),  # max_rate_at_slo, bracket, $/Mtok
+            "serving_interactivity_bands": result.table("interactivity_bands"),
+            "cheapest_at_slo": result.table("cheapest_at_slo"),
+        }
 
 
 REPORT = Report()

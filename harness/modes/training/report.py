@@ -137,40 +137,40 @@ ACCUMULATION_NOTE = (
 
 
 def markdown_section(result: Aggregate) -> list[str]:
-    if result.training.empty:
+    if result.table("training").empty:
         return leakage_markdown(result)
     return [
         "\n## Training: $ per 1M training tokens and cost to the target loss\n",
         NOTE + "\n",
-        md_table(records(result.training_cost, COST_HEADERS)),
+        md_table(records(result.table("training_cost"), COST_HEADERS)),
         "\n### Cheapest to the target loss per method and package\n",
-        md_table(records(trn.cheapest_to_target(result.training_cost), COST_HEADERS)),
+        md_table(records(trn.cheapest_to_target(result.table("training_cost")), COST_HEADERS)),
         "\n### Training rows\n",
-        md_table(records(result.training, ROW_HEADERS)),
+        md_table(records(result.table("training"), ROW_HEADERS)),
         "\n### Accumulation equivalence on the measured rows\n",
         ACCUMULATION_NOTE + "\n",
-        md_table(records(trn.accumulation_pairs(result.training), ACCUMULATION_HEADERS)),
+        md_table(records(trn.accumulation_pairs(result.table("training")), ACCUMULATION_HEADERS)),
         *leakage_markdown(result),
     ]
 
 
 def html_section(result: Aggregate, html_table: HtmlTable) -> list[str]:
-    if result.training.empty:
+    if result.table("training").empty:
         return leakage_html(result, html_table)
     cost: list[Column] = table_columns(COST_HEADERS)
     rows: list[Column] = table_columns(ROW_HEADERS)
     return [
         '<h2 id="training">Training: $ per 1M training tokens and cost to the target loss</h2>',
         f'<p class="note">{escape(NOTE)}</p>',
-        html_table(result.training_cost, cost, "training-cost"),
+        html_table(result.table("training_cost"), cost, "training-cost"),
         "<h3>Cheapest to the target loss per method and package</h3>",
-        html_table(trn.cheapest_to_target(result.training_cost), cost, "training-target"),
+        html_table(trn.cheapest_to_target(result.table("training_cost")), cost, "training-target"),
         "<h3>Training rows</h3>",
-        html_table(result.training, rows, "training-rows"),
+        html_table(result.table("training"), rows, "training-rows"),
         "<h3>Accumulation equivalence on the measured rows</h3>",
         f'<p class="note">{escape(ACCUMULATION_NOTE)}</p>',
         html_table(
-            trn.accumulation_pairs(result.training),
+            trn.accumulation_pairs(result.table("training")),
             table_columns(ACCUMULATION_HEADERS),
             "training-accumulation",
         ),
@@ -187,6 +187,9 @@ class Report:
 
     def html(self, result: Aggregate, quality_class: str, table: HtmlTable) -> list[str]:
         return html_section(result, table)
+
+    def summary(self, result: Aggregate) -> dict[str, pd.DataFrame]:
+        return {}  # summary.json states no training table (its tables are in the report's files)
 
 
 REPORT = Report()

@@ -79,7 +79,9 @@ def write_published(
         atomic_write_bytes(tmp / "points.parquet", parquet_bytes(result.points))
         atomic_write_text(tmp / "cost.csv", csv_text(cost_for_csv(result)))
         atomic_write_text(tmp / "regressions.csv", csv_text(regressions_frame(result)))
-        atomic_write_text(tmp / "serving.csv", csv_text(result.serving))  # mode: serving rows
+        atomic_write_text(
+            tmp / "serving.csv", csv_text(result.table("serving"))
+        )  # mode: serving rows
         atomic_write_json(tmp / "summary.json", json_safe(summary(result, tariffs, quality_class)))
         atomic_write_text(tmp / "README.md", readme(result, tariffs, quality_class, extra_markdown))
         page = report_html(result, tariffs, quality_class, extra_html)

@@ -37,14 +37,18 @@ BANDS_LEAD = (
 def has_speculation(result: Aggregate) -> bool:
     """Whether any offline or serving row of the run speculates."""
     return bool(sp.speculative_rows(result.points).any()) or bool(
-        not result.serving.empty and sp.speculative_rows(result.serving).any()
+        not result.table("serving").empty and sp.speculative_rows(result.table("serving")).any()
     )
 
 
 def headline_lines(result: Aggregate, quality_class: str) -> list[str]:
     """Where speculation wins, in words: the offline cheapest configurations that speculate
     and the serving series where it is cheaper at some interactivity band (none: [])."""
-    bands = [text for wins, text in sp.band_lines(result.speculation_bands, quality_class) if wins]
+    bands = [
+        text
+        for wins, text in sp.band_lines(result.table("speculation_bands"), quality_class)
+        if wins
+    ]
     return [*sp.offline_wins(result.cheapest, quality_class), *bands]
 
 
@@ -59,7 +63,7 @@ def speculation_section(result: Aggregate, quality_class: str, page: Page) -> li
     if not has_speculation(result):
         return []
     points = result.points
-    serving = result.serving if not result.serving.empty else None
+    serving = result.table("serving") if not result.table("serving").empty else None
     rows = points[sp.speculative_rows(points)]
     out = [
         page.heading(2, TITLE),
@@ -67,7 +71,7 @@ def speculation_section(result: Aggregate, quality_class: str, page: Page) -> li
         *page.listing("Greedy identity with and without speculation", sp.identity_lines(rows)),
         page.table(sp.acceptance_table(points, serving), ACCEPTANCE, "speculation-acceptance"),
     ]
-    lines = [text for _, text in sp.band_lines(result.speculation_bands, quality_class)]
+    lines = [text for _, text in sp.band_lines(result.table("speculation_bands"), quality_class)]
     if lines:
         out += page.listing(f"{BANDS_LEAD}, class {quality_class}", lines)
     return out

@@ -11,6 +11,7 @@ import pandas as pd
 
 from harness import __version__
 from harness.results.aggregate import Aggregate
+from harness.results.publish.analysis import mode_reports
 from harness.results.publish.headline import headline_table
 from harness.results.publish.method import FORMULAS, LICENCES
 from harness.spec.tariffs import TariffTable
@@ -36,6 +37,14 @@ def records(frame: pd.DataFrame, limit: int | None = None) -> list[dict[str, Any
     return [json_safe(r) for r in part.astype("object").to_dict(orient="records")]
 
 
+def mode_summaries(result: Aggregate) -> dict[str, list[dict[str, Any]]]:
+    """Each mode's own entries (its `report` part's ``summary``), in the registry's order."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    for part in mode_reports():
+        out |= {key: records(frame) for key, frame in part.summary(result).items()}
+    return out
+
+
 def summary(result: Aggregate, tariffs: TariffTable | None, quality_class: str) -> dict[str, Any]:
     return {
         "harness": __version__,
@@ -49,10 +58,7 @@ def summary(result: Aggregate, tariffs: TariffTable | None, quality_class: str) 
         "gpu_ratios": records(result.gpu_ratios),
         "pareto_cost_quality": records(result.pareto_cost_quality),
         "pareto_throughput_latency": records(result.pareto_throughput_latency, 500),
-        "serving_at_slo": records(result.at_slo),  # per configuration: its level at the SLO
-        "serving_slo_search": records(result.slo_search),  # max_rate_at_slo, bracket, $/Mtok
-        "serving_interactivity_bands": records(result.interactivity_bands),
-        "cheapest_at_slo": records(result.cheapest_at_slo),
+        **mode_summaries(result),
         "tariffs": [t.model_dump() for t in tariffs.tariffs] if tariffs else [],
         "tariff_note": tariffs.note if tariffs else None,
         "formulas": FORMULAS,

@@ -102,7 +102,7 @@ def class_99(table: pd.DataFrame) -> pd.DataFrame:
 
 
 def test_each_level_is_priced_on_its_layouts_cards(result: Aggregate) -> None:
-    curve = result.interactivity
+    curve = result.table("interactivity")
     got = {
         (None if pd.isna(r["layout"]) else r["layout"], int(r["level"].split()[-1])): r
         for _, r in curve.iterrows()
@@ -118,7 +118,7 @@ def test_each_level_is_priced_on_its_layouts_cards(result: Aggregate) -> None:
 def test_the_band_table_lists_both_layouts_side_by_side_and_names_the_flip(
     result: Aggregate,
 ) -> None:
-    bands = class_99(result.interactivity_bands)
+    bands = class_99(result.table("interactivity_bands"))
     got = [(r["band_tok_s_user"], shown(r["layout"]), r["level"]) for _, r in bands.iterrows()]
     assert got == [  # per band, cheapest first
         (25.0, "tp=1", "concurrency 32"),
@@ -137,7 +137,7 @@ def test_the_band_table_lists_both_layouts_side_by_side_and_names_the_flip(
 
 
 def test_at_the_slo_the_layouts_stand_side_by_side(result: Aggregate) -> None:
-    cheapest = class_99(result.cheapest_at_slo)
+    cheapest = class_99(result.table("cheapest_at_slo"))
     got = {shown(r["layout"]): r for _, r in cheapest.iterrows()}
     assert set(got) == {"tp=1", "tp=8"}
     assert got["tp=1"]["usd_per_mtok_output_at_slo"] == pytest.approx(3 / 8.64)
@@ -146,7 +146,7 @@ def test_at_the_slo_the_layouts_stand_side_by_side(result: Aggregate) -> None:
 
 
 def test_the_flip_in_words(result: Aggregate) -> None:
-    assert layout_lines(result.interactivity_bands, "99") == [
+    assert layout_lines(result.table("interactivity_bands"), "99") == [
         "tiny-llama, 30-day packages: tp=1 × 8 replicas per node is cheaper at ≥ 25 tok/s/user "
         "(TPOT ≤ 40 ms), tp=8 × 1 replica per node at ≥ 50 tok/s/user (TPOT ≤ 20 ms): the "
         "cheaper layout flips at 50 tok/s/user (TPOT 20 ms)"
@@ -155,7 +155,7 @@ def test_the_flip_in_words(result: Aggregate) -> None:
 
 def test_no_words_without_two_layouts() -> None:
     one = [r for r in rows() if r.layout is None]
-    bands = aggregate(frame_from_rows(one), NODE, 1.0).interactivity_bands
+    bands = aggregate(frame_from_rows(one), NODE, 1.0).table("interactivity_bands")
     assert not bands.empty and layout_lines(bands, "99") == []
 
 
@@ -192,9 +192,13 @@ def test_a_layout_needing_more_cards_than_the_node_has_is_not_priced_there() -> 
         tariff(gpus_per_node=4, hourly_usd=12.0, packages=[Package(days=30, discount_pct=0)])
     )
     small = aggregate(frame_from_rows(rows()), half, 1.0)
-    for table in (small.interactivity, small.priced_at_slo, small.cheapest_at_slo):
+    for table in (
+        small.table("interactivity"),
+        small.table("priced_at_slo"),
+        small.table("cheapest_at_slo"),
+    ):
         assert set(table["layout"].map(shown)) == {"tp=1"}
-    usd = small.cheapest_at_slo["usd_per_mtok_output_at_slo"]
+    usd = small.table("cheapest_at_slo")["usd_per_mtok_output_at_slo"]
     assert list(usd) == pytest.approx([3 / 8.64] * len(usd))
-    assert set(small.cheapest_at_slo["replicas_per_node"]) == {4}
-    assert layout_lines(small.interactivity_bands, "99") == []
+    assert set(small.table("cheapest_at_slo")["replicas_per_node"]) == {4}
+    assert layout_lines(small.table("interactivity_bands"), "99") == []

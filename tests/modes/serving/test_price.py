@@ -73,15 +73,15 @@ def runs() -> list[ResultRow]:
 def test_serving_rows_inherit_their_configurations_quality_and_stay_out_of_offline_tables() -> None:
     result = aggregate(frame_from_rows(runs()), tariffs())
     assert len(result.points) == 2 and (result.points["mode"] != "serving").all()
-    assert len(result.serving) == 4
-    assert set(result.serving["quality_class"]) == {"99.9"}
-    assert result.serving["pass_99_9"].all()
+    assert len(result.table("serving")) == 4
+    assert set(result.table("serving")["quality_class"]) == {"99.9"}
+    assert result.table("serving")["pass_99_9"].all()
     assert result.counts["serving_rows"] == 4
 
 
 def test_the_level_at_the_slo_is_the_fastest_ok_level_that_meets_the_attainment() -> None:
     result = aggregate(frame_from_rows(runs()), tariffs())
-    (config,) = result.at_slo.to_dict(orient="records")
+    (config,) = result.table("at_slo").to_dict(orient="records")
     assert config["level_at_slo"] == "concurrency 8"
     assert config["output_tok_s_at_slo"] == 3000.0
     assert (config["levels_meeting_slo"], config["levels_measured"]) == (2, 3)
@@ -93,22 +93,22 @@ def test_joules_per_million_tokens_at_the_slo_are_the_chosen_levels() -> None:
     rows[3].j_per_token_serving = 0.3  # c8: the level at the SLO
     rows[4].j_per_token_serving = 0.2  # c32: fewer joules, but misses the SLO
     result = aggregate(frame_from_rows(rows), tariffs())
-    (config,) = result.at_slo.to_dict(orient="records")
+    (config,) = result.table("at_slo").to_dict(orient="records")
     assert config["j_per_mtok_output_at_slo"] == pytest.approx(0.3e6)
-    cheapest = list(result.cheapest_at_slo["j_per_mtok_output_at_slo"])
+    cheapest = list(result.table("cheapest_at_slo")["j_per_mtok_output_at_slo"])
     assert cheapest == pytest.approx([0.3e6] * len(cheapest)) and cheapest
     vllm = result.cost[result.cost["backend"] == "vllm"]
     assert list(vllm["j_per_mtok_output_at_slo"]) == pytest.approx([0.3e6] * 3)
-    plain = aggregate(frame_from_rows(runs()), tariffs()).at_slo  # not measured: NaN
+    plain = aggregate(frame_from_rows(runs()), tariffs()).table("at_slo")  # not measured: NaN
     assert math.isnan(plain["j_per_mtok_output_at_slo"].iloc[0])
 
 
 def test_no_level_meeting_the_slo_leaves_the_figure_empty_and_unpriced() -> None:
     rows = [*runs()[:2], level(1000.0, 0.5), level(2000.0, 0.98, concurrency=4)]
     result = aggregate(frame_from_rows(rows), tariffs())
-    (config,) = result.at_slo.to_dict(orient="records")
+    (config,) = result.table("at_slo").to_dict(orient="records")
     assert config["level_at_slo"] is None and math.isnan(config["output_tok_s_at_slo"])
-    assert result.cheapest_at_slo.empty
+    assert result.table("cheapest_at_slo").empty
     assert result.cost["usd_per_mtok_output_at_slo"].isna().all()
 
 
@@ -140,7 +140,7 @@ def test_cheapest_at_the_slo_per_class_gpu_and_package_only_among_passing_config
         level(50_000.0, 1.0, group=below, quantization="bnb-nf4"),  # fast, but fails quality
     ]
     result = aggregate(frame_from_rows(rows), tariffs())
-    table = result.cheapest_at_slo
+    table = result.table("cheapest_at_slo")
     assert set(table["quality_class"]) == {"99", "99.9"}
     assert len(table) == 6  # 2 classes × 3 packages of one GPU
     assert set(table["quantization"]) == {"none"}  # the nf4 configuration is below both classes
@@ -169,7 +169,11 @@ def test_the_report_has_the_chart_with_the_slo_line_and_the_chosen_level(tmp_pat
 def test_a_run_without_serving_rows_publishes_as_before(tmp_path: Path) -> None:
     run = write_run(tmp_path / "run-a", runs()[:2])
     result = aggregate(frame_from_rows(runs()[:2]), tariffs())
-    assert result.serving.empty and result.at_slo.empty and result.cheapest_at_slo.empty
+    assert (
+        result.table("serving").empty
+        and result.table("at_slo").empty
+        and result.table("cheapest_at_slo").empty
+    )
     out = report(run, tariffs())
     assert "Serving under load" not in (out / "report.html").read_text()
 
@@ -182,10 +186,10 @@ def test_the_results_side_chooses_the_level_with_the_slo_modules_rule() -> None:
 
     rows = [*runs(), level(0.0, 1.0, concurrency=2)]  # meets the attainment, produces nothing
     result = aggregate(frame_from_rows(rows), tariffs())
-    (config,) = result.at_slo.to_dict(orient="records")
-    levels = srv.levels(result.serving)
+    (config,) = result.table("at_slo").to_dict(orient="records")
+    levels = srv.levels(result.table("serving"))
     chosen = slo.choose_at_slo(levels, 0.99)
     assert chosen is not None
-    assert config["key_at_slo"] == result.serving["key"].iloc[chosen.position]
+    assert config["key_at_slo"] == result.table("serving")["key"].iloc[chosen.position]
     assert config["level_at_slo"] == "concurrency 8"
     assert config["levels_meeting_slo"] == sum(slo.qualifies(lv, 0.99) for lv in levels) == 2

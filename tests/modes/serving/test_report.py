@@ -93,7 +93,7 @@ def per_mtok(gpu: str, days: int, tok_s: float) -> float:
 def test_the_search_row_gives_max_rate_its_bracket_goodput_and_cost_there(
     result: Aggregate,
 ) -> None:
-    table = result.slo_search
+    table = result.table("slo_search")
     assert len(table) == 3  # one search × the H100's three packages
     first = table.iloc[0]
     assert first["max_rate_at_slo"] == 8.0
@@ -107,20 +107,20 @@ def test_the_search_row_gives_max_rate_its_bracket_goodput_and_cost_there(
 
 
 def test_the_search_row_is_in_no_level_table_and_its_probes_are_levels(result: Aggregate) -> None:
-    assert result.serving["max_rate_at_slo"].isna().all()
-    probes = result.serving[result.serving["search_probe"].notna()]
+    assert result.table("serving")["max_rate_at_slo"].isna().all()
+    probes = result.table("serving")[result.table("serving")["search_probe"].notna()]
     assert len(probes) == len(PROBES)
     assert result.counts["serving_rows"] == 12 and result.counts["serving_search_rows"] == 1
     # the level at the SLO may be a probe: the fastest one meeting 0.99 (8 req/s, 1000 tok/s)
     # loses to c64 at 2400 tok/s, which meets it too
-    h100 = result.at_slo[result.at_slo["run"] == "run-a"].iloc[0]
+    h100 = result.table("at_slo")[result.table("at_slo")["run"] == "run-a"].iloc[0]
     assert h100["output_tok_s_at_slo"] == 2400.0
 
 
 def test_interactivity_is_1000_over_the_tpot_and_each_level_is_priced_per_package(
     result: Aggregate,
 ) -> None:
-    curve = result.interactivity
+    curve = result.table("interactivity")
     assert len(curve) == (6 + len(PROBES)) * 3  # every ok level × the 3 packages of its card
     for rec in curve.to_dict(orient="records"):
         levels = LEVELS[rec["gpu"]]
@@ -136,7 +136,7 @@ def test_the_cheapest_card_per_band_flips_where_the_hand_calculation_says(
     # 3-day packages by hand ($/Mtok = card-hour / tokens per hour): RTX c32 (15 tok/s/user) is
     # the cheapest level of all; from 30 tok/s/user only H100 levels beat RTX c8 (40/user):
     # H100 c64 (50/user, 2400 tok/s); from 100, H100 c16 (120/user); from 200, H100 c1 alone.
-    bands = result.interactivity_bands
+    bands = result.table("interactivity_bands")
     three = bands[(bands["quality_class"] == "99") & (bands["package_days"] == 3)]
     got = [(b, gpu, level) for b, gpu, level in
            zip(three["band_tok_s_user"], three["gpu"], three["level"], strict=True)]  # fmt: skip
@@ -153,7 +153,7 @@ def test_the_cheapest_card_per_band_flips_where_the_hand_calculation_says(
 
 
 def test_no_band_is_met_by_a_level_failing_the_quality_class() -> None:
-    bands = aggregate(frame_from_rows(rows(rtx_ppl=110.0)), TARIFFS).interactivity_bands
+    bands = aggregate(frame_from_rows(rows(rtx_ppl=110.0)), TARIFFS).table("interactivity_bands")
     assert (bands[bands["quality_class"] == "99"]["gpu"] == "H100-SXM-80GB").all()
     assert not bands[bands["quality_class"] == "99"].empty
 
@@ -182,7 +182,7 @@ def test_the_front_holds_only_levels_no_other_beats_on_cost_and_interactivity(
 ) -> None:
     from harness.modes.serving.report import _front
 
-    three = result.interactivity[result.interactivity["package_days"] == 3]
+    three = result.table("interactivity")[result.table("interactivity")["package_days"] == 3]
     front = three[_front(three)]
     for rec in front.to_dict(orient="records"):
         better = three[

@@ -73,7 +73,7 @@ def result() -> Aggregate:
 
 
 def three_day(result: Aggregate) -> Any:
-    bands = result.speculation_bands
+    bands = result.table("speculation_bands")
     return bands[(bands["quality_class"] == "99") & (bands["package_days"] == 3)]
 
 
@@ -119,7 +119,7 @@ def test_the_headline_names_speculation_where_it_wins(result: Aggregate) -> None
 
 def test_a_speculative_configuration_whose_greedy_output_differs_is_never_compared() -> None:
     result = aggregate(frame_from_rows(rows(spec_digests="a1,XX")), TARIFFS)
-    served = result.serving
+    served = result.table("serving")
     spec = served[served["speculative"] == SPEC]
     assert set(spec["greedy_identical"]) == {"no"}  # its group's offline verdict
     assert not spec["pass_99"].any() and served[served["speculative"].isna()]["pass_99"].all()
@@ -127,7 +127,7 @@ def test_a_speculative_configuration_whose_greedy_output_differs_is_never_compar
     # only plain levels pass: "plain only" at ≥ 40 and ≥ 80; nothing reaches ≥ 150
     assert list(three["cheaper"]) == ["plain only", "plain only"]
     assert headline_lines(result, "99") == []
-    assert result.cheapest_at_slo["speculative"].isna().all()
+    assert result.table("cheapest_at_slo")["speculative"].isna().all()
 
 
 def test_both_pages_show_identity_beside_engines_agree_and_acceptance_per_workload(

@@ -40,7 +40,7 @@ def training_row(method: str, shift: float = 0.0, **kw: Any) -> Any:
 def test_price_per_million_training_tokens_and_to_the_target_by_hand() -> None:
     rows = [training_row("full"), training_row("lora", train_tok_s=1024.0, step_s=1.0)]
     result = aggregate(frame_from_rows(rows), tariffs(tariff(hourly_usd=24.0)))
-    cost = result.training_cost
+    cost = result.table("training_cost")
     assert len(cost) == 2 * 3  # two rows × three packages of the H100 tariff
     first = cost[(cost["train_method"] == "full") & (cost["package_days"] == 3)].iloc[0]
     # the 3-day package at 8 % off $24/h: 24 × 24 h × 3 × 0.92 = $1,589.76, so per hour
@@ -60,7 +60,7 @@ def test_price_per_million_training_tokens_and_to_the_target_by_hand() -> None:
 
 def test_joules_per_million_training_tokens_beside_the_price() -> None:
     rows = [training_row("full", j_per_token_train=0.25), training_row("lora")]
-    cost = aggregate(frame_from_rows(rows), tariffs()).training_cost
+    cost = aggregate(frame_from_rows(rows), tariffs()).table("training_cost")
     full = cost[cost["train_method"] == "full"]
     assert list(full["j_per_mtok_train"]) == pytest.approx([0.25e6] * 3)
     assert cost.loc[cost["train_method"] == "lora", "j_per_mtok_train"].isna().all()
@@ -73,7 +73,7 @@ def test_gate_against_the_full_fine_tune_is_paired_over_windows() -> None:
         training_row("qlora", shift=0.5),  # half a nat worse: fails
     ]
     result = aggregate(frame_from_rows(rows))
-    by = result.training.set_index("train_method")
+    by = result.table("training").set_index("train_method")
     assert by.loc["full", "dloss_vs_full"] == 0 and by.loc["full", "train_pass_99"]
     assert by.loc["lora", "dloss_vs_full"] == pytest.approx(0.005)
     # every window differs by the same amount: the paired interval has no width
@@ -89,7 +89,7 @@ def test_gate_against_the_full_fine_tune_is_paired_over_windows() -> None:
 def test_without_a_full_fine_tune_of_the_same_shape_there_is_no_verdict() -> None:
     rows = [training_row("full", micro_batch=1), training_row("lora")]
     result = aggregate(frame_from_rows(rows))
-    lora = result.training[result.training["train_method"] == "lora"].iloc[0]
+    lora = result.table("training")[result.table("training")["train_method"] == "lora"].iloc[0]
     assert lora["dloss_vs_full"] is None and lora["train_pass_99"] is None
 
 
@@ -118,7 +118,7 @@ def test_rows_that_split_the_same_step_differently_must_train_alike() -> None:
         training_row("full", micro_batch=1, grad_accum=4, loss_curve=[10.0, 9.2, 8.9]),
         training_row("full", micro_batch=2, grad_accum=1, tokens_per_step=512, loss_curve=curve),
     ]
-    pairs = trn.accumulation_pairs(aggregate(frame_from_rows(rows)).training)
+    pairs = trn.accumulation_pairs(aggregate(frame_from_rows(rows)).table("training"))
     by = pairs.set_index("train_method")
     assert len(pairs) == 2  # the 2×1 row has other tokens per step: no pair
     assert by.loc["lora", "equivalent"] and by.loc["lora", "max_abs_dloss_curve"] < 1e-5

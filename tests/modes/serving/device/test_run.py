@@ -253,8 +253,8 @@ def test_a_resumed_run_has_only_the_failed_level_left(run: dict[str, Any]) -> No
 def test_the_aggregate_picks_the_fastest_level_that_meets_the_slo(run: dict[str, Any]) -> None:
     result = aggregate_run(run["dir"])
     assert len(result.points) == 1  # the offline tables see only the offline row
-    assert len(result.serving) == 4
-    (config,) = result.at_slo.to_dict(orient="records")
+    assert len(result.table("serving")) == 4
+    (config,) = result.table("at_slo").to_dict(orient="records")
     rows = serving_rows(run)
     meeting = [
         r

@@ -15,7 +15,7 @@ so this is an in-sample check: it shows that the budget adds its phases up the w
 them, not that it predicts a new run. `scenarios/gpu-default.yaml` has no recorded run; its
 budget is printed with its phases, each resting on the defaults this check covers.
 
-Entry point: scripts/budget_h200.py [--out FILE.json].
+Entry point: scripts/budget_vs_runs.py [--out FILE.json].
 """
 
 from __future__ import annotations

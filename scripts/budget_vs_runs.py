@@ -1,6 +1,6 @@
 """The plan's budget (defaults) against the H200 runs recorded in results/example/, per phase.
 
-How: harness.peers.budget_h200. Usage: python scripts/budget_h200.py [--out FILE.json]
+How: harness.peers.budget_vs_runs. Usage: python scripts/budget_vs_runs.py [--out FILE.json]
 """
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from harness.peers.budget_h200 import run
+from harness.peers.budget_vs_runs import run
 
 
 def main() -> None:

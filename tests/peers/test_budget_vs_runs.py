@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.peers import budget_h200 as bh
+from harness.peers import budget_vs_runs as bh
 
 
 def test_took_seconds_sums_each_groups_load_once_from_the_recorded_rows() -> None:
