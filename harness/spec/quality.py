@@ -98,6 +98,12 @@ class QualitySettings(Input):
         """(name, every prompt and answer) of each task, for the leakage check."""
         return [(t.name, t.text()) for t in self.scored_tasks()]
 
+    def task_seeds(self) -> list[tuple[str, tuple[int, int]]]:
+        """(name, [start, end) evaluation seeds) of each generated long-context task, for the
+        leak report's seed check."""
+        return [(t.name, (int(t.extra["seeds"][0]), int(t.extra["seeds"][1])))
+                for t in self.scored_tasks() if t.kind == LONG_KIND]  # fmt: skip
+
     def gated(self) -> tuple[GateMetric, ...]:
         """The metrics the gate reads, in GATE_METRICS order (tasks only where one is scored)."""
         wanted = self.gate if self.gate is not None else list(GATE_METRICS)

@@ -96,3 +96,16 @@ def test_a_task_has_one_category_per_context_and_renders_prompt_then_answer() ->
 def test_an_entry_with_a_context_out_of_range_names_the_range() -> None:
     with pytest.raises(ValueError, match="expected 128 to 131,072 tokens"):
         LongContextEntry(longctx="single_needle", contexts=[64], tokenizer=TOKENIZER)
+
+
+def test_the_leak_report_flags_a_task_whose_seeds_a_model_trained_on() -> None:
+    from harness.modes.training import leakage
+
+    trained = {"tiny-llama-retrieval": (TRAIN_SEED_START, TRAIN_SEED_START + 5000)}
+    apart = leakage.seed_leaks([("longctx-a", (0, 20))], trained)
+    assert apart[0]["shared"] == 0 and leakage.leaked_seeds(apart) == []
+    # seeds [TRAIN_SEED_START + 4990, + 5010) share 10 with the training range's last 10
+    start = TRAIN_SEED_START + 4990
+    overlap = leakage.seed_leaks([("longctx-b", (start, start + 20))], trained)
+    assert overlap[0]["shared"] == 10
+    assert "uses 10 generator seed(s)" in leakage.leaked_seeds(overlap)[0]
