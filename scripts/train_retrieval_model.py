@@ -47,8 +47,8 @@ WARMUP = 30
 MIN_LR_FRACTION = 0.10
 WEIGHT_DECAY = 0.1
 TIMING_STEPS = 10
-FAMILY_WEIGHTS = {"single_needle": 0.3, "multi_key": 0.35, "variable_tracking": 0.15,
-                  "frequent_words": 0.2}  # fmt: skip
+FAMILY_WEIGHTS = {"single_needle": 0.4, "multi_key": 0.4, "variable_tracking": 0.1,
+                  "frequent_words": 0.1}  # fmt: skip
 CURRICULUM = ((0.30, (256, 512)), (0.55, (512, 1024)), (0.75, (1024, 2048)), (1.0, (2048, 4096)))
 EVAL_LENGTHS = (1024, 4096)
 EVAL_ITEMS = 20  # per family and length, depths spread evenly over 0..1
@@ -110,6 +110,17 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--eval-items", type=int, default=EVAL_ITEMS)
+    parser.add_argument("--init", type=Path, default=BASE, help="weights to continue from")
+    parser.add_argument("--max-context", type=int, default=MAX_POSITIONS,
+                        help="the curriculum's longest context (tokens)")
+    parser.add_argument("--batch-tokens", type=int, default=BATCH_TOKENS)
+    parser.add_argument("--note", default="", help="recorded in training.json")
+    parser.add_argument("--prior-steps", type=int, default=0,
+                        help="steps of earlier runs this one continues (recorded)")
+    parser.add_argument("--prior-seconds", type=float, default=0.0,
+                        help="training seconds of earlier runs this one continues (recorded)")
+    parser.add_argument("--seed-offset", type=int, default=0,
+                        help="first training seed = TRAIN_SEED_START + this (past an earlier run's)")
     parser.add_argument("--out", type=Path,
                         default=REPO / "harness" / "data" / "tiny-llama-retrieval")  # fmt: skip
     args = parser.parse_args()
@@ -133,7 +144,7 @@ def main() -> None:
     def count(text: str) -> int:
         return len(encode(text))
 
-    model = LlamaForCausalLM.from_pretrained(BASE, dtype=torch.float32)
+    model = LlamaForCausalLM.from_pretrained(args.init, dtype=torch.float32)
     model.config.max_position_embeddings = MAX_POSITIONS
     decay = [p for p in model.parameters() if p.ndim >= 2]
     no_decay = [p for p in model.parameters() if p.ndim < 2]
@@ -144,12 +155,12 @@ def main() -> None:
     rng = random.Random(args.seed)
     families = list(FAMILY_WEIGHTS)
     weights = [FAMILY_WEIGHTS[f] for f in families]
-    next_seed = TRAIN_SEED_START
+    next_seed = TRAIN_SEED_START + args.seed_offset
 
     def batch_at(step: int, total: int) -> tuple[Any, Any, Any]:
         nonlocal next_seed
-        length = rng.choice(lengths_at(step, total))
-        rows = max(1, BATCH_TOKENS // length)
+        length = min(args.max_context, rng.choice(lengths_at(step, total)))
+        rows = max(1, args.batch_tokens // length)
         seqs = []
         for _ in range(rows):
             family = rng.choices(families, weights)[0]
@@ -212,11 +223,16 @@ def main() -> None:
     train_seed_range = [TRAIN_SEED_START, next_seed]
 
     model.eval()
+    eval_lengths = [n for n in EVAL_LENGTHS if n <= args.max_context] or [args.max_context]
+    if args.max_context < EVAL_LENGTHS[0]:
+        eval_lengths = [args.max_context // 2, args.max_context]
+    elif args.max_context < EVAL_LENGTHS[-1]:
+        eval_lengths = [args.max_context // 2, args.max_context]
     t_eval = time.perf_counter()
     held_out: dict[str, dict[str, Any]] = {}
     with torch.inference_mode():
         for family, make in FAMILIES.items():
-            for length in EVAL_LENGTHS:
+            for length in eval_lengths:
                 hits = 0
                 for i in range(args.eval_items):
                     depth = i / max(1, args.eval_items - 1)
@@ -245,18 +261,21 @@ def main() -> None:
             n_tok += ids[:, 1:].numel()
     ppl = math.exp(total_nll / n_tok)
     facts: dict[str, Any] = {
-        "base": "tiny-llama", "steps": step, "seconds": round(train_seconds, 1),
+        "base": "tiny-llama", "steps": step + args.prior_steps,
+        "seconds": round(train_seconds + args.prior_seconds, 1),
         "eval_seconds": round(eval_seconds, 1), "threads": args.threads, "seed": args.seed,
         "params": sum(p.numel() for p in model.parameters()),
-        "final_loss_mean_last_10": round(sum(r["loss"] for r in log[-10:]) / 10, 4),
-        "final_answer_nll_mean_last_10": round(sum(r["answer_nll"] for r in log[-10:]) / 10, 4),
+        "final_loss_mean_last_10": round(sum(r["loss"] for r in log[-10:]) / 10, 4) if log else None,
+        "final_answer_nll_mean_last_10": (round(sum(r["answer_nll"] for r in log[-10:]) / 10, 4)
+                                          if log else None),
         "max_position_embeddings": MAX_POSITIONS,
-        "recipe": {"batch_tokens": BATCH_TOKENS, "lr": LR, "warmup_steps": WARMUP,
+        "recipe": {"batch_tokens": args.batch_tokens, "lr": LR, "warmup_steps": WARMUP,
                    "min_lr_fraction": MIN_LR_FRACTION, "weight_decay": WEIGHT_DECAY,
                    "family_weights": FAMILY_WEIGHTS, "curriculum": CURRICULUM,
                    "haystack": "half wiki.valid.raw text, half noise"},
         "train_seed_range": train_seed_range,
-        "held_out": held_out, "held_out_lengths": list(EVAL_LENGTHS),
+        "held_out": held_out, "held_out_lengths": eval_lengths,
+        "init": str(args.init.name), "max_context": args.max_context, "note": args.note,
         "held_out_selection": "evaluation seeds 0..items-1, depths spread evenly, text haystack "
                               "from wiki.test.raw, greedy generation, exact match on the words",
         "test_ppl": round(ppl, 3), "test_ppl_windows": len(windows), "test_ppl_window_tokens": 256,
