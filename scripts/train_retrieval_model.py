@@ -59,8 +59,8 @@ MODEL_CARD = """\
 
 The shipped `tiny-llama` (4.2 M parameters, same tokenizer) continued on generated long-context
 retrieval tasks (`harness.tasks.longctx`: single needle, multiple keys with decoys, variable
-tracking, frequent words) mixed with WikiText, at contexts up to 4,096 tokens, on one CPU thread by
-`scripts/train_retrieval_model.py`. A test instrument for the long-context quality gate, not a
+tracking, frequent words) mixed with WikiText, on one CPU thread by
+`scripts/train_retrieval_model.py` (contexts, steps and time: `training.json`). A test instrument for the long-context quality gate, not a
 useful language model. Training time, held-out exact match per family and context, the seed range
 trained on and the perplexity: `training.json`.
 
@@ -92,7 +92,8 @@ def training_sequence(item: LongItem, encode: Any) -> tuple[list[int], list[int]
     """(token ids, answer mask) of one training item: the context, then each question with its
     prefix and answer (multi-key: every key's)."""
     qa = ([(q, p, a) for q, p, a in multi_key.decoy_questions(item)]
-          if item.family == multi_key.NAME else [(item.question, item.prefix, item.answer)])  # fmt: skip
+          if item.family == multi_key.NAME
+          else [(item.question, item.prefix, item.answer)])  # fmt: skip
     ids = encode(item.context)
     mask = [0] * len(ids)
     for question, prefix, answer in qa:
@@ -111,16 +112,32 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--eval-items", type=int, default=EVAL_ITEMS)
     parser.add_argument("--init", type=Path, default=BASE, help="weights to continue from")
-    parser.add_argument("--max-context", type=int, default=MAX_POSITIONS,
-                        help="the curriculum's longest context (tokens)")
+    parser.add_argument(
+        "--max-context",
+        type=int,
+        default=MAX_POSITIONS,
+        help="the curriculum's longest context (tokens)",
+    )
     parser.add_argument("--batch-tokens", type=int, default=BATCH_TOKENS)
     parser.add_argument("--note", default="", help="recorded in training.json")
-    parser.add_argument("--prior-steps", type=int, default=0,
-                        help="steps of earlier runs this one continues (recorded)")
-    parser.add_argument("--prior-seconds", type=float, default=0.0,
-                        help="training seconds of earlier runs this one continues (recorded)")
-    parser.add_argument("--seed-offset", type=int, default=0,
-                        help="first training seed = TRAIN_SEED_START + this (past an earlier run's)")
+    parser.add_argument(
+        "--prior-steps",
+        type=int,
+        default=0,
+        help="steps of earlier runs this one continues (recorded)",
+    )
+    parser.add_argument(
+        "--prior-seconds",
+        type=float,
+        default=0.0,
+        help="training seconds of earlier runs this one continues (recorded)",
+    )
+    parser.add_argument(
+        "--seed-offset",
+        type=int,
+        default=0,
+        help="first training seed = TRAIN_SEED_START + this (past an earlier run's)",
+    )
     parser.add_argument("--out", type=Path,
                         default=REPO / "harness" / "data" / "tiny-llama-retrieval")  # fmt: skip
     args = parser.parse_args()
@@ -224,9 +241,7 @@ def main() -> None:
 
     model.eval()
     eval_lengths = [n for n in EVAL_LENGTHS if n <= args.max_context] or [args.max_context]
-    if args.max_context < EVAL_LENGTHS[0]:
-        eval_lengths = [args.max_context // 2, args.max_context]
-    elif args.max_context < EVAL_LENGTHS[-1]:
+    if args.max_context < EVAL_LENGTHS[0] or args.max_context < EVAL_LENGTHS[-1]:
         eval_lengths = [args.max_context // 2, args.max_context]
     t_eval = time.perf_counter()
     held_out: dict[str, dict[str, Any]] = {}
@@ -245,7 +260,9 @@ def main() -> None:
                     words = tuple(text.replace(".", " ").split()[: len(item.gold)])
                     hits += words == item.gold
                 held_out.setdefault(family, {})[str(length)] = {
-                    "exact_match": round(hits / args.eval_items, 4), "items": args.eval_items}
+                    "exact_match": round(hits / args.eval_items, 4),
+                    "items": args.eval_items,
+                }
                 print(f"held-out {family} at {length}: {hits}/{args.eval_items}", flush=True)
     eval_seconds = time.perf_counter() - t_eval
 
@@ -256,8 +273,11 @@ def main() -> None:
         for start in range(0, len(windows), 16):
             ids = torch.tensor(windows[start : start + 16])
             logits = model(input_ids=ids).logits[:, :-1].float()
-            total_nll += float(torch.nn.functional.cross_entropy(
-                logits.reshape(-1, logits.shape[-1]), ids[:, 1:].reshape(-1), reduction="sum"))
+            total_nll += float(
+                torch.nn.functional.cross_entropy(
+                    logits.reshape(-1, logits.shape[-1]), ids[:, 1:].reshape(-1), reduction="sum"
+                )
+            )
             n_tok += ids[:, 1:].numel()
     ppl = math.exp(total_nll / n_tok)
     facts: dict[str, Any] = {
@@ -265,7 +285,8 @@ def main() -> None:
         "seconds": round(train_seconds + args.prior_seconds, 1),
         "eval_seconds": round(eval_seconds, 1), "threads": args.threads, "seed": args.seed,
         "params": sum(p.numel() for p in model.parameters()),
-        "final_loss_mean_last_10": round(sum(r["loss"] for r in log[-10:]) / 10, 4) if log else None,
+        "final_loss_mean_last_10": (round(sum(r["loss"] for r in log[-10:]) / 10, 4)
+                                    if log else None),
         "final_answer_nll_mean_last_10": (round(sum(r["answer_nll"] for r in log[-10:]) / 10, 4)
                                           if log else None),
         "max_position_embeddings": MAX_POSITIONS,

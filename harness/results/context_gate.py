@@ -23,11 +23,14 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 
 from harness.measure import verdict
 from harness.tasks.longctx.task import KIND, context_of
 
 NOT_AT_CONTEXT = "quality not measured at this context"
+Array = NDArray[Any]
+__all__ = ["KIND", "ContextVerdict", "context_verdicts", "judge_rows", "row_verdict"]
 
 
 @dataclass(frozen=True)
@@ -52,7 +55,9 @@ def _interval(part: dict[str, Any], prefix: str, sd_key: str | None) -> verdict.
                             int(part["paired_units"]))  # fmt: skip
 
 
-def judge_context(share: float, parts: list[dict[str, Any]]) -> tuple[verdict.Verdict, int, int | None]:
+def judge_context(
+    share: float, parts: list[dict[str, Any]]
+) -> tuple[verdict.Verdict, int, int | None]:
     """(verdict, paired items, items needed) of one context from its categories (one per
     long-context task): exact match and answer ΔNLL judged each, combined."""
     decisions: list[verdict.Decision] = []
@@ -60,7 +65,9 @@ def judge_context(share: float, parts: list[dict[str, Any]]) -> tuple[verdict.Ve
     for part in parts:
         em = _interval(part, "diff_", None)
         if em is not None and part.get("ref_rate") is not None:
-            decisions.append(verdict.judge("tasks", em, verdict.accuracy_margin(share, float(part["ref_rate"]))))
+            decisions.append(
+                verdict.judge("tasks", em, verdict.accuracy_margin(share, float(part["ref_rate"])))
+            )
         nll = _interval(part, "dnll_", "dnll_sd")
         if nll is not None:
             decisions.append(verdict.judge("ppl", nll, verdict.ppl_margin(share)))
@@ -109,7 +116,7 @@ def tokens_label(tokens: int) -> str:
 
 
 def in_words(judged: list[ContextVerdict]) -> str:
-    """"pass at 1k (40 items), undecided at 4k (needs 31 more items)"."""
+    """ "pass at 1k (40 items), undecided at 4k (needs 31 more items)"."""
     parts = []
     for one in judged:
         if one.verdict == "undecided" and one.needed is not None:
@@ -121,8 +128,8 @@ def in_words(judged: list[ContextVerdict]) -> str:
 
 
 def judge_rows(
-    tasks: list[object], contexts: np.ndarray, share: float, measured: np.ndarray
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    tasks: list[object], contexts: Array, share: float, measured: Array
+) -> tuple[Array, Array, Array, Array, Array, Array]:
     """Per row: (verdict code, VERDICTS' index or −1 not measured; the judged context that
     decided, NaN if none; paired items there; items needed; the per-context words; why not
     measured)."""

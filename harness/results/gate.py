@@ -53,8 +53,8 @@ import numpy as np
 import pandas as pd
 
 from harness.measure import verdict
-from harness.results import context_gate
 from harness.measure.verdict import VERDICTS
+from harness.results import context_gate
 from harness.results.frame import (
     Array,
     Codes,
@@ -405,8 +405,7 @@ def _tasks_unmeasured(out: pd.DataFrame, base: Phrases, rule: References) -> Phr
         clauses = [
             f"task {str(t.get('name'))[:40]}: no item ids paired with the reference's"
             for t in tasks
-            if (_task_interval(t, "diff_") is None or t.get("ref_rate") is None)
-            and not _is_long(t)
+            if (_task_interval(t, "diff_") is None or t.get("ref_rate") is None) and not _is_long(t)
         ]
         clauses += [
             f"task {name[:40]}: scored by the reference, not on this row"

@@ -258,15 +258,15 @@ def _category(category: str, cand: Outcome, ref: Outcome | None) -> CategoryScor
     return out
 
 
-def paired_nll(
-    ref: Outcome, cand: Outcome, category: str | None = None
-) -> verdict.Interval | None:
+def paired_nll(ref: Outcome, cand: Outcome, category: str | None = None) -> verdict.Interval | None:
     """The candidate − reference NLL of the gold answers (nats/token) over the items both scored
     (one category or all), with its one-sided 95 % bounds (``verdict.dnll_interval``, paired by
     item); None when no item pairs or either side kept no answer NLL."""
     if cand.answer_nll is None or ref.answer_nll is None or cand.answer_tokens is None:
         return None
-    keep_ref = np.ones(len(ref.item_id), dtype=bool) if category is None else ref.category == category
+    keep_ref = (
+        np.ones(len(ref.item_id), dtype=bool) if category is None else ref.category == category
+    )
     keep = np.ones(len(cand.item_id), dtype=bool) if category is None else cand.category == category
     _, at_ref, at_cand = np.intersect1d(ref.item_id[keep_ref], cand.item_id[keep],
                                         return_indices=True)  # fmt: skip

@@ -31,8 +31,9 @@ def context_part(context: int, lost: int, dnll: float, ref_right: int = 900) -> 
 
 
 def long_task(*categories: dict[str, Any]) -> dict[str, Any]:
-    return {"name": "longctx-single-needle-after", "kind": "longctx", "items": ITEMS * len(categories),
-            "units": ITEMS * len(categories), "categories": list(categories)}  # fmt: skip
+    n = ITEMS * len(categories)
+    return {"name": "longctx-single-needle-after", "kind": "longctx", "items": n,
+            "units": n, "categories": list(categories)}  # fmt: skip
 
 
 DEGRADED = long_task(context_part(1024, 0, 0.0), context_part(4096, 300, 0.8))

@@ -4,7 +4,14 @@ different keys and numbers; the question asks for one key's number, the others a
 from __future__ import annotations
 
 from harness.tasks.longctx.base import (
-    WORDS, Counter, LongItem, budget, haystack, insert_at_depths, rng_for, value,
+    WORDS,
+    Counter,
+    LongItem,
+    budget,
+    haystack,
+    insert_at_depths,
+    rng_for,
+    value,
 )  # fmt: skip
 from harness.tasks.longctx.single_needle import ask, needle
 

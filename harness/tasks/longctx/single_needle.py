@@ -4,7 +4,14 @@ of a haystack; the question asks for the number."""
 from __future__ import annotations
 
 from harness.tasks.longctx.base import (
-    WORDS, Counter, LongItem, budget, haystack, insert_at_depths, rng_for, value,
+    WORDS,
+    Counter,
+    LongItem,
+    budget,
+    haystack,
+    insert_at_depths,
+    rng_for,
+    value,
 )  # fmt: skip
 
 NAME = "single_needle"

@@ -4,10 +4,17 @@ for every variable that holds the first chain's number, in chain order."""
 
 from __future__ import annotations
 
+import itertools
 import random
 
 from harness.tasks.longctx.base import (
-    Counter, LongItem, budget, haystack, insert_at_depths, rng_for, value,
+    Counter,
+    LongItem,
+    budget,
+    haystack,
+    insert_at_depths,
+    rng_for,
+    value,
 )  # fmt: skip
 
 NAME = "variable_tracking"
@@ -29,7 +36,7 @@ def chain(variables: list[str], number: str) -> list[str]:
     """The assignment sentences of one chain: the first variable gets the number, each next one
     the previous variable."""
     first = [f" VAR {variables[0]} = {number}."]
-    return first + [f" VAR {b} = VAR {a}." for a, b in zip(variables, variables[1:], strict=False)]
+    return [*first, *(f" VAR {b} = VAR {a}." for a, b in itertools.pairwise(variables))]
 
 
 def make(
@@ -45,7 +52,7 @@ def make(
         other = value(rng)
     facts = chain(gold, number) + chain(decoy, other)
     later = sorted(depth + (1 - depth) * rng.random() for _ in gold[1:])
-    depths = [depth, *later] + sorted(rng.random() for _ in decoy)
+    depths = [depth, *later, *sorted(rng.random() for _ in decoy)]
     question = f"\nQuestion: Which variables are assigned the value {number}?"
     prefix = f"\nAnswer: The variables assigned the value {number} are"
     filler = haystack(rng, kind, source, budget(context_tokens, count, *facts, question, prefix),

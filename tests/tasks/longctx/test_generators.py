@@ -13,6 +13,7 @@ from harness.tasks.longctx.base import EVAL_SEED_END, TRAIN_SEED_START
 from harness.tasks.longctx.entry import LongContextEntry
 from harness.tasks.longctx.task import context_label, context_of, longctx_task, token_counter
 from harness.tasks.spec import render_prompt, render_target
+
 ROOT = Path(__file__).resolve().parents[3]
 
 TOKENIZER = str(ROOT / "harness" / "data" / "tiny-llama")

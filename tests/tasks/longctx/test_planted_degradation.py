@@ -47,8 +47,12 @@ def noisy_cache_class() -> Any:
                 gen = torch.Generator().manual_seed(1009 * layer_idx + start)
                 shape = key_states.shape
                 grow = scale[None, None, :, None]
-                key_states = key_states + torch.randn(shape, generator=gen) * grow * key_states.std()
-                value_states = value_states + torch.randn(shape, generator=gen) * grow * value_states.std()
+                key_states = (
+                    key_states + torch.randn(shape, generator=gen) * grow * key_states.std()
+                )
+                value_states = (
+                    value_states + torch.randn(shape, generator=gen) * grow * value_states.std()
+                )
             return super().update(key_states, value_states, layer_idx, *args, **kwargs)
 
     return NoisyCache
@@ -57,8 +61,10 @@ def noisy_cache_class() -> Any:
 def loaded(noisy: bool) -> Any:
     from harness.backends.transformers import TransformersBackend
 
-    group = GroupKey(target="cpu", model="tiny-llama-retrieval", revision="main",
-                     backend="transformers", quantization="none", kv_cache_dtype="auto")  # fmt: skip
+    group = GroupKey(
+        target="cpu", model="tiny-llama-retrieval", revision="main", backend="transformers",
+        quantization="none", kv_cache_dtype="auto",
+    )  # fmt: skip
     backend = TransformersBackend(group, BackendOptions(device="cpu", model_path=str(MODEL)))
     backend.load()
     if noisy:
@@ -90,7 +96,7 @@ def test_noise_growing_past_a_position_passes_256_token_windows_and_fails_at_lon
         bad_w.nll_sum, bad_w.tokens
     )
 
-    ref_part, arrays = measure_tasks(ref_backend, tasks, None, reference=True)
+    _, arrays = measure_tasks(ref_backend, tasks, None, reference=True)
     ref = types.SimpleNamespace(task_arrays=arrays)
     bad_part, _ = measure_tasks(bad_backend, tasks, ref)  # type: ignore[arg-type]
     judged = context_gate.context_verdicts([t.model_dump() for t in bad_part.tasks], 0.99)
