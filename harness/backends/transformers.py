@@ -501,18 +501,6 @@ class TransformersBackend(Backend):
         cache.batch_select_indices(owners)
         return cache
 
-    # --- long-context items, read from the group's own cache (harness.tasks.kinds.longctx) ---
-
-    def score_cached(self, triples: list[tuple[str, str, str]]) -> list[tuple[float, int]]:
-        from harness.tasks.longctx import engine
-
-        return engine.score_cached(self, triples)
-
-    def generate_cached(self, pairs: list[tuple[str, str]], max_new_tokens: int) -> list[str]:
-        from harness.tasks.longctx import engine
-
-        return engine.generate_cached(self, pairs, max_new_tokens)
-
     # --- memory ---------------------------------------------------------------------------
 
     def memory_facts(self) -> MemoryFacts:

@@ -8,8 +8,9 @@ length. Each item is scored twice on the group's engine:
   answer's ``answer_tokens``), a paired, continuous signal even where a weak model rarely gets
   the words right.
 
-Where the engine reads a cache it filled itself (``score_cached`` / ``generate_cached``: the
-transformers backend), the cache holds the context and, in the ``after`` variant, the question;
+Where the engine makes a cache of the group's KV dtype (``_new_cache``: the transformers
+backend; ``harness.tasks.longctx.engine`` reads items through it), the cache holds the context
+and, in the ``after`` variant, the question;
 the rest (``agnostic``: the question and the answer prefix; ``after``: the prefix) is read from
 it, so a quantized or degraded KV cache shows in both scores. Other engines get the whole prompt
 (their KV dtype applies throughout). Not a kind for task files: list it as ``{longctx: ...}``.
@@ -67,11 +68,13 @@ class LongContext(Generate):
     def score(self, engine: Engine, task: TaskSpec, prompts: list[str]) -> Outcome:
         items = task.scored
         answers = [self.target(task, item) for item in items]
-        cached = getattr(engine, "score_cached", None)
-        if cached is not None:
+        if hasattr(engine, "_new_cache"):
+            from harness.tasks.longctx import engine as cached
+
             parts = [split_prompt(task, item) for item in items]
-            nll_tokens = cached([(c, r, a) for (c, r), a in zip(parts, answers, strict=True)])
-            outputs = engine.generate_cached(parts, task.max_new_tokens)  # type: ignore[attr-defined]
+            triples = [(c, r, a) for (c, r), a in zip(parts, answers, strict=True)]
+            nll_tokens = cached.score_cached(engine, triples)
+            outputs = cached.generate_cached(engine, parts, task.max_new_tokens)
         else:
             pairs = list(zip(prompts, answers, strict=True))
             logliks = engine.score_continuations(pairs)

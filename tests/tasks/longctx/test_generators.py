@@ -8,7 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from harness.tasks.longctx import FAMILIES, frequent_words, multi_key, single_needle
+from harness.tasks.longctx import (
+    FAMILIES,
+    frequent_words,
+    multi_key,
+    single_needle,
+    variable_tracking,
+)
 from harness.tasks.longctx.base import EVAL_SEED_END, TRAIN_SEED_START
 from harness.tasks.longctx.entry import LongContextEntry
 from harness.tasks.longctx.task import context_label, context_of, longctx_task, token_counter
@@ -110,3 +116,14 @@ def test_the_leak_report_flags_a_task_whose_seeds_a_model_trained_on() -> None:
     overlap = leakage.seed_leaks([("longctx-b", (start, start + 20))], trained)
     assert overlap[0]["shared"] == 10
     assert "uses 10 generator seed(s)" in leakage.leaked_seeds(overlap)[0]
+
+
+def test_variable_tracking_gold_is_the_chain_from_the_number_in_order(count) -> None:  # type: ignore[no-untyped-def]
+    item = variable_tracking.make(4, 1024, 0.2, "noise", "eval", count)
+    number = item.question.split("value ")[1].removesuffix("?")
+    first, second, third = item.gold
+    assert f" VAR {first} = {number}." in item.context
+    assert f" VAR {second} = VAR {first}." in item.context
+    assert f" VAR {third} = VAR {second}." in item.context
+    # the chain is written in order: each assignment after the one it reads
+    assert item.context.index(f"VAR {second} =") > item.context.index(f"VAR {first} =")
