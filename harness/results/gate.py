@@ -342,19 +342,23 @@ def _unmeasured(
     return why
 
 
-def _context_unmeasured(out: pd.DataFrame, base: Array) -> Array:
+def _context_unmeasured(out: pd.DataFrame, base: Phrases) -> Phrases:
     """Per row: why no judged context gates it (none at or above its context, or no long-context
     task), after the causes every metric shares."""
-    column = out["tasks"].tolist() if "tasks" in out.columns else [None] * len(out)
+    if not _scored(out, "context"):  # no row scored a long-context task: one cause for all
+        return _clause("context", base, [(np.ones(len(out), dtype=bool),
+                                          "no long-context task scored on this row")])  # fmt: skip
+    column = out["tasks"].tolist()
     contexts = _floats(out, "context")
+    causes = base.texts()
     why: Array = np.full(len(out), "", dtype=object)
     for i, tasks in enumerate(column):
-        if base[i]:
-            why[i] = f"context: {base[i]}"
+        if causes[i]:
+            why[i] = f"context: {causes[i]}"
             continue
         judged = context_gate.context_verdicts(tasks, QUALITY_CLASSES[LOOSEST])
         why[i] = context_gate.row_verdict(judged, float(contexts[i]))[1]
-    return why
+    return Phrases.of(why)
 
 
 def _clause(metric: str, base: Phrases, causes: list[tuple[Array, str]]) -> Phrases:
@@ -548,7 +552,7 @@ def _judge_context(
     cols[metric_column("context", "judged_at", quality_class)] = at
     cols[metric_column("context", "needed", quality_class)] = needed
     cols[metric_column("context", "more", quality_class)] = np.maximum(needed - units, 0)
-    cols["context_verdicts_" + quality_class.replace(".", "_")] = words
+    cols["context_verdicts_" + quality_class.replace(".", "_")] = Phrases.of(words)
     return codes
 
 
