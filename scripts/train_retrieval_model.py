@@ -60,9 +60,9 @@ MODEL_CARD = """\
 The shipped `tiny-llama` (4.2 M parameters, same tokenizer) continued on generated long-context
 retrieval tasks (`harness.tasks.longctx`: single needle, multiple keys with decoys, variable
 tracking, frequent words) mixed with WikiText, on one CPU thread by
-`scripts/train_retrieval_model.py` (contexts, steps and time: `training.json`). A test instrument for the long-context quality gate, not a
-useful language model. Training time, held-out exact match per family and context, the seed range
-trained on and the perplexity: `training.json`.
+`scripts/train_retrieval_model.py`. A test instrument for the long-context quality gate, not a
+useful language model. Contexts, steps, training time, held-out exact match per family and
+context, the seed range trained on and the perplexity: `training.json`.
 
 Haystack text came only from `wiki.valid.raw`; evaluation items use `wiki.test.raw` and seeds below
 the training range (the leak report checks a task's seeds against `train_seed_range`).
