@@ -455,6 +455,16 @@ COVERED_BY: dict[str, tuple[str, ...]] = {
     "harness.prices.feeds.gpuhunt_live": ("tests/prices/test_feeds.py",),
     "harness.prices.feeds.skypilot_csv": ("tests/prices/test_feeds.py",),
     "harness.projection.traffic_fit": ("tests/projection/test_rent.py",),
+    # long-context items: every family, the entry and the task through the generators' tests
+    "harness.tasks.longctx": ("tests/tasks/longctx/test_generators.py",),
+    "harness.tasks.longctx.base": ("tests/tasks/longctx/test_generators.py",),
+    "harness.tasks.longctx.entry": ("tests/tasks/longctx/test_generators.py",),
+    "harness.tasks.longctx.task": ("tests/tasks/longctx/test_generators.py",),
+    "harness.tasks.longctx.single_needle": ("tests/tasks/longctx/test_generators.py",),
+    "harness.tasks.longctx.multi_key": ("tests/tasks/longctx/test_generators.py",),
+    "harness.tasks.longctx.variable_tracking": ("tests/tasks/longctx/test_generators.py",),
+    "harness.tasks.longctx.frequent_words": ("tests/tasks/longctx/test_generators.py",),
+    "harness.tasks.longctx.engine": ("tests/tasks/kinds/test_longctx.py",),
     "harness.modes.serving.columns": ("tests/results/test_columns.py",),
     "harness.modes.training.columns": ("tests/results/test_columns.py",),
     "harness.backends.base": (

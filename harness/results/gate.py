@@ -54,6 +54,7 @@ import pandas as pd
 
 from harness.measure import verdict
 from harness.measure.verdict import VERDICTS
+from harness.results import context_gate
 from harness.results.frame import (
     Array,
     Codes,
@@ -147,7 +148,8 @@ METRIC_COLUMNS: dict[str, tuple[str, str, str, str]] = {
     "ppl": ("dnll_vs_ref", "dnll_ci90_low", "dnll_ci90_high", "quality_windows"),
 }
 # what each metric the gate judges (spec.quality.GATE_METRICS, in the order it shows them) counts
-UNITS = {"ppl": "windows", "tasks": "task units (items or gold fields)"}
+UNITS = {"ppl": "windows", "tasks": "task units (items or gold fields)",
+         "context": "long-context items at the judged context"}  # fmt: skip
 NOT_MEASURED = "not measured"  # a metric's verdict column where the row did not measure it
 UNMEASURED = "unmeasured_gates"  # per row: each gated metric not measured, and why
 GATED_ON = "gated_on"  # per row: the metrics its verdict reads, comma-separated
@@ -166,8 +168,27 @@ def _scored(frame: pd.DataFrame, metric: str) -> bool:
         if "tasks" not in frame.columns:
             return False
         column = frame["tasks"].to_numpy(dtype=object)
-        return any(_is_list(v) for v in column[pd.notna(column)])
+        return any(_gated_tasks(v) for v in column[pd.notna(column)])
+    if metric == "context":
+        if "tasks" not in frame.columns:
+            return False
+        column = frame["tasks"].to_numpy(dtype=object)
+        return any(_long_tasks(v) for v in column[pd.notna(column)])
     return True
+
+
+def _gated_tasks(value: object) -> bool:
+    """A row's tasks part holds a task the ``tasks`` metric judges (long-context tasks are the
+    ``context`` metric's: harness.results.context_gate)."""
+    return _is_list(value) and any(not _is_long(t) for t in value)  # type: ignore[attr-defined]
+
+
+def _long_tasks(value: object) -> bool:
+    return _is_list(value) and any(_is_long(t) for t in value)  # type: ignore[attr-defined]
+
+
+def _is_long(task: object) -> bool:
+    return isinstance(task, dict) and task.get("kind") == context_gate.KIND
 
 
 def _is_list(value: object) -> bool:
@@ -268,6 +289,7 @@ def quality_gate(
         judged["tasks"] = _judge_tasks(
             out, cols, share, name, measured=known, unpaired=~why["tasks"].is_("")
         )
+        judged["context"] = _judge_context(out, cols, share, name, measured=known)
         _combine(cols, len(out), name, judged, decides, reference)
     passes = [np.asarray(cols[pass_column(name)], dtype=bool) for name in PASSING]
     verdict_99: Phrases = cols[verdict_column(LOOSEST)]
@@ -316,7 +338,27 @@ def _unmeasured(
         (unpaired, "its windows were not paired with the reference's (no ΔNLL stored)"),
     ])  # fmt: skip
     why["tasks"] = _tasks_unmeasured(out, base, ppl_rule)
+    why["context"] = _context_unmeasured(out, base)
     return why
+
+
+def _context_unmeasured(out: pd.DataFrame, base: Phrases) -> Phrases:
+    """Per row: why no judged context gates it (none at or above its context, or no long-context
+    task), after the causes every metric shares."""
+    if not _scored(out, "context"):  # no row scored a long-context task: one cause for all
+        return _clause("context", base, [(np.ones(len(out), dtype=bool),
+                                          "no long-context task scored on this row")])  # fmt: skip
+    column = out["tasks"].tolist()
+    contexts = _floats(out, "context")
+    causes = base.texts()
+    why: Array = np.full(len(out), "", dtype=object)
+    for i, tasks in enumerate(column):
+        if causes[i]:
+            why[i] = f"context: {causes[i]}"
+            continue
+        judged = context_gate.context_verdicts(tasks, QUALITY_CLASSES[LOOSEST])
+        why[i] = context_gate.row_verdict(judged, float(contexts[i]))[1]
+    return Phrases.of(why)
 
 
 def _clause(metric: str, base: Phrases, causes: list[tuple[Array, str]]) -> Phrases:
@@ -367,7 +409,7 @@ def _tasks_unmeasured(out: pd.DataFrame, base: Phrases, rule: References) -> Phr
         clauses = [
             f"task {str(t.get('name'))[:40]}: no item ids paired with the reference's"
             for t in tasks
-            if _task_interval(t, "diff_") is None or t.get("ref_rate") is None
+            if (_task_interval(t, "diff_") is None or t.get("ref_rate") is None) and not _is_long(t)
         ]
         clauses += [
             f"task {name[:40]}: scored by the reference, not on this row"
@@ -432,7 +474,7 @@ def _task_decisions(
     out = []
     for task in tasks:
         overall = _task_interval(task, "diff_")
-        if overall is None or task.get("ref_rate") is None:
+        if overall is None or task.get("ref_rate") is None or _is_long(task):
             continue
         categories = []
         for category in task.get("categories") or []:
@@ -492,6 +534,26 @@ def _judge_tasks(
 def _verdict_names(codes: Array) -> Phrases:
     """Verdict codes (VERDICTS' indices; -1: not measured) as their names."""
     return Phrases(np.where(codes < 0, len(VERDICTS), codes), (*VERDICTS, NOT_MEASURED))
+
+
+def _judge_context(
+    out: pd.DataFrame, cols: Columns, share: float, quality_class: str, *, measured: Array
+) -> Array:
+    """The context metric's verdict codes for one class (harness.results.context_gate: the
+    verdict at the shortest judged context ≥ the row's), with its columns: the judged context
+    that decided (``context_judged_at_<class>``), the items there, those that would decide it,
+    and every judged context in words (``context_verdicts_<class>``)."""
+    n = len(out)
+    tasks = out["tasks"].tolist() if "tasks" in out.columns else [None] * n
+    codes, at, units, needed, words, _ = context_gate.judge_rows(
+        tasks, _floats(out, "context"), share, measured
+    )
+    cols[metric_column("context", "verdict", quality_class)] = _verdict_names(codes)
+    cols[metric_column("context", "judged_at", quality_class)] = at
+    cols[metric_column("context", "needed", quality_class)] = needed
+    cols[metric_column("context", "more", quality_class)] = np.maximum(needed - units, 0)
+    cols["context_verdicts_" + quality_class.replace(".", "_")] = Phrases.of(words)
+    return codes
 
 
 def _failure(task: str, decided: verdict.TaskDecision) -> str:

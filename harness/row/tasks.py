@@ -69,6 +69,13 @@ class CategoryScore(BaseModel):
     diff_ci90_low: Change | None = None
     diff_ci90_high: Change | None = None
     paired_units: Count | None = None
+    # longctx: the gold answers' NLL (nats/token) and its paired change vs the reference
+    # (candidate − reference, one-sided 95 % bounds; harness.tasks.metrics.paired_nll)
+    answer_nll: float | None = Field(None, allow_inf_nan=False)
+    dnll: float | None = Field(None, allow_inf_nan=False)
+    dnll_ci90_low: float | None = Field(None, allow_inf_nan=False)
+    dnll_ci90_high: float | None = Field(None, allow_inf_nan=False)
+    dnll_sd: float | None = Field(None, allow_inf_nan=False)
 
     @model_validator(mode="after")
     def whole(self) -> CategoryScore:
@@ -109,6 +116,11 @@ class TaskScore(BaseModel):
     worst_diff: Change | None = None
     worst_ci90_low: Change | None = None
     worst_ci90_high: Change | None = None
+    answer_nll: float | None = Field(None, allow_inf_nan=False)  # longctx (CategoryScore's)
+    dnll: float | None = Field(None, allow_inf_nan=False)
+    dnll_ci90_low: float | None = Field(None, allow_inf_nan=False)
+    dnll_ci90_high: float | None = Field(None, allow_inf_nan=False)
+    dnll_sd: float | None = Field(None, allow_inf_nan=False)
     categories: list[CategoryScore] = []
     labels: list[str] | None = None  # classify: the confusion matrix's order
     confusion: list[list[Count]] | None = None  # classify: [gold label][predicted label] counts

@@ -141,6 +141,8 @@ def row_problem(row: ResultRow) -> str | None:
 
 
 TASK_COUNTS = ("items", "units", "paired_units", "confusion")  # counts ≥ 0; the rest shares
+# longctx: the gold answers' NLL and its paired change (nats/token): finite, not shares
+TASK_NATS = ("answer_nll", "dnll", "dnll_ci90_low", "dnll_ci90_high", "dnll_sd")
 
 
 def tasks_problem(value: Any, where: str = "tasks") -> str | None:
@@ -159,6 +161,10 @@ def tasks_problem(value: Any, where: str = "tasks") -> str | None:
                 cells = [c for x in flat for c in (x if isinstance(x, list) else [x])]
                 if any(c is not None and c < 0 for c in cells):
                     return f"{where}.{key} holds a count below 0"
+                continue
+            if key in TASK_NATS:
+                if isinstance(item, float) and not math.isfinite(item):
+                    return f"{where}.{key} is {item} (not finite)"
                 continue
             found = tasks_problem(item, f"{where}.{key}")
             if found:

@@ -14,6 +14,7 @@ from harness.tasks.arc import NAME as ARC_NAME
 from harness.tasks.arc import arc_task
 from harness.tasks.builtin import tasks_of
 from harness.tasks.kinds import kind_of
+from harness.tasks.longctx.task import KIND as LONG_KIND
 from harness.tasks.spec import TaskEntry, TaskSpec
 
 # Plausible bounds: a value outside them is a typo or an attack, never a benchmark.
@@ -25,8 +26,10 @@ MAX_BOOTSTRAP = 100_000
 # The metrics the equal-quality gate can decide on (harness.measure.verdict): the paired
 # per-window ΔNLL (perplexity) and the scored tasks (harness.tasks: per item or per field, overall
 # and per category; ARC-Easy is the shipped task `arc-easy`).
-GateMetric = Literal["ppl", "tasks"]
-GATE_METRICS: tuple[GateMetric, ...] = ("ppl", "tasks")
+# ``context``: the long-context tasks (kind longctx) judged per context length, a row gated at
+# the shortest judged context at or above its own (harness.results.context_gate).
+GateMetric = Literal["ppl", "tasks", "context"]
+GATE_METRICS: tuple[GateMetric, ...] = ("ppl", "tasks", "context")
 # Gate names of earlier versions, read as what they are now (scenarios and run manifests): ARC
 # had a metric of its own before it was scored as a task.
 GATE_RENAMED: dict[str, GateMetric] = {"arc": "tasks"}
@@ -95,8 +98,15 @@ class QualitySettings(Input):
         """(name, every prompt and answer) of each task, for the leakage check."""
         return [(t.name, t.text()) for t in self.scored_tasks()]
 
+    def task_seeds(self) -> list[tuple[str, tuple[int, int]]]:
+        """(name, [start, end) evaluation seeds) of each generated long-context task, for the
+        leak report's seed check."""
+        return [(t.name, (int(t.extra["seeds"][0]), int(t.extra["seeds"][1])))
+                for t in self.scored_tasks() if t.kind == LONG_KIND]  # fmt: skip
+
     def gated(self) -> tuple[GateMetric, ...]:
         """The metrics the gate reads, in GATE_METRICS order (tasks only where one is scored)."""
         wanted = self.gate if self.gate is not None else list(GATE_METRICS)
-        scored = {"tasks": bool(self.tasks) or bool(self.arc_items)}
+        kinds = [t.kind for t in self.scored_tasks()]
+        scored = {"tasks": any(k != LONG_KIND for k in kinds), "context": LONG_KIND in kinds}
         return tuple(m for m in GATE_METRICS if m in wanted and scored.get(m, True))

@@ -23,6 +23,8 @@ from harness.errors import UserInputError
 from harness.files import read_capped, text_lines
 from harness.tasks.arc import NAME as ARC_NAME
 from harness.tasks.arc import arc_task
+from harness.tasks.longctx.entry import LongContextEntry
+from harness.tasks.longctx.task import longctx_task
 from harness.tasks.spec import (
     DEFAULT_NEW_TOKENS,
     MAX_TASK_BYTES,
@@ -125,6 +127,8 @@ def tasks_of(entries: Sequence[TaskEntry]) -> list[TaskSpec]:
     for entry in entries:
         if isinstance(entry, TaskFile):
             task = load_task_file(entry)
+        elif isinstance(entry, LongContextEntry):
+            task = longctx_task(entry)
         elif isinstance(entry, BuiltinEntry):
             task = builtin_task(entry.name, entry.shots)
             if entry.shots > len(task.fewshot):

@@ -66,6 +66,10 @@ class Outcome:
     # [N] bool: choice: the choice with the highest log-likelihood per character is the gold one
     # (``acc_norm``); None for the other kinds (an optional array: older files lack it)
     correct_norm: NDArray[Any] | None = None
+    # [N] float / int: longctx: the gold answer's teacher-forced NLL (nats) and its tokens (0:
+    # the engine did not count them); None for the other kinds
+    answer_nll: NDArray[Any] | None = None
+    answer_tokens: NDArray[Any] | None = None
 
     @property
     def units(self) -> tuple[NDArray[Any], NDArray[Any], NDArray[Any]]:
@@ -83,7 +87,7 @@ def outcome_of(task: TaskSpec, raw: Sequence[Any]) -> Outcome:
 
 # --- storing: a task's arrays beside the window scores -----------------------------------------
 
-OPTIONAL = ("correct_norm",)  # arrays a kind may leave out (None)
+OPTIONAL = ("correct_norm", "answer_nll", "answer_tokens")  # arrays a kind may leave out (None)
 ARRAYS = tuple(f.name for f in fields(Outcome) if f.name != "kind" and f.name not in OPTIONAL)
 
 
@@ -222,6 +226,7 @@ def summarize(name: str, task: TaskSpec, cand: Outcome, ref: Outcome | None) -> 
             interval, ref_rate = found
             score.ref_rate, score.diff, score.paired_units = ref_rate, interval.estimate, interval.n
             score.diff_ci90_low, score.diff_ci90_high = interval.low, interval.high
+    _answer_nll(score, cand, ref, None)
     score.categories = [_category(c, cand, ref) for c in _categories(cand)]
     _worst(score)
     return TaskScore.model_validate(_no_nan(score.model_dump()))
@@ -249,7 +254,42 @@ def _category(category: str, cand: Outcome, ref: Outcome | None) -> CategoryScor
         interval, ref_rate = found
         out.ref_rate, out.diff, out.paired_units = ref_rate, interval.estimate, interval.n
         out.diff_ci90_low, out.diff_ci90_high = interval.low, interval.high
+    _answer_nll(out, cand, ref, category)
     return out
+
+
+def paired_nll(ref: Outcome, cand: Outcome, category: str | None = None) -> verdict.Interval | None:
+    """The candidate − reference NLL of the gold answers (nats/token) over the items both scored
+    (one category or all), with its one-sided 95 % bounds (``verdict.dnll_interval``, paired by
+    item); None when no item pairs or either side kept no answer NLL."""
+    if cand.answer_nll is None or ref.answer_nll is None or cand.answer_tokens is None:
+        return None
+    keep_ref = (
+        np.ones(len(ref.item_id), dtype=bool) if category is None else ref.category == category
+    )
+    keep = np.ones(len(cand.item_id), dtype=bool) if category is None else cand.category == category
+    _, at_ref, at_cand = np.intersect1d(ref.item_id[keep_ref], cand.item_id[keep],
+                                        return_indices=True)  # fmt: skip
+    if not len(at_ref):
+        return None
+    tokens = np.maximum(cand.answer_tokens[keep][at_cand].astype(np.float64), 1.0)
+    return verdict.dnll_interval(ref.answer_nll[keep_ref][at_ref], cand.answer_nll[keep][at_cand],
+                                 tokens, tokens)  # fmt: skip
+
+
+def _answer_nll(
+    out: TaskScore | CategoryScore, cand: Outcome, ref: Outcome | None, category: str | None
+) -> None:
+    """A longctx part's answer NLL (nats/token) and its paired change vs the reference."""
+    if cand.answer_nll is None or cand.answer_tokens is None:
+        return
+    keep = np.ones(len(cand.item_id), dtype=bool) if category is None else cand.category == category
+    tokens = np.maximum(cand.answer_tokens[keep].astype(np.float64), 1.0)
+    out.answer_nll = float(cand.answer_nll[keep].sum() / tokens.sum()) if keep.any() else None
+    found = None if ref is None else paired_nll(ref, cand, category)
+    if found is not None:
+        out.dnll, out.dnll_ci90_low, out.dnll_ci90_high = found.estimate, found.low, found.high
+        out.dnll_sd = found.sd
 
 
 def _worst(score: TaskScore) -> None:

@@ -60,6 +60,7 @@ from pydantic import (
 from harness.errors import UserInputError, as_field, did_you_mean, one_of, quote
 from harness.files import FileTooLarge, JsonRefused, read_capped, strict_json, text_lines
 from harness.tasks.kinds import KINDS, kind_of, unknown_kind
+from harness.tasks.longctx.entry import LongContextEntry
 
 TaskKind = str  # a name in the kinds' registry (harness.tasks.kinds.KINDS)
 BuiltinTask = Literal["snips-intent", "snips-slots", "arc-easy"]
@@ -185,7 +186,9 @@ FILE_KEYS = frozenset(TaskFile.model_fields) - frozenset(BuiltinEntry.model_fiel
 # An entry's type is chosen from its shape, so its error is its own type's (a union tried left to
 # right reports the last member's). Each tag holds a "-": an error location drops it
 # (``harness.spec.yamlinput.data_location``).
-SHAPES: dict[type, str] = {BuiltinEntry: "shipped-entry", TaskFile: "task-file"}
+SHAPES: dict[type, str] = {
+    BuiltinEntry: "shipped-entry", TaskFile: "task-file", LongContextEntry: "longctx-entry",
+}  # fmt: skip
 
 
 def entry_shape(value: Any) -> str | None:
@@ -194,6 +197,8 @@ def entry_shape(value: Any) -> str | None:
     if isinstance(value, str):
         return "shipped-name"
     if isinstance(value, dict):
+        if "longctx" in value:
+            return "longctx-entry"
         return "task-file" if FILE_KEYS & value.keys() else "shipped-entry"
     return SHAPES.get(type(value))
 
@@ -202,13 +207,15 @@ def entry_shape(value: Any) -> str | None:
 TaskEntry = Annotated[
     Annotated[BuiltinTask, Tag("shipped-name")]
     | Annotated[BuiltinEntry, Tag("shipped-entry")]
-    | Annotated[TaskFile, Tag("task-file")],
+    | Annotated[TaskFile, Tag("task-file")]
+    | Annotated[LongContextEntry, Tag("longctx-entry")],
     Discriminator(
         entry_shape,
         custom_error_type="task_entry",
         custom_error_message=(
             f"expected a shipped task's name ({', '.join(get_args(BuiltinTask))}), "
-            "{name: ..., shots: ...} or a task file {path: ..., kind: ..., prompt: ...}"
+            "{name: ..., shots: ...}, a task file {path: ..., kind: ..., prompt: ...} or a "
+            "long-context task {longctx: ..., contexts: [...]}"
         ),
     ),
 ]

@@ -164,4 +164,4 @@ def test_every_metric_the_gate_judges_says_what_its_units_are() -> None:
     from harness.results import gate
     from harness.spec.quality import GATE_METRICS
 
-    assert tuple(gate.UNITS) == GATE_METRICS == ("ppl", "tasks")
+    assert tuple(gate.UNITS) == GATE_METRICS == ("ppl", "tasks", "context")

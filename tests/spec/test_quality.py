@@ -25,7 +25,7 @@ def test_arc_items_are_scored_as_the_arc_easy_task_and_a_listed_one_decides() ->
 def test_the_gate_s_earlier_name_arc_is_read_as_tasks_once() -> None:
     assert gate_names(["ppl", "arc", "tasks"]) == ["ppl", "tasks"]
     assert QualitySettings.model_validate({"gate": ["arc"]}).gate == ["tasks"]
-    assert GATE_METRICS == ("ppl", "tasks")
+    assert GATE_METRICS == ("ppl", "tasks", "context")
     with pytest.raises(ValidationError, match="gate"):
         QualitySettings.model_validate({"gate": ["accuracy"]})
 

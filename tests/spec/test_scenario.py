@@ -81,7 +81,7 @@ MALFORMED: dict[str, tuple[str, str]] = {
         replace("models", "models: [meta-llama/Llama-3.1-8B-Instruc]"),
         "bad.yaml:2: models[0].id: unknown model 'meta-llama/Llama-3.1-8B-Instruc' (did you mean 'meta-llama/Llama-3.1-8B-Instruct'?): expected a catalog id (meta-llama/Llama-3.1-8B-Instruct, meta-llama/Llama-3.1-70B-Instruct, Qwen/Qwen2.5-7B-Instruct, Qwen/Qwen2.5-72B-Instruct, mistralai/Mistral-7B-v0.3, mistralai/Mixtral-8x7B-v0.1, google/gemma-2-9b, microsoft/Phi-3-mini-4k-instruct, meta-llama/Llama-2-7b-hf, meta-llama/Llama-2-70b-hf, meta-llama/Meta-Llama-3-8B, meta-llama/Meta-Llama-3-70B, mistralai/Mistral-7B-v0.1, Qwen/Qwen2-7B, Qwen/Qwen2-72B, Qwen/Qwen3-235B-A22B, openai/gpt-oss-120b, "
         "deepseek-ai/DeepSeek-V3, moonshotai/Kimi-K2-Instruct, Qwen/Qwen3-30B-A3B, openai/gpt-oss-20b, "
-        "meta-llama/Llama-4-Scout-17B-16E-Instruct, tiny-llama, llama-3.1-8b, llama-3.2-1b, qwen2.5-0.5b, "
+        "meta-llama/Llama-4-Scout-17B-16E-Instruct, tiny-llama, tiny-llama-retrieval, llama-3.1-8b, llama-3.2-1b, qwen2.5-0.5b, "
         "tiny-qwen2-moe) or a local directory containing config.json",
     ),
     "unknown model field": (

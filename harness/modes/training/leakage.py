@@ -13,6 +13,9 @@ Texts seen (source → role):
   gptq calibration          the 64 wiki.valid.raw paragraphs GPTQ calibrates on
                             (harness.backends.transformers, corpus.calibration_texts)
   fine-tuning train block   the train block of a training scenario's data (`data`)
+  generator seeds           a shipped model's `train_seed_range` (training.json: the seeds of
+                            the generated long-context items it was trained on), checked
+                            against each long-context task's evaluation seeds (`seed_leaks`)
 Texts scored: the inference eval corpus (wiki.test.raw), each training scenario's eval block, and
 each task of the scenario (`quality: {tasks: [...]}`: its prompts and answers, every split), a
 user's task file included: one that shares any n-gram with a text seen is warned about when the
@@ -144,3 +147,45 @@ def leaked_tasks(table: Sequence[dict[str, object]]) -> list[str]:
                 "its scores may be inflated by what the model saw"
             )
     return out
+
+
+def trained_seed_ranges(data_dir: Path | None = None) -> dict[str, tuple[int, int]]:
+    """Per shipped model (a folder of harness/data with a training.json recording
+    ``train_seed_range``): the [start, end) generator seeds it was trained on."""
+    root = data_dir or Path(__file__).resolve().parents[2] / "data"
+    out: dict[str, tuple[int, int]] = {}
+    for facts in sorted(root.glob("*/training.json")):
+        try:
+            seeds = json.loads(facts.read_text(encoding="utf-8")).get("train_seed_range")
+        except (OSError, ValueError):
+            continue
+        if isinstance(seeds, list) and len(seeds) == 2:
+            out[facts.parent.name] = (int(seeds[0]), int(seeds[1]))
+    return out
+
+
+def seed_leaks(
+    task_seeds: Iterable[tuple[str, tuple[int, int]]],
+    trained: dict[str, tuple[int, int]] | None = None,
+) -> list[dict[str, object]]:
+    """Per (long-context task, shipped model trained on generated items): the task's evaluation
+    seeds [start, end), the model's training seeds, and how many they share (0: apart)."""
+    ranges = trained_seed_ranges() if trained is None else trained
+    out: list[dict[str, object]] = []
+    for name, (start, end) in task_seeds:
+        for model, (t_start, t_end) in ranges.items():
+            shared = max(0, min(end, t_end) - max(start, t_start))
+            out.append({"eval": f"{TASK_EVAL}{name}", "seen": f"{model} training seeds",
+                        "eval_seeds": [start, end], "train_seeds": [t_start, t_end],
+                        "shared": shared})  # fmt: skip
+    return out
+
+
+def leaked_seeds(table: Sequence[dict[str, object]]) -> list[str]:
+    """A warning line per long-context task whose evaluation seeds a model was trained on."""
+    return [
+        f"{row['eval']} uses {row['shared']} generator seed(s) {row['seen']} used "
+        f"(eval {row['eval_seeds']}, train {row['train_seeds']}): its items were trained on"
+        for row in table
+        if isinstance(row.get("shared"), int) and int(row["shared"]) > 0  # type: ignore[call-overload]
+    ]

@@ -18,4 +18,6 @@ def manifest_entries(scenario: Scenario) -> dict[str, Any]:
     data = [(train.data.train, train.data.eval_fraction)] if train is not None else []
     seen, evals = leakage.shipped_texts(data, scenario.quality.task_texts())
     table = leakage.cached_overlaps(seen, evals)
-    return {"leakage": table, "leakage_warnings": leakage.leaked_tasks(table)}
+    seeds = leakage.seed_leaks(scenario.quality.task_seeds())
+    warnings = leakage.leaked_tasks(table) + leakage.leaked_seeds(seeds)
+    return {"leakage": table, "seed_leakage": seeds, "leakage_warnings": warnings}

@@ -17,6 +17,7 @@ REGISTRY: dict[str, str] = {
     "classify": "harness.tasks.kinds.classify:Classify",
     "extract": "harness.tasks.kinds.extract:Extract",
     "exact": "harness.tasks.kinds.exact:Exact",
+    "longctx": "harness.tasks.kinds.longctx:LongContext",
 }
 KINDS: tuple[str, ...] = tuple(REGISTRY)
 

@@ -11,7 +11,7 @@ from harness.tasks.spec import TaskFile
 
 
 def test_every_registered_kind_resolves_to_its_class_under_its_name() -> None:
-    assert kinds.KINDS == ("choice", "classify", "extract", "exact")
+    assert kinds.KINDS == ("choice", "classify", "extract", "exact", "longctx")
     for name in kinds.KINDS:
         made = kinds.kind_of(name)
         assert isinstance(made, Kind) and made.name == name
