@@ -459,7 +459,7 @@ COVERED_BY: dict[str, tuple[str, ...]] = {
     "harness.tasks.longctx": ("tests/tasks/longctx/test_generators.py",),
     "harness.tasks.longctx.base": ("tests/tasks/longctx/test_generators.py",),
     "harness.tasks.longctx.entry": ("tests/tasks/longctx/test_generators.py",),
-    "harness.tasks.longctx.task": ("tests/tasks/longctx/test_generators.py",),
+    "harness.tasks.longctx_task": ("tests/tasks/longctx/test_generators.py",),
     "harness.tasks.longctx.single_needle": ("tests/tasks/longctx/test_generators.py",),
     "harness.tasks.longctx.multi_key": ("tests/tasks/longctx/test_generators.py",),
     "harness.tasks.longctx.variable_tracking": ("tests/tasks/longctx/test_generators.py",),

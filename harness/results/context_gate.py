@@ -26,7 +26,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from harness.measure import verdict
-from harness.tasks.longctx.task import KIND, context_of
+from harness.tasks.longctx_task import KIND, context_of
 
 NOT_AT_CONTEXT = "quality not measured at this context"
 Array = NDArray[Any]

@@ -14,7 +14,7 @@ from harness.tasks.arc import NAME as ARC_NAME
 from harness.tasks.arc import arc_task
 from harness.tasks.builtin import tasks_of
 from harness.tasks.kinds import kind_of
-from harness.tasks.longctx.task import KIND as LONG_KIND
+from harness.tasks.longctx_task import KIND as LONG_KIND
 from harness.tasks.spec import TaskEntry, TaskSpec
 
 # Plausible bounds: a value outside them is a typo or an attack, never a benchmark.

@@ -24,7 +24,7 @@ from harness.files import read_capped, text_lines
 from harness.tasks.arc import NAME as ARC_NAME
 from harness.tasks.arc import arc_task
 from harness.tasks.longctx.entry import LongContextEntry
-from harness.tasks.longctx.task import longctx_task
+from harness.tasks.longctx_task import longctx_task
 from harness.tasks.spec import (
     DEFAULT_NEW_TOKENS,
     MAX_TASK_BYTES,

@@ -13,7 +13,7 @@ from harness.tasks import metrics
 from harness.tasks.kinds import kind_of
 from harness.tasks.kinds.longctx import is_match, split_prompt, with_answer_nll
 from harness.tasks.longctx.entry import LongContextEntry
-from harness.tasks.longctx.task import longctx_task
+from harness.tasks.longctx_task import longctx_task
 
 TOKENIZER = str(Path(__file__).resolve().parents[3] / "harness" / "data" / "tiny-llama")
 

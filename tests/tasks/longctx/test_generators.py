@@ -17,7 +17,7 @@ from harness.tasks.longctx import (
 )
 from harness.tasks.longctx.base import EVAL_SEED_END, TRAIN_SEED_START
 from harness.tasks.longctx.entry import LongContextEntry
-from harness.tasks.longctx.task import context_label, context_of, longctx_task, token_counter
+from harness.tasks.longctx_task import context_label, context_of, longctx_task, token_counter
 from harness.tasks.spec import render_prompt, render_target
 
 ROOT = Path(__file__).resolve().parents[3]
