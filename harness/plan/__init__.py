@@ -16,7 +16,8 @@ Formulas (bytes; GiB = 2**30):
   reserve       = runtime context + allocator margin; the context is the CUDA/HIP context, or on
                   the CPU the group's process: its engine's (imports, engine start, a Ray actor)
                   + the weight format's library
-  KV pool       = vLLM on the CPU holds its whole pool from the load on: kv_pool_bytes(the
+  KV pool       = an engine whose card holds its pool from the load on (Engine.kv_pool_held_on:
+                  vLLM on the CPU, llama.cpp's n_ctx cache) holds all of it: kv_pool_bytes(the
                   point's KV(context + output)), the pool the harness gives the engine
   first forward = on the CPU, what an engine's first forward leaves in the process (kernels'
                   scratch, thread arenas), per engine; 0 on GPUs
@@ -26,7 +27,9 @@ Formulas (bytes; GiB = 2**30):
                   CPU the prefill's activations still (freed pages stay in the process's RSS
                   until the point ends: the device loop trims the heap between points)
                   (a KV cache inside the pool adds nothing)
-A vLLM point instead pre-allocates gpu_memory_utilization × card memory: it fits when weights +
+An engine that takes a share of a GPU up front (Engine.gpu_share: vLLM's
+gpu_memory_utilization, SGLang's mem_fraction_static) pre-allocates that share × card memory
+instead: a point fits when weights +
 activations + the KV cache it needs fit inside that share.
 
 Speculative decoding (harness.spec.speculative): a draft model, an EAGLE head or MTP layers add
@@ -125,7 +128,6 @@ EFFICIENCY = {"cpu": 0.25, "cuda": 0.6, "rocm": 0.5}  # share of roofline a budg
 # Serving: one load-generator process per level (its imports; the server's start per group is
 # the budget's, harness.budget).
 GENERATOR_START_S = 20.0
-VLLM_MAX_BATCHED_TOKENS = 8192  # vLLM prefills in chunks of at most this many tokens
 # NCCL's communicators and buffers (and vLLM's custom all-reduce buffers) per GPU rank once a
 # layout has 2 ranks or more. Source: issue 37 quoting llm-d-planner's accuracy report, "NCCL
 # ≈ 2 GiB per GPU at TP ≥ 2", which that report found its own figure under-counted by 44 %. Not
@@ -189,9 +191,10 @@ def kv_pool_bytes(largest_kv_bytes: float) -> int:
 
 
 def held_kv_pool_bytes(point: Point, kv_bytes: float) -> float:
-    """The KV pool an engine holds from its load on (vLLM on the CPU: kv_pool_bytes of the
-    point's KV cache; the group's pool is at least this), else 0."""
-    if point.backend != "vllm" or point.target != "cpu":
+    """The KV pool an engine holds from its load on where its card says so (vLLM on the CPU,
+    llama.cpp everywhere: kv_pool_bytes of the point's KV cache; the group's pool is at least
+    this), else 0."""
+    if point.target not in engine(point.backend).kv_pool_held_on:
         return 0.0
     return float(kv_pool_bytes(kv_bytes))
 
@@ -293,7 +296,8 @@ def default_card(target: str, gpu: str | None = None) -> GpuSpec:
 @dataclass(frozen=True)
 class PlanOptions:
     """What a mode's plan is given besides the point, its card and the model's architecture: the
-    share of the card's memory vLLM pre-allocates (the scenario's ``vllm.gpu_memory_utilization``)
+    share of the card's memory an engine pre-allocates (its options' ``gpu_share``,
+    harness.spec.engine_options.gpu_share)
     and the untimed warm-up runs before each point's timed repeats (its ``warmups``)."""
 
     gpu_memory_utilization: float
@@ -331,7 +335,7 @@ def inference_plan(
     rank, phases, terms = binding_rank(point, arch)
     total = max(phases.values())
     capacity = card.memory_gib * GIB
-    if point.backend == "vllm" and point.target != "cpu":
+    if engine(point.backend).gpu_share and point.target != "cpu":
         capacity *= gpu_memory_utilization
     fits, reason = fit_verdict(total, capacity, terms, card.name, rank=rank)
     weights = terms["weights"]
@@ -341,7 +345,8 @@ def inference_plan(
         ceiling = layout_decode_ceiling_tok_s(card, arch, point)
     draft_weights, draft_kv = draft_terms(point, arch)
     pool = None
-    if draft_weights and point.backend == "vllm" and point.target != "cpu" and not point.layout:
+    in_pool = engine(point.backend).draft_in_pool
+    if draft_weights and in_pool and point.target != "cpu" and not point.layout:
         pool = speculative.pool_shrink(
             capacity_bytes=capacity,
             held_bytes=weights - draft_weights + terms["activations"] + terms["reserve"],
@@ -386,7 +391,7 @@ def adapter_bytes(point: Point, arch: ModelArch) -> float:
     targets = [shapes[t] for t in adapters.adapted_modules(adapter, list(shapes))]
     targets *= arch.num_layers
     own = adapters.lora_bytes(adapter.rank, targets, per_value)
-    if point.backend != "vllm":
+    if not engine(point.backend).lora_slots:
         return own
     slot = adapters.vllm_slot_rank(adapter.rank) or adapter.rank
     every = list(shapes.values()) * arch.num_layers
@@ -439,8 +444,9 @@ def inference_memory(
         point.batch,
     )
     tensor = 1 if layout is None else layout.tensor
-    if point.backend == "vllm":
-        chunk = min(point.batch * point.context, VLLM_MAX_BATCHED_TOKENS)
+    chunk_tokens = engine(point.backend).prefill_chunk_tokens
+    if chunk_tokens is not None:
+        chunk = min(point.batch * point.context, chunk_tokens)
         acts = activation_bytes(arch, point.quantization, 1, chunk, all_logits=False, tensor=tensor)
     else:
         acts = activation_bytes(

@@ -73,7 +73,7 @@ def prepare(
         run=run_dir.name,
         reference=scenario.reference,
         quality=scenario.quality,
-        vllm=scenario.vllm,
+        engines=scenario.engines,
         reference_backend=reference_backend,
         gpu=gpu or scenario.gpu,
     )

@@ -30,6 +30,7 @@ from harness.backends.vllm.args import (
     sampling_params_kwargs,
 )
 from harness.backends.vllm.backend import VllmBackend
+from harness.backends.vllm.card import VLLM_ONLINE_FP8
 from harness.backends.vllm.dialect import EngineDialect
 from harness.backends.vllm.memory import (
     HarnessWorkerExtension,
@@ -38,6 +39,7 @@ from harness.backends.vllm.memory import (
     kv_block_bytes,
     kv_dtype_bytes,
 )
+from harness.backends.vllm.options import VllmOptions
 from harness.backends.vllm.parse import (
     continuation_logprob,
     parse_generation,
@@ -47,8 +49,8 @@ from harness.backends.vllm.parse import (
 from harness.errors import UserInputError
 from harness.measure.quality import paired_dnll, perplexity
 from harness.spec import catalog
-from harness.spec.capabilities import VLLM_ONLINE_FP8
-from harness.spec.scenario import GroupKey, VllmOptions
+from harness.spec.engine_options import EngineBlocks
+from harness.spec.scenario import GroupKey
 
 REPO = Path(__file__).resolve().parents[2]
 TINY_MODEL = REPO / "harness" / "data" / "tiny-llama"
@@ -110,7 +112,8 @@ def test_the_vllm_names_come_from_the_capability_table() -> None:
 def test_engine_arguments_carry_the_scenario_options_and_start_no_ray(tmp_path: Path) -> None:
     path = checkpoint(tmp_path)
     vllm = VllmOptions(gpu_memory_utilization=0.55, enforce_eager=True, max_model_len=3000)
-    kwargs = engine_kwargs(group(), options(path, seed=7, vllm=vllm, max_context=1024))
+    blocks = EngineBlocks(vllm=vllm)
+    kwargs = engine_kwargs(group(), options(path, seed=7, engines=blocks, max_context=1024))
     assert kwargs["model"] == kwargs["tokenizer"] == path
     assert kwargs["gpu_memory_utilization"] == 0.55
     assert "kv_cache_memory_bytes" not in kwargs  # a GPU takes its share of the card
