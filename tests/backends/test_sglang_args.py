@@ -35,13 +35,20 @@ def test_the_engines_block_and_the_layout_reach_sglang() -> None:
     options = OPTIONS.model_copy(
         update={
             "engines": EngineBlocks.model_validate(
-                {"sglang": {"mem_fraction_static": 0.5, "chunked_prefill_size": 2048}}
+                {
+                    "sglang": {
+                        "mem_fraction_static": 0.5,
+                        "chunked_prefill_size": 2048,
+                        "disable_cuda_graph": True,
+                    }
+                }
             )
         }
     )
     group = GROUP.model_copy(update={"layout": Layout(tensor=4, expert=True)})
     kwargs = engine_kwargs(group, options)
     assert kwargs["mem_fraction_static"] == 0.5 and kwargs["chunked_prefill_size"] == 2048
+    assert kwargs["disable_prefill_cuda_graph"] and kwargs["disable_decode_cuda_graph"]
     assert (kwargs["tp_size"], kwargs["pp_size"], kwargs["ep_size"]) == (4, 1, 4)
 
 

@@ -38,12 +38,13 @@ def engine_kwargs(group: GroupKey, options: BackendOptions) -> dict[str, Any]:
         "random_seed": options.seed,
         "disable_radix_cache": True,  # as offline: every prompt computed in full
         "skip_tokenizer_init": False,
-        "disable_cuda_graph": own.disable_cuda_graph,
         "trust_remote_code": False,
         "log_level": "error",
     }
     if weights.quantization is not None:
         kwargs["quantization"] = weights.quantization
+    if own.disable_cuda_graph:  # fields/exec_.py: the two phases' flags (the joint one has no CLI)
+        kwargs["disable_prefill_cuda_graph"] = kwargs["disable_decode_cuda_graph"] = True
     if own.chunked_prefill_size is not None:
         kwargs["chunked_prefill_size"] = own.chunked_prefill_size
     if options.random_weights:
