@@ -136,6 +136,29 @@ class Backend(ABC):
         return {}
 
 
+class Server(ABC):
+    """An engine's OpenAI-compatible server for one group: the command that starts it (in its
+    own process, on `host`:`port`, serving the model as `served_model_name`) and the path that
+    answers once it is ready. The serving mode starts it, waits for `ready_path` and drives it."""
+
+    ready_path: ClassVar[str] = "/v1/models"
+
+    @classmethod
+    @abstractmethod
+    def command(
+        cls, group: GroupKey, options: BackendOptions, host: str, port: int, served_model_name: str
+    ) -> list[str]: ...
+
+
+def server_class(name: str) -> type[Server] | None:
+    """The engine's server (its card's `server`), None where it serves not through this seam."""
+    ref = engine(name).server
+    if ref is None:
+        return None
+    cls: type[Server] = load_ref(ref)
+    return cls
+
+
 def backend_class(name: str) -> type[Backend]:
     """Resolve a backend lazily by name, through its engine's card (harness.spec.engines); an
     unknown one says what was meant."""

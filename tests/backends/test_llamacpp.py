@@ -121,3 +121,52 @@ def test_llamacpp_rows_are_ok_gated_and_agree_with_transformers(
     # 4-bit weights and a 4-bit cache cost perplexity, and the gate compared them
     quantized = by_config[("llamacpp", "gguf-q4_k_m", "q4_0")]
     assert quantized["ppl"] > by_config[("llamacpp", "none", "auto")]["ppl"]
+
+
+@needs_llamacpp
+@pytest.mark.engine
+def test_llamacpp_serves_the_group_through_its_openai_compatible_server(tmp_path: Path) -> None:
+    """harness.backends.llamacpp.server: the command starts `llama_cpp.server` on loopback; one
+    greedy completion of 4 tokens comes back (bounded: 60 s to start, one request)."""
+    import socket
+    import subprocess
+    import time
+    import urllib.request
+
+    from harness.backends.base import server_class
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    group = GroupKey(target="cpu", model="tiny-llama", revision="main", backend="llamacpp",
+                     quantization="gguf-q8_0", kv_cache_dtype="q8_0")  # fmt: skip
+    options = BackendOptions(device="cpu", model_path=str(TINY), max_context=512,
+                             cache_dir=str(tmp_path))  # fmt: skip
+    server = server_class("llamacpp")
+    assert server is not None
+    command = server.command(group, options, "127.0.0.1", port, "harness")
+    assert command[1:3] == ["-m", "llama_cpp.server"] and "--type_k" in command
+    base = f"http://127.0.0.1:{port}"
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert process.poll() is None, process.stderr.read().decode()[-2000:]  # type: ignore[union-attr]
+            try:
+                with urllib.request.urlopen(base + server.ready_path, timeout=2) as ready:
+                    if ready.status == 200:
+                        break
+            except OSError:
+                assert time.monotonic() < deadline, "llama_cpp.server did not start in 60 s"
+                time.sleep(0.5)
+        body = json.dumps({"model": "harness", "prompt": "The tower is", "max_tokens": 4,
+                           "temperature": 0.0}).encode()  # fmt: skip
+        request = urllib.request.Request(base + "/v1/completions", data=body,
+                                         headers={"Content-Type": "application/json"})  # fmt: skip
+        with urllib.request.urlopen(request, timeout=60) as response:
+            answer = json.loads(response.read())
+        assert answer["usage"]["completion_tokens"] >= 1
+        assert answer["choices"][0]["text"] is not None
+    finally:
+        process.terminate()
+        process.wait(timeout=30)

@@ -91,3 +91,12 @@ def test_a_window_is_read_from_sglang_s_prompt_logprobs() -> None:
     # the reference's ids: found, or the smallest returned log-prob (an upper bound)
     at_ref = lookup(meta["input_top_logprobs"][1:], np.array([[6, 42], [1, 7]]))
     assert at_ref.tolist() == [[-1.0, -1.0], [-3.0, -0.25]]
+
+
+def test_its_server_is_launch_server_with_the_same_server_args() -> None:
+    from harness.backends.sglang.server import SglangServer
+
+    command = SglangServer.command(GROUP, OPTIONS, "127.0.0.1", 30000, "harness")
+    assert command[1:3] == ["-m", "sglang.launch_server"]
+    assert command[-2:] == ["--served-model-name", "harness"]
+    assert "--kv-cache-dtype" in command and "fp8_e4m3" in command

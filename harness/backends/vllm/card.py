@@ -66,5 +66,6 @@ CARD = Engine[VllmWeights, str](
     kv_caches={"auto": "auto", "fp8": "fp8", "fp8_e4m3": "fp8_e4m3", "fp8_e5m2": "fp8_e5m2"},
     backend="harness.backends.vllm.backend:VllmBackend",
     options="harness.backends.vllm.options:VllmOptions",
-    server="harness.backends.vllm.server:VllmServer",
+    # its server is `vllm serve`, driven by the serving mode itself (harness.modes.serving.device)
+    server=None,
 )  # fmt: skip
