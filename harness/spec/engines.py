@@ -97,6 +97,7 @@ class Engine(BaseModel, Generic[W, K]):
     speculation: the speculation methods it takes (harness.spec.speculative), by its own name.
     parallelism: the layouts it runs over several cards.
     weights / kv_caches: its own names for each weight format and KV-cache dtype it runs.
+    package: its distribution on the package registry (a run's manifest records its version).
     backend / options / server: "module:Class" of its backend (harness.backends.base.Backend),
       its options model, and its server (harness.backends.base.Server; None: it serves not).
     """
@@ -120,6 +121,7 @@ class Engine(BaseModel, Generic[W, K]):
     parallelism: EngineParallelism
     weights: Mapping[str, W]
     kv_caches: Mapping[str, K]
+    package: str
     backend: str
     options: str
     server: str | None = None

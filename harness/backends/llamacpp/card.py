@@ -24,11 +24,16 @@ class GgufWeights(BaseModel):
     file_type: str | None
 
 
-# Sources: cpu_process_bytes and the seconds, measured here (2026-12-07, llama-cpp-python 0.3.36
-# built for this CPU, tiny-llama): docs/development/adding-an-engine.md, "llama.cpp figures".
+# Sources (2026-12-07, llama-cpp-python 0.3.36 built for this 2-core CPU, tiny-llama, machine
+# loaded by other jobs): a group runs in a child forked from the node's host like transformers'
+# (the host has imported torch and transformers; the harness tokenizes with transformers'
+# tokenizer), so its process is planned as transformers' (375 MiB) until history calibrates it;
+# the model load (GGUF file already converted) took 0.17-0.76 s; a 64-token window scored in
+# 0.5-4 s under load (its logits are read per position), planned at 20 ms a unit; the GPU
+# figures are assumptions (no CUDA build measured).
 CARD = Engine[GgufWeights, str | None](
     name="llamacpp",
-    cpu_process_bytes=120 * MIB,
+    cpu_process_bytes=375 * MIB,
     cpu_first_forward_bytes=0.0,
     start_s=PerDevice(cpu=0.5, cuda=5.0),
     step_floor_s=PerDevice(cpu=0.002, cuda=0.003),
@@ -55,6 +60,7 @@ CARD = Engine[GgufWeights, str | None](
     },
     # None: the compute dtype (f32 weights keep an f32 cache; llama.cpp's default is f16)
     kv_caches={"auto": None, "fp16": "f16", "q8_0": "q8_0", "q4_0": "q4_0"},
+    package="llama-cpp-python",
     backend="harness.backends.llamacpp.backend:LlamaCppBackend",
     options="harness.backends.llamacpp.options:LlamaCppOptions",
     server="harness.backends.llamacpp.server:LlamaCppServer",

@@ -55,6 +55,7 @@ CARD = Engine[SglangWeights, str](
         "fp8": SglangWeights(quantization="fp8"),
     },
     kv_caches={"auto": "auto", "fp8": "fp8_e4m3", "fp8_e4m3": "fp8_e4m3", "fp8_e5m2": "fp8_e5m2"},
+    package="sglang",
     backend="harness.backends.sglang.backend:SglangBackend",
     options="harness.backends.sglang.options:SglangOptions",
     server="harness.backends.sglang.server:SglangServer",

@@ -75,6 +75,7 @@ CARD = Engine[TransformersWeights, QuantizedCacheSettings | None](
         "int8": QuantizedCacheSettings(backend="hqq", nbits=8, axis_key=1, axis_value=1),
         "int4": QuantizedCacheSettings(backend="quanto", nbits=4),
     },
+    package="transformers",
     backend="harness.backends.transformers.backend:TransformersBackend",
     options="harness.backends.transformers.options:TransformersOptions",
 )  # fmt: skip

@@ -64,6 +64,7 @@ CARD = Engine[VllmWeights, str](
         "fp8": VllmWeights(quantization=VLLM_ONLINE_FP8, checkpoint_methods=frozenset({"fp8"})),
     },
     kv_caches={"auto": "auto", "fp8": "fp8", "fp8_e4m3": "fp8_e4m3", "fp8_e5m2": "fp8_e5m2"},
+    package="vllm",
     backend="harness.backends.vllm.backend:VllmBackend",
     options="harness.backends.vllm.options:VllmOptions",
     # its server is `vllm serve`, driven by the serving mode itself (harness.modes.serving.device)
