@@ -37,6 +37,7 @@ from harness.spec.scenario import GroupKey
 
 MAX_SEQUENCES = 64  # sequences one context decodes together (a larger batch goes in parts)
 CTX_ALIGN = 256  # n_ctx is a multiple of this (llama.cpp pads the cache to 256 cells)
+_LOG_CALLBACK: Any = None  # the one log callback given to llama.cpp, kept for the process
 
 
 class LlamaCppBackend(Backend):
@@ -56,7 +57,6 @@ class LlamaCppBackend(Backend):
         self.n_vocab = 0
         self.n_ctx = 0
         self.gguf_path: Path | None = None
-        self._log_callback: Any = None  # kept alive while llama.cpp may call it
 
     # --- the group's model ----------------------------------------------------------------
 
@@ -89,10 +89,13 @@ class LlamaCppBackend(Backend):
         self.batch = llama_cpp.llama_batch_init(self.own.n_batch, 0, MAX_SEQUENCES)
 
     def _quiet(self) -> None:
-        """llama.cpp's own log (model load, every context) off: errors reach us as results."""
-        callback = self.lib.llama_log_callback(lambda level, text, data: None)
-        self._log_callback = callback
-        self.lib.llama_log_set(callback, ctypes.c_void_p(0))
+        """llama.cpp's own log (model load, every context) off: errors reach us as results.
+        The callback lives as long as the process (llama.cpp keeps calling it after this
+        backend is gone: a collected callback would be a dangling pointer)."""
+        global _LOG_CALLBACK
+        if _LOG_CALLBACK is None:
+            _LOG_CALLBACK = self.lib.llama_log_callback(lambda level, text, data: None)
+        self.lib.llama_log_set(_LOG_CALLBACK, ctypes.c_void_p(0))
 
     def _context_params(self) -> Any:
         lib = self.lib
