@@ -367,6 +367,7 @@ def test_every_module_is_named_on_the_map() -> None:
 COVERED_BY: dict[str, tuple[str, ...]] = {
     "harness.plan": ("tests/test_plan.py", "tests/test_plan_layouts.py"),
     "harness.plan.measured": ("tests/hostile/test_measured_fit_hostile.py",),
+    "harness.plan.seconds": ("tests/test_plan_layouts.py",),
     "harness.modes.serving.price": ("tests/modes/serving/test_price.py",),
     "harness.modes.serving.price.common": ("tests/modes/serving/price/test_bands.py",),
     "harness.projection.text": ("tests/projection/test_rent.py",),

@@ -5,6 +5,8 @@ from __future__ import annotations
 import pytest
 
 from harness import plan
+from harness.plan import bytes as planbytes
+from harness.plan import seconds
 from harness.spec import catalog
 from harness.spec.capabilities import Layout
 from harness.spec.scenario import Point
@@ -66,7 +68,7 @@ def test_kv_heads_are_replicated_when_tp_exceeds_them() -> None:
     arch = catalog.model(QWEN3)
     whole = plan.kv_cache_bytes(arch, "auto", "bf16", tokens=1, batch=1)
     assert whole == 2 * 94 * 4 * 128 * 2
-    assert plan.rank_kv_share(arch, Layout(tensor=8), 0) * whole == 48_128
+    assert planbytes.rank_kv_share(arch, Layout(tensor=8), 0) * whole == 48_128
 
 
 def test_pipeline_stages_split_the_layers_and_the_first_stage_binds() -> None:
@@ -100,10 +102,10 @@ def test_decode_ceiling_counts_the_all_reduce_over_the_interconnect() -> None:
     point = point70b(8, batch=1, context=128)
     # 2 all-reduces per layer of 1 × 8192 bf16 values, ring factor 2 · 7/8, 80 layers, over
     # 450 GB/s one way: 80 · 2 · 8192 · 2 · 1.75 / 450e9 = 1.0194e-5 s
-    assert plan.allreduce_seconds(card, arch, point, 1) == pytest.approx(
+    assert seconds.allreduce_seconds(card, arch, point, 1) == pytest.approx(
         80 * 2 * 8192 * 2 * 1.75 / 450e9
     )
-    assert plan.layout_decode_ceiling_tok_s(card, arch, point) > 0
+    assert seconds.layout_decode_ceiling_tok_s(card, arch, point) > 0
 
 
 def test_on_the_cpu_the_node_holds_every_rank() -> None:

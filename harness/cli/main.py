@@ -120,8 +120,12 @@ def print_skip_reasons(skipped: list[Any]) -> None:
 
 
 def print_plan(result: Any, *, show_skipped: bool = False) -> None:
-    table = Table(title="plan: memory in GiB (2^30 bytes), time in s")
-    for col in ("point", "gpu", "weights", "KV", "activ.", "reserve", "total", "est s"):
+    table = Table(
+        title="plan: memory in GiB (2^30 bytes); KV/tok: the binding rank's KV per token, KiB; "
+        "max B: the largest batch vLLM's KV pool holds; time in s"
+    )
+    for col in ("point", "gpu", "weights", "KV", "KV/tok KiB", "max B", "activ.", "reserve",
+                "total", "est s"):  # fmt: skip
         table.add_column(
             col, overflow="fold", justify="left" if col in ("point", "gpu") else "right"
         )
@@ -133,6 +137,8 @@ def print_plan(result: Any, *, show_skipped: bool = False) -> None:
 
         table.add_row(
             shown(point), shown(p.gpu), f"{p.weights_gib:.2f}", f"{p.kv_cache_gib:.2f}",
+            f"{p.kv_per_token_bytes / 1024:.1f}",
+            "" if p.largest_batch is None else str(p.largest_batch),
             f"{p.activations_gib:.2f}", f"{p.reserve_gib:.2f}", f"{p.total_gib:.2f}",
             f"{p.est_seconds:.1f}",
         )  # fmt: skip

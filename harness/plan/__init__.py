@@ -5,8 +5,8 @@ Formulas (bytes; GiB = 2**30):
   params        = embeddings + layers × (attention + MLP × experts + router + norms) + lm_head
   weights       = Σ quantized-linear params × (bits + overhead)/8
                   + the rest × 16-bit (or the model dtype)
-  KV cache      = 2 × layers × kv_heads × head_dim × bytes(kv dtype) × tokens × batch,
-                  tokens capped at the window on sliding-window layers
+  KV cache      = 2 × layers × kv_heads × head_dim × bytes(kv dtype) × tokens × batch, capped at
+                  the window on sliding layers; MLA and MoE terms: harness.plan.bytes's docstring
   activations   = prefill transient (hidden + MLP intermediates of B × S tokens, per layer) + logits
                   (fp32 over B × S positions when all are kept, else B × 1)
   adapter       = (a LoRA folder on the model, counted with the weights)
@@ -73,7 +73,7 @@ from typing import Protocol
 from pydantic import BaseModel, ConfigDict
 
 from harness import modes
-from harness.measure import roofline
+from harness.plan import bytes as planbytes
 from harness.plan.bytes import (
     ParamCounts as ParamCounts,
 )
@@ -98,10 +98,27 @@ from harness.plan.bytes import (
 from harness.plan.bytes import (
     weights_bytes as weights_bytes,
 )
+from harness.plan.seconds import (
+    EFFICIENCY as EFFICIENCY,
+)
+from harness.plan.seconds import (
+    allreduce_seconds as allreduce_seconds,
+)
+from harness.plan.seconds import (
+    decode_ceiling_tok_s as decode_ceiling_tok_s,
+)
+from harness.plan.seconds import (
+    decode_step_bytes as decode_step_bytes,
+)
+from harness.plan.seconds import (
+    estimate_seconds as estimate_seconds,
+)
+from harness.plan.seconds import (
+    layout_decode_ceiling_tok_s as layout_decode_ceiling_tok_s,
+)
 from harness.spec import adapters, catalog, speculative
 from harness.spec.capabilities import (
     WEIGHT_FORMATS,
-    Layout,
     compute_dtype_bytes,
 )
 from harness.spec.catalog import GpuSpec, ModelArch
@@ -124,7 +141,6 @@ CPU_LIBRARY_BYTES = {"bitsandbytes": 36 * MIB}
 # tokens on the CPU), so each sequence may hold up to one block it does not fill.
 KV_POOL_HEADROOM = 1.25
 KV_POOL_MIN_BYTES = 64 * MIB
-EFFICIENCY = {"cpu": 0.25, "cuda": 0.6, "rocm": 0.5}  # share of roofline a budget assumes
 # Serving: one load-generator process per level (its imports; the server's start per group is
 # the budget's, harness.budget).
 GENERATOR_START_S = 20.0
@@ -240,6 +256,8 @@ class PointPlan(BaseModel):
     draft_weights_gib: float = 0.0
     draft_kv_cache_gib: float = 0.0
     pool: speculative.PoolShrink | None = None
+    kv_per_token_bytes: float = 0.0  # the binding rank's; bytes.pool_figures
+    largest_batch: int | None = None
 
     def contract(self) -> dict[str, object]:
         point = {f: getattr(self.point, f) for f in CONFIGURATION_FIELDS if f != "revision"}
@@ -255,6 +273,8 @@ class PointPlan(BaseModel):
                 "cards": self.cards,
                 "binding_rank": self.binding_rank,
                 "communication_gib": self.communication_gib,
+                "kv_per_token_bytes": self.kv_per_token_bytes,
+                "largest_batch": self.largest_batch,
             }
         if self.point.speculative is None:  # and speculative decoding only where it is used
             del point["speculative"]
@@ -355,7 +375,9 @@ def inference_plan(
             draft_kv_per_token=draft_kv,
             sequence_tokens=point.context + point.output_tokens,
         )
+    kv_room = capacity - sum(terms.values()) + terms["kv_cache"]  # what vLLM's share leaves KV
     return PointPlan(
+        **planbytes.pool_figures(point, arch, kv_room),
         draft_weights_gib=draft_weights / GIB,
         draft_kv_cache_gib=terms["kv_cache"] * (1 - 1 / speculative_kv_scale(point, arch)) / GIB,
         pool=pool,
@@ -430,7 +452,7 @@ def inference_memory(
     layout = point.layout
     weights = weights_bytes(arch, point.quantization, layout, stage) + adapter_bytes(point, arch)
     weights += draft_terms(point, arch, stage)[0]  # the draft, as the engine shards it
-    kv_share = rank_kv_share(arch, layout, stage)
+    kv_share = planbytes.rank_kv_share(arch, layout, stage)
     if speculative.draft_on_stage(layout, stage):
         kv_share *= speculative_kv_scale(point, arch)
     kv_prefill = kv_share * kv_cache_bytes(
@@ -505,15 +527,6 @@ def speculative_kv_scale(point: Point, arch: ModelArch) -> float:
     return 1.0 + draft_kv / kv_bytes_per_token(arch, point.kv_cache_dtype, point.quantization)
 
 
-def rank_kv_share(arch: ModelArch, layout: Layout | None, stage: int) -> float:
-    """The share of the KV cache one rank of `stage` holds: its stage's layers, and its KV heads
-    (replicated ones count whole)."""
-    if layout is None:
-        return 1.0
-    layers = stage_layers(arch.num_layers, layout.pipeline, stage) / arch.num_layers
-    return layers * kv_heads_per_rank(arch, layout.tensor) / arch.num_kv_heads
-
-
 def communication_bytes(point: Point) -> float:
     """COMM_BUFFER_BYTES on a GPU rank of a layout with 2 ranks or more, else 0."""
     if point.layout is None or point.layout.cards < 2 or point.target == "cpu":
@@ -537,72 +550,3 @@ def fit_verdict(
         f"{alone}needs {total / GIB:.2f} GiB > {capacity / GIB:.2f} GiB on {card}{at}; "
         f"binding term: {binding} ({terms[binding] / GIB:.2f} GiB)"
     )
-
-
-def decode_step_bytes(
-    arch: ModelArch, weights: float, quantization: str, kv_cache_dtype: str, batch: int,
-    context: int, new_tokens: int, layout: Layout | None = None, stage: int = 0,
-) -> tuple[float, float]:  # fmt: skip
-    """(weight bytes, KV-cache bytes) one decode step reads: ``weights`` (the whole model's, or
-    under ``layout`` one rank's of ``stage``) less its input embedding where that is a lookup of
-    B rows, not a read of the whole table (untied; or tied on a pipeline stage before the last,
-    whose table is read as the output head on the last stage only), and the whole batch's KV
-    cache at the mean decode context."""
-    mean = roofline.mean_decode_context(context, new_tokens) if new_tokens >= 2 else context
-    kv = kv_cache_bytes(arch, kv_cache_dtype, quantization, mean, batch)
-    per_param = unquantized_bytes_per_param(arch, quantization)
-    embeddings = param_counts(arch, layout, stage).embeddings
-    head_here = layout is None or stage == layout.pipeline - 1  # the stage that runs the head
-    lookup_only = 0 if arch.tie_embeddings and head_here else embeddings * per_param
-    return weights - lookup_only, kv
-
-
-def decode_ceiling_tok_s(card: GpuSpec, weights: float, arch: ModelArch, point: Point) -> float:
-    """The bandwidth roofline (measure.roofline) for a point: the bytes a decode step reads
-    (``decode_step_bytes``) at the card's bandwidth."""
-    read, kv = decode_step_bytes(arch, weights, point.quantization, point.kv_cache_dtype,
-                                 point.batch, point.context, point.output_tokens)  # fmt: skip
-    return roofline.decode_ceiling_tok_s(card.bandwidth_gb_s, read, kv, point.batch)
-
-
-def allreduce_seconds(card: GpuSpec, arch: ModelArch, point: Point, tokens: int) -> float:
-    """Two all-reduces per layer (after attention, after the MLP) of `tokens` × hidden
-    activations over the tensor ranks; a ring moves 2 (t − 1) / t of them through each card's
-    link (catalog `interconnect_gb_s`). 0 on one rank or where the catalog has no link figure."""
-    if point.layout is None or point.layout.tensor < 2 or not card.interconnect_gb_s:
-        return 0.0
-    t = point.layout.tensor
-    act = compute_dtype_bytes(point.quantization, arch.dtype_bytes)
-    per_layer = 2 * tokens * arch.hidden_size * act * 2 * (t - 1) / t
-    return arch.num_layers * per_layer / (card.interconnect_gb_s * 1e9)
-
-
-def layout_decode_ceiling_tok_s(card: GpuSpec, arch: ModelArch, point: Point) -> float:
-    """Tokens/s of a batch under a layout: B / (Σ over stages of the stage's rank bytes read per
-    step at the card's bandwidth (its weights less the embedding lookup, its KV at the mean
-    decode context) + the step's all-reduces)."""
-    layout, q = point.layout, point.quantization
-    assert layout is not None
-    step = allreduce_seconds(card, arch, point, point.batch)
-    for s in range(layout.pipeline):
-        read, kv_all = decode_step_bytes(
-            arch, weights_bytes(arch, q, layout, s), q, point.kv_cache_dtype, point.batch,
-            point.context, point.output_tokens, layout, s,
-        )  # fmt: skip
-        read += kv_all * rank_kv_share(arch, layout, s)
-        step += read / (card.bandwidth_gb_s * 1e9)
-    return point.batch / step
-
-
-def estimate_seconds(
-    point: Point, card: GpuSpec, arch: ModelArch, weights: float, ceiling: float, warmups: int
-) -> float:
-    """(warmups + repeats) × (prefill at peak FLOP/s + decode at the roofline) / efficiency."""
-    counts = param_counts(arch)
-    active = counts.active_linear + counts.embeddings
-    tensor = 1 if point.layout is None else point.layout.tensor
-    prefill_s = 2 * active * point.batch * point.context / (tensor * card.bf16_tflops * 1e12)
-    prefill_s += allreduce_seconds(card, arch, point, point.batch * point.context)
-    decode_s = point.batch * point.output_tokens / ceiling
-    per_run = (prefill_s + decode_s) / EFFICIENCY[point.target]
-    return (warmups + point.repeats) * per_run

@@ -7,7 +7,8 @@ figure times the ratio of the two cards' peaks:
   decode  (memory-bound):  projected tok/s = measured tok/s × (B_target × n) / (B_source × n)
           (B: HBM bandwidth GB/s, n: cards; the roofline's bytes per step cancel);
   prefill (compute-bound): projected tok/s = measured tok/s × P_target(format) / P_source(format)
-          (P: dense tensor peak TFLOP/s for the format: fp8 units for fp8 weights, else bf16);
+          (P: dense tensor peak TFLOP/s for the format: fp8 units for fp8 weights, fp4 units
+          for NVFP4/MXFP4 where the card has them, else bf16);
   pure roofline (beside it, no measured share): decode ceiling = B × n × 1e9 × batch / bytes
           per step (harness.plan / measure.roofline); prefill ceiling = P × n × 1e12 /
           (2 × active linear parameters) tokens/s.
@@ -19,17 +20,23 @@ from __future__ import annotations
 
 from harness import plan
 from harness.measure import roofline
+from harness.spec import catalog
+from harness.spec.capabilities import WEIGHT_FORMATS
 from harness.spec.catalog import GpuSpec, ModelArch
 
 # Weight formats whose matrix multiplies run on fp8 tensor units (the card must have them).
-FP8_COMPUTE_FORMATS = frozenset({"fp8"})
+FP8_COMPUTE_FORMATS = frozenset({"fp8", "fp8-block"})
 # KV-cache dtypes stored as fp8, whose bit layout differs by vendor (see ``fp8_flavour``).
 FP8_KV_DTYPES = frozenset({"fp8", "fp8_e4m3"})
 
 
 def peak_tflops(card: GpuSpec, weights: str) -> float | None:
     """The card's dense peak for a weight format, TFLOP/s; None where the card has no unit for
-    it (fp8 weights on an A100)."""
+    it (fp8 weights on an A100). A format of the capability table takes its tensor units' peak
+    (catalog.format_peak_tflops: fp4 only where the card has fp4 units of its flavour); a free-
+    text external format (fp16, int4, …) the bf16 one."""
+    if weights in WEIGHT_FORMATS:
+        return catalog.format_peak_tflops(card, weights)
     return card.fp8_tflops if weights in FP8_COMPUTE_FORMATS else card.bf16_tflops
 
 
@@ -44,6 +51,8 @@ def fp8_flavour(card: GpuSpec) -> str:
     """The fp8 e4m3 layout a card computes in: AMD's CDNA3 uses e4m3fnuz (no negative zero,
     bias 8), NVIDIA e4m3fn; a checkpoint or cache in one is converted (and may differ) on the
     other."""
+    if card.fp8_flavour:  # the catalog's (CDNA 4 moved to OCP e4m3fn)
+        return card.fp8_flavour
     return "e4m3fnuz" if card.vendor == "amd" else "e4m3fn"
 
 

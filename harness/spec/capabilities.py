@@ -44,6 +44,11 @@ Quantization = Literal[
     "fp8",
     "gguf-q8_0",
     "gguf-q4_k_m",
+    "fp8-block",
+    "nvfp4",
+    "mxfp4",
+    "w8a8-int8",
+    "w4a16",
 ]
 KvCacheDtype = Literal[
     "auto", "fp16", "bf16", "fp8", "fp8_e4m3", "fp8_e5m2", "int8", "int4", "q8_0", "q4_0"
@@ -101,6 +106,14 @@ class WeightFormat(Strict):
     rest_in_loaded_dtype: bool = False
     compute_dtype_bytes: int | None = None
     targets: frozenset[Target] = ALL_TARGETS
+    # The tensor units its matrix multiplies run on where the card has them (None: the compute
+    # dtype's, bf16); an fp4 format runs on fp4 units only where the card lists its flavour
+    # (catalog GpuSpec.fp4_flavours), else its weights are dequantized to bf16.
+    tensor_unit: Literal["fp8", "int8", "fp4"] | None = None
+    card_flavour: Literal["nvfp4", "mxfp4"] | None = None
+    why_not_cpu: str = ""  # why the harness cannot measure it on the CPU (targets lack "cpu")
+    # loaded only from a checkpoint already in the format (the harness does not quantize to it)
+    checkpoint_only: bool = False
 
     @property
     def bits_per_weight(self) -> float:
@@ -192,6 +205,7 @@ WEIGHT_FORMATS: dict[str, WeightFormat] = {
         # checkpoint (or an FP8-serialized checkpoint): needs a GPU with FP8 support.
         WeightFormat(
             name="fp8", bits=8, per_row_overhead_bits=32, library="vllm", targets=GPU_TARGETS,
+            tensor_unit="fp8",
         ),
         # GGUF (ggml's block formats, ggml/src/ggml-common.h). Q8_0: blocks of 32 int8 weights
         # with one fp16 scale (8.5 bit a weight). Q4_K_M: super-blocks of 256 4-bit weights with
@@ -206,6 +220,47 @@ WEIGHT_FORMATS: dict[str, WeightFormat] = {
         WeightFormat(
             name="gguf-q4_k_m", bits=4, group_size=256, group_overhead_bits=128, library="ggml",
             compute_dtype_bytes=2,
+        ),
+        # --- today's shipped formats (issue 46); all load from a checkpoint that declares them ---
+        # FP8 E4M3 weights with one fp32 scale per 128 × 128 block (DeepSeek-V3/R1, Kimi-K2):
+        # 8 + 32 / 16384 = 8.002 bit. vLLM: Fp8Config with weight_block_size (quant_method "fp8").
+        WeightFormat(
+            name="fp8-block", bits=8, group_size=128 * 128, group_overhead_bits=32,
+            checkpoint_only=True, library="vllm", targets=GPU_TARGETS, tensor_unit="fp8",
+            why_not_cpu="vLLM CPU has no fp8 weight kernels (docs/guide/vllm-cpu.md: worker start "
+            "error); scaled_mm/cpu.py's fp8 path needs AMX (Sapphire Rapids or newer)",
+        ),
+        # NVFP4: E2M1 values in blocks of 16 with an FP8 E4M3 scale each, plus one fp32 scale per
+        # tensor: 4 + 8 / 16 = 4.5 bit (the per-tensor scale is 32 bits a matrix: nothing per
+        # weight). NVIDIA Blackwell tensor units only. vLLM: ModelOpt's "modelopt_fp4" or
+        # compressed-tensors' W4A4 NVFP4 scheme.
+        WeightFormat(
+            name="nvfp4", bits=4, group_size=16, group_overhead_bits=8, checkpoint_only=True,
+            library="vllm", targets=frozenset({"cuda"}), tensor_unit="fp4", card_flavour="nvfp4",
+            why_not_cpu="no CPU kernel: vLLM's NVFP4 GEMMs are CUTLASS/FlashInfer kernels for "
+            "sm_100/sm_120 (and a Marlin weight-only fallback on other CUDA cards)",
+        ),
+        # MXFP4 (OCP microscaling): E2M1 values in blocks of 32 with an E8M0 (power-of-two)
+        # scale each: 4 + 8 / 32 = 4.25 bit. gpt-oss ships its experts so. fp4 units on
+        # Blackwell and CDNA 4; elsewhere vLLM dequantizes (Marlin / Triton weight-only).
+        WeightFormat(
+            name="mxfp4", bits=4, group_size=32, group_overhead_bits=8, checkpoint_only=True,
+            library="vllm", targets=GPU_TARGETS, tensor_unit="fp4", card_flavour="mxfp4",
+            why_not_cpu="vLLM's Mxfp4Config selects a CUDA or ROCm MoE backend; no CPU kernel",
+        ),
+        # compressed-tensors W8A8 int8: int8 weights with one scale per output channel (16-bit,
+        # the model dtype) and int8 activations quantized per token at run time: 8 + 16 / row.
+        # vLLM runs it on the CPU too (kernels/linear/scaled_mm/cpu.py, oneDNN).
+        WeightFormat(
+            name="w8a8-int8", bits=8, per_row_overhead_bits=16, checkpoint_only=True,
+            library="compressed-tensors", tensor_unit="int8",
+        ),
+        # compressed-tensors W4A16 (GPTQ-style): 4-bit weights, groups of 128 with a 16-bit scale,
+        # symmetric (no zero point): 4 + 16 / 128 = 4.125 bit; activations stay 16-bit. vLLM
+        # runs it on the CPU too (kernels/linear/mixed_precision/cpu.py, CPUWNA16).
+        WeightFormat(
+            name="w4a16", bits=4, group_size=128, group_overhead_bits=16,
+            checkpoint_only=True, library="compressed-tensors",
         ),
     ]
 }  # fmt: skip

@@ -117,6 +117,29 @@ RULES: tuple[Rule, ...] = (
         backend={"vllm"},
         quantization=_weights_not_on("vllm", "optimum-quanto"),
     ),
+    *(
+        _rule(
+            f"{f.name}-not-on-cpu",
+            f"{f.name} on the CPU: {f.why_not_cpu}",
+            quantization={f.name},
+            target={"cpu"},
+        )
+        for f in WEIGHT_FORMATS.values()
+        if f.why_not_cpu
+    ),
+    _rule(
+        "nvfp4-not-on-rocm",
+        "NVFP4 is NVIDIA's block format; ROCm has no NVFP4 kernels (CDNA 4 runs MXFP4)",
+        quantization=_weights(lambda f: f.card_flavour == "nvfp4"),
+        target={"rocm"},
+    ),
+    _rule(
+        "checkpoint-formats-vllm-only",
+        "NVFP4, MXFP4, block FP8 and compressed-tensors checkpoints are loaded with the vLLM "
+        "backend in this harness (the transformers backend quantizes on load: bnb, quanto, GPTQ)",
+        quantization=_weights(lambda f: f.checkpoint_only and "transformers" not in f.engines()),
+        backend={"transformers"},
+    ),
     _rule(
         "fp8-weights-gpu-only",
         "FP8 weights need a GPU with FP8 support (CUDA or ROCm)",

@@ -56,12 +56,12 @@ def test_every_card_left_out_says_so(tmp_path: Path) -> None:
 
 
 def test_rows_on_unknown_cards_are_counted_and_strict_refuses_them(tmp_path: Path) -> None:
-    path = write(tmp_path, "x.csv", HEAD + ROWS + "B200,1,vllm,x,m/a,fp16,1,128,128,5,s\n")
+    path = write(tmp_path, "x.csv", HEAD + ROWS + "TPU,1,vllm,x,m/a,fp16,1,128,128,5,s\n")
     code, output = invoke(str(path))
     assert code == 0
-    assert "1 row skipped: 1 card 'B200' not in the catalog (first line 5)" in output
+    assert "1 row skipped: 1 card 'TPU' not in the catalog (first line 5)" in output
     code, output = invoke(str(path), "--strict")
-    assert code == 2 and output.startswith(f"error: {path}:5: gpu: unknown GPU 'B200'")
+    assert code == 2 and output.startswith(f"error: {path}:5: gpu: unknown GPU 'TPU'")
 
 
 def check_rows(path: Path) -> dict[str, dict[str, str]]:

@@ -52,15 +52,15 @@ def test_a_bad_cell_is_one_line_naming_the_file_line_and_column(row: str, field:
 
 
 def test_a_row_on_a_card_the_catalog_lacks_is_skipped_and_counted() -> None:
-    text = HEAD + ROW + ROW.replace("H100", "B200").replace("16,", "1,", 1) * 2
+    text = HEAD + ROW + ROW.replace("H100", "TPU").replace("16,", "1,", 1) * 2
     read = parse_external(text, "x.csv")
     assert [r.line for r in read.rows] == [2]
     assert [(s.line, s.reason) for s in read.skipped] == [
-        (3, "card 'B200' not in the catalog"),
-        (4, "card 'B200' not in the catalog"),
+        (3, "card 'TPU' not in the catalog"),
+        (4, "card 'TPU' not in the catalog"),
     ]
-    assert read.skipped_text() == "2 rows skipped: 2 card 'B200' not in the catalog (first line 3)"
-    assert refusal(text, strict=True).startswith("x.csv:3: gpu: unknown GPU 'B200'")
+    assert read.skipped_text() == "2 rows skipped: 2 card 'TPU' not in the catalog (first line 3)"
+    assert refusal(text, strict=True).startswith("x.csv:3: gpu: unknown GPU 'TPU'")
 
 
 def test_an_unknown_column_skips_the_rows_that_fill_it_and_strict_refuses_it() -> None:

@@ -38,6 +38,11 @@ EXAMPLES: dict[str, dict[str, str]] = {
     "sglang-targets": {"backend": "sglang", "target": "cpu"},
     "sglang-weights": {"backend": "sglang", "quantization": "bnb-int8"},
     "sglang-kv": {"backend": "sglang", "kv_cache_dtype": "q8_0"},
+    "fp8-block-not-on-cpu": {"backend": "vllm", "quantization": "fp8-block", "target": "cpu"},
+    "nvfp4-not-on-cpu": {"backend": "vllm", "quantization": "nvfp4", "target": "cpu"},
+    "mxfp4-not-on-cpu": {"backend": "vllm", "quantization": "mxfp4", "target": "cpu"},
+    "nvfp4-not-on-rocm": {"backend": "vllm", "quantization": "nvfp4", "target": "rocm"},
+    "checkpoint-formats-vllm-only": {"quantization": "w8a8-int8"},
 }
 NEVER_MATCHES = {"transformers-targets", "vllm-targets"}  # engines on every target
 

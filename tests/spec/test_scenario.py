@@ -38,7 +38,8 @@ MALFORMED: dict[str, tuple[str, str]] = {
     ),
     "unknown quantization": (
         replace("quantization", "quantization: [bnb-nf5]"),
-        "bad.yaml:4: quantization[0]: 'bnb-nf5' is not allowed (did you mean 'bnb-nf4'?); expected one of: none, fp32, bf16, fp16, bnb-int8, bnb-nf4, bnb-fp4, gptq-int4, quanto-int8, quanto-int4, quanto-int2, fp8, gguf-q8_0, gguf-q4_k_m",
+        "bad.yaml:4: quantization[0]: 'bnb-nf5' is not allowed (did you mean 'bnb-nf4'?); expected one of: none, fp32, bf16, fp16, bnb-int8, bnb-nf4, bnb-fp4, gptq-int4, quanto-int8, quanto-int4, quanto-int2, fp8, gguf-q8_0, gguf-q4_k_m, "
+        "fp8-block, nvfp4, mxfp4, w8a8-int8, w4a16",
     ),
     "unknown kv dtype": (
         BASE + "kv_cache_dtype: [fp9]\n",
@@ -78,7 +79,10 @@ MALFORMED: dict[str, tuple[str, str]] = {
     ),
     "unknown model": (
         replace("models", "models: [meta-llama/Llama-3.1-8B-Instruc]"),
-        "bad.yaml:2: models[0].id: unknown model 'meta-llama/Llama-3.1-8B-Instruc' (did you mean 'meta-llama/Llama-3.1-8B-Instruct'?): expected a catalog id (meta-llama/Llama-3.1-8B-Instruct, meta-llama/Llama-3.1-70B-Instruct, Qwen/Qwen2.5-7B-Instruct, Qwen/Qwen2.5-72B-Instruct, mistralai/Mistral-7B-v0.3, mistralai/Mixtral-8x7B-v0.1, google/gemma-2-9b, microsoft/Phi-3-mini-4k-instruct, meta-llama/Llama-2-7b-hf, meta-llama/Llama-2-70b-hf, meta-llama/Meta-Llama-3-8B, meta-llama/Meta-Llama-3-70B, mistralai/Mistral-7B-v0.1, Qwen/Qwen2-7B, Qwen/Qwen2-72B, Qwen/Qwen3-235B-A22B, openai/gpt-oss-120b, tiny-llama, llama-3.1-8b, llama-3.2-1b, qwen2.5-0.5b) or a local directory containing config.json",
+        "bad.yaml:2: models[0].id: unknown model 'meta-llama/Llama-3.1-8B-Instruc' (did you mean 'meta-llama/Llama-3.1-8B-Instruct'?): expected a catalog id (meta-llama/Llama-3.1-8B-Instruct, meta-llama/Llama-3.1-70B-Instruct, Qwen/Qwen2.5-7B-Instruct, Qwen/Qwen2.5-72B-Instruct, mistralai/Mistral-7B-v0.3, mistralai/Mixtral-8x7B-v0.1, google/gemma-2-9b, microsoft/Phi-3-mini-4k-instruct, meta-llama/Llama-2-7b-hf, meta-llama/Llama-2-70b-hf, meta-llama/Meta-Llama-3-8B, meta-llama/Meta-Llama-3-70B, mistralai/Mistral-7B-v0.1, Qwen/Qwen2-7B, Qwen/Qwen2-72B, Qwen/Qwen3-235B-A22B, openai/gpt-oss-120b, "
+        "deepseek-ai/DeepSeek-V3, moonshotai/Kimi-K2-Instruct, Qwen/Qwen3-30B-A3B, openai/gpt-oss-20b, "
+        "meta-llama/Llama-4-Scout-17B-16E-Instruct, tiny-llama, llama-3.1-8b, llama-3.2-1b, qwen2.5-0.5b, "
+        "tiny-qwen2-moe) or a local directory containing config.json",
     ),
     "unknown model field": (
         replace("models", "models: [{id: tiny-llama, revison: main}]"),
@@ -98,7 +102,8 @@ MALFORMED: dict[str, tuple[str, str]] = {
     ),
     "exclude with bad value": (
         BASE + "exclude: [{quantization: int3}]\n",
-        "bad.yaml:9: exclude[0].quantization: 'int3' is not allowed; expected one of: none, fp32, bf16, fp16, bnb-int8, bnb-nf4, bnb-fp4, gptq-int4, quanto-int8, quanto-int4, quanto-int2, fp8, gguf-q8_0, gguf-q4_k_m",
+        "bad.yaml:9: exclude[0].quantization: 'int3' is not allowed; expected one of: none, fp32, bf16, fp16, bnb-int8, bnb-nf4, bnb-fp4, gptq-int4, quanto-int8, quanto-int4, quanto-int2, fp8, gguf-q8_0, gguf-q4_k_m, "
+        "fp8-block, nvfp4, mxfp4, w8a8-int8, w4a16",
     ),
     "bad name": (
         replace("name", "name: 'my sweep!'"),
@@ -106,7 +111,8 @@ MALFORMED: dict[str, tuple[str, str]] = {
     ),
     "unknown gpu": (
         BASE + "gpu: H1000\n",
-        "bad.yaml:9: gpu: unknown GPU 'H1000'; known: H100-SXM-80GB, H100-PCIe-80GB, H200-141GB, A100-SXM-40GB, A100-SXM-80GB, L40S, L4, RTX-4090, MI300X, MI325X, MI250X-GCD, cpu, GH200-96GB, MI250-GCD",
+        "bad.yaml:9: gpu: unknown GPU 'H1000'; known: H100-SXM-80GB, H100-PCIe-80GB, H200-141GB, A100-SXM-40GB, A100-SXM-80GB, L40S, L4, RTX-4090, MI300X, MI325X, MI250X-GCD, cpu, GH200-96GB, MI250-GCD, B200, B300, GB200, GB300, H100-NVL-94GB, H200-NVL-141GB, GH200-144GB, "
+        "RTX-PRO-6000-Blackwell-Server, RTX-5090, L40, A10G, H20, MI355X, MI350X",
     ),
     "repeats zero": (
         BASE + "repeats: 0\n",
@@ -118,7 +124,8 @@ MALFORMED: dict[str, tuple[str, str]] = {
     ),
     "reference unknown quantization": (
         BASE + "reference: {quantization: bf61}\n",
-        "bad.yaml:9: reference.quantization: 'bf61' is not allowed (did you mean 'bf16'?); expected one of: none, fp32, bf16, fp16, bnb-int8, bnb-nf4, bnb-fp4, gptq-int4, quanto-int8, quanto-int4, quanto-int2, fp8, gguf-q8_0, gguf-q4_k_m",
+        "bad.yaml:9: reference.quantization: 'bf61' is not allowed (did you mean 'bf16'?); expected one of: none, fp32, bf16, fp16, bnb-int8, bnb-nf4, bnb-fp4, gptq-int4, quanto-int8, quanto-int4, quanto-int2, fp8, gguf-q8_0, gguf-q4_k_m, "
+        "fp8-block, nvfp4, mxfp4, w8a8-int8, w4a16",
     ),
     "quality unknown field": (
         BASE + "quality: {max_window: 10}\n",

@@ -62,6 +62,21 @@ CARD = Engine[VllmWeights, str](
         "fp16": VllmWeights(dtype="float16"),
         "gptq-int4": VllmWeights(quantization="gptq", checkpoint_methods=frozenset({"gptq"})),
         "fp8": VllmWeights(quantization=VLLM_ONLINE_FP8, checkpoint_methods=frozenset({"fp8"})),
+        # issue 46's formats, each loaded from a checkpoint that declares its quant_method
+        "fp8-block": VllmWeights(quantization="fp8", checkpoint_methods=frozenset({"fp8"})),
+        "nvfp4": VllmWeights(
+            quantization="modelopt_fp4",
+            checkpoint_methods=frozenset({"modelopt_fp4", "compressed-tensors"}),
+        ),
+        "mxfp4": VllmWeights(quantization="mxfp4", checkpoint_methods=frozenset({"mxfp4"})),
+        "w8a8-int8": VllmWeights(
+            quantization="compressed-tensors",
+            checkpoint_methods=frozenset({"compressed-tensors"}),
+        ),
+        "w4a16": VllmWeights(
+            quantization="compressed-tensors",
+            checkpoint_methods=frozenset({"compressed-tensors"}),
+        ),
     },
     kv_caches={"auto": "auto", "fp8": "fp8", "fp8_e4m3": "fp8_e4m3", "fp8_e5m2": "fp8_e5m2"},
     package="vllm",

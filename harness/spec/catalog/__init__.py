@@ -16,11 +16,14 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 
 from harness.errors import UserInputError, did_you_mean, quote
 from harness.spec import models as resolver
+from harness.spec.capabilities import WEIGHT_FORMATS
 
 HERE = Path(__file__).parent
 PACKAGE_DATA = HERE.parents[1] / "data"
 
 Vendor = Literal["nvidia", "amd", "cpu"]
+Fp8Flavour = Literal["e4m3fn", "e4m3fnuz"]
+Fp4Flavour = Literal["nvfp4", "mxfp4"]
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
 
 
@@ -36,6 +39,18 @@ class GpuSpec(BaseModel):
     interconnect_gb_s: float | None = None
     aliases: tuple[str, ...] = ()
     source: str
+    # Dense fp4 tensor peak, 10**12 FLOP/s (None: no fp4 unit; prefill in an fp4 format then runs
+    # at the fp8 or bf16 peak, the weights dequantized).
+    fp4_tflops: float | None = None
+    # The fp8 the tensor units take (OCP e4m3fn; MI300-series e4m3fnuz) and the fp4 block formats
+    # they run natively (harness.spec.capabilities: nvfp4, mxfp4).
+    fp8_flavour: Fp8Flavour | None = None
+    fp4_flavours: tuple[Fp4Flavour, ...] = ()
+    # Cards joined at interconnect_gb_s (an NVLink / Infinity Fabric domain): 8 on an HGX or OAM
+    # board, 72 in an NVL72 rack, 1 where cards meet over PCIe only.
+    nvlink_domain: int = Field(1, ge=1, le=1024)
+    read_on: str | None = None  # the date the source was read (YYYY-MM-DD)
+    derivation: str = ""  # how a dense figure follows from a sparse-only or rack-level datasheet
 
 
 # The linears of a decoder layer's MLP: one copy per expert on a mixture of experts.
@@ -64,6 +79,34 @@ class ModelArch(BaseModel):
     experts_per_token: int = 1
     attention_bias: bool = False
     path: str | None = None  # a local directory with weights, when there is one
+    # Multi-head latent attention (DeepSeek-V2/V3, Kimi-K2): K and V are one compressed latent of
+    # kv_lora_rank elements plus a shared rope key of qk_rope_head_dim per token and layer (0:
+    # not MLA). head_dim is then the query/key head (nope + rope), v_head_dim the value head.
+    kv_lora_rank: int = 0
+    qk_rope_head_dim: int = 0
+    q_lora_rank: int = 0  # 0: queries projected directly (DeepSeek-V2-Lite)
+    v_head_dim: int = 0
+    # MoE: the shared expert(s) every token passes through (summed MLP width; 0: none), and the
+    # first `dense_layers` layers whose MLP is dense of `dense_intermediate_size`
+    # (first_k_dense_replace).
+    shared_expert_size: int = 0
+    shared_expert_gate: bool = False  # Qwen2-MoE's sigmoid gate on the shared expert (h × 1)
+    dense_layers: int = 0
+    dense_intermediate_size: int = 0
+    attention_sinks: bool = False  # gpt-oss: one learned sink logit per head and layer
+    # The weight format the checkpoint ships in (its config.json `quantization_config`), planned
+    # when a scenario says `none`; and which linears it covers (all, or the routed experts only).
+    shipped_format: str | None = None
+    shipped_parts: Literal["linears", "experts"] = "linears"
+
+    @property
+    def is_mla(self) -> bool:
+        return self.kv_lora_rank > 0
+
+    @property
+    def moe_layers(self) -> int:
+        """Layers whose MLP is a mixture of experts (the rest are dense)."""
+        return self.num_layers - self.dense_layers if self.num_experts > 1 else 0
 
     @property
     def dtype_bytes(self) -> int:
@@ -74,18 +117,37 @@ class ModelArch(BaseModel):
         the MLP's three count once per expert on a mixture of experts (see `MLP_LINEARS`)."""
         h, hd, i = self.hidden_size, self.head_dim, self.intermediate_size
         q, kv = self.num_heads * hd, self.num_kv_heads * hd
+        mlp = {"gate_proj": (h, i), "up_proj": (h, i), "down_proj": (i, h)}
+        if self.is_mla:
+            return {**self.mla_shapes(), **mlp}
+        return {"q_proj": (h, q), "k_proj": (h, kv), "v_proj": (h, kv), "o_proj": (q, h), **mlp}
+
+    def mla_shapes(self) -> dict[str, tuple[int, int]]:
+        """MLA's attention linears (DeepSeek-V3's names): queries through a rank-q_lora_rank
+        bottleneck (or directly), K/V down to the latent plus the rope key, up from the latent
+        to every head's nope key and value, and the output."""
+        h, heads, rope = self.hidden_size, self.num_heads, self.qk_rope_head_dim
+        nope, latent = self.head_dim - rope, self.kv_lora_rank
+        q_out = heads * self.head_dim
+        queries = (
+            {"q_a_proj": (h, self.q_lora_rank), "q_b_proj": (self.q_lora_rank, q_out)}
+            if self.q_lora_rank
+            else {"q_proj": (h, q_out)}
+        )
         return {
-            "q_proj": (h, q),
-            "k_proj": (h, kv),
-            "v_proj": (h, kv),
-            "o_proj": (q, h),
-            "gate_proj": (h, i),
-            "up_proj": (h, i),
-            "down_proj": (i, h),
+            **queries,
+            "kv_a_proj_with_mqa": (h, latent + rope),
+            "kv_b_proj": (latent, heads * (nope + self.v_head_dim)),
+            "o_proj": (heads * self.v_head_dim, h),
         }
 
     def kv_bytes_per_token(self, bytes_per_element: float) -> float:
-        """Bytes of K and V for one token across all layers (before any sliding-window cap)."""
+        """Bytes of K and V for one token across all layers (before any sliding-window cap).
+        MLA caches the latent and the rope key, layers × (kv_lora_rank + qk_rope_head_dim) ×
+        bytes, no factor 2: vLLM's MLA backends store exactly these 576 elements a token and
+        layer for DeepSeek-V3 (one "head" of kv_lora_rank + rope, K and V both read from it)."""
+        if self.is_mla:
+            return self.num_layers * (self.kv_lora_rank + self.qk_rope_head_dim) * bytes_per_element
         return kv_bytes_per_token(
             num_layers=self.num_layers,
             num_kv_heads=self.num_kv_heads,
@@ -164,11 +226,37 @@ class ConfigJson(BaseModel):
     model_type: Annotated[
         str, Field(strict=True, min_length=1, max_length=200, description="a name")
     ] = "llama"
+    # multi-head latent attention (DeepSeek-V2/V3, Kimi-K2)
+    kv_lora_rank: Annotated[Count | None, Field(description=COUNT_WORDS)] = None
+    q_lora_rank: Annotated[Count | None, Field(description=COUNT_WORDS)] = None
+    qk_rope_head_dim: Annotated[Count | None, Field(description=COUNT_WORDS)] = None
+    qk_nope_head_dim: Annotated[Count | None, Field(description=COUNT_WORDS)] = None
+    v_head_dim: Annotated[Count | None, Field(description=COUNT_WORDS)] = None
+    # DeepSeek's MoE names: routed and shared experts, the dense layers first
+    n_routed_experts: Annotated[
+        Annotated[int, _whole(1, MAX_EXPERTS)] | None,
+        Field(description=f"a whole number in 1..{MAX_EXPERTS:,} or null"),
+    ] = None
+    n_shared_experts: Annotated[
+        Annotated[int, _whole(0, MAX_EXPERTS)] | None,
+        Field(description=f"a whole number in 0..{MAX_EXPERTS:,} or null"),
+    ] = None
+    first_k_dense_replace: Annotated[int, _whole(0, CONFIG_INT_LIMIT)] = 0
+    # Qwen2-MoE's shared expert width; Llama-4's dense MLP width and chunked-attention span
+    shared_expert_intermediate_size: Annotated[Count | None, Field(description=COUNT_WORDS)] = None
+    intermediate_size_mlp: Annotated[Count | None, Field(description=COUNT_WORDS)] = None
+    attention_chunk_size: Annotated[Count | None, Field(description=COUNT_WORDS)] = None
+    # how the checkpoint's weights are stored (checked by shipped_format, not here)
+    quantization_config: Annotated[
+        dict[str, Any] | None, Field(strict=False, description="a mapping or null")
+    ] = None
 
     @property
     def experts(self) -> int:
-        """The experts per MoE layer, under either name (1: dense)."""
-        return self.num_local_experts if self.num_local_experts > 1 else self.num_experts or 1
+        """The routed experts per MoE layer, under any of the names (1: dense)."""
+        if self.num_local_experts > 1:
+            return self.num_local_experts
+        return self.num_experts or self.n_routed_experts or 1
 
     def contradiction(self) -> tuple[str, str] | None:
         """(key, why) when the keys disagree with each other."""
@@ -218,6 +306,9 @@ def arch_from_config(
     one, or gives zero heads, NaN, a string, or is not a mapping is a one-line UserInputError
     naming ``where`` (the file) and the key, never a traceback."""
     where = where or (f"{path}/config.json" if path else f"{model_id}: config.json")
+    if isinstance(cfg, dict) and isinstance(cfg.get("text_config"), dict):
+        # a multimodal config (Llama-4): the language model's facts are its text_config's
+        cfg = {**cfg["text_config"], "quantization_config": cfg.get("quantization_config")}
     facts = read_facts(cfg, where)
     layers, heads = facts.num_hidden_layers, facts.num_attention_heads
     window = facts.sliding_window if facts.use_sliding_window is not False else None
@@ -226,8 +317,22 @@ def arch_from_config(
         # Gemma-2 and GPT-OSS alternate sliding and global layers; Mistral/Phi-3 slide on every
         # layer.
         sliding_layers = layers // 2 if facts.model_type in ("gemma2", "gpt_oss") else layers
+    elif facts.attention_chunk_size and facts.model_type.startswith("llama4"):
+        # Llama-4: three of every four layers attend within chunks of attention_chunk_size
+        # (transformers' default no_rope_layers); a chunk holds at most that many tokens' KV
+        window, sliding_layers = facts.attention_chunk_size, layers - layers // 4
     attention_bias = facts.attention_bias
+    mla = facts.kv_lora_rank is not None
+    shipped = shipped_format(facts.quantization_config)
     return ModelArch(
+        **_moe_facts(facts),
+        kv_lora_rank=facts.kv_lora_rank or 0,
+        qk_rope_head_dim=(facts.qk_rope_head_dim or 0) if mla else 0,
+        q_lora_rank=(facts.q_lora_rank or 0) if mla else 0,
+        v_head_dim=(facts.v_head_dim or 0) if mla else 0,
+        attention_sinks=facts.model_type == "gpt_oss",
+        shipped_format=shipped[0] if shipped else None,
+        shipped_parts=shipped[1] if shipped else "linears",
         id=model_id,
         model_type=facts.model_type,
         vocab_size=facts.vocab_size,
@@ -239,8 +344,13 @@ def arch_from_config(
         ),
         num_layers=layers,
         num_heads=heads,
-        num_kv_heads=facts.num_key_value_heads or heads,
-        head_dim=facts.head_dim or facts.hidden_size // heads,
+        # MLA's cache is one latent "head" whole on every tensor rank (vLLM replicates it)
+        num_kv_heads=1 if mla else facts.num_key_value_heads or heads,
+        head_dim=(
+            (facts.qk_nope_head_dim or 0) + (facts.qk_rope_head_dim or 0)
+            if mla
+            else facts.head_dim or facts.hidden_size // heads
+        ),
         max_positions=facts.max_position_embeddings,
         tie_embeddings=bool(facts.tie_word_embeddings),
         dtype=facts.torch_dtype or facts.dtype or "bfloat16",
@@ -251,6 +361,52 @@ def arch_from_config(
         attention_bias=facts.model_type == "qwen2" if attention_bias is None else attention_bias,
         path=path,
     )
+
+
+def _moe_facts(facts: ConfigJson) -> dict[str, Any]:
+    """Shared experts and dense-first layers under each family's names: DeepSeek's
+    n_shared_experts × moe_intermediate_size and first_k_dense_replace (dense width
+    intermediate_size), Qwen2-MoE's shared_expert_intermediate_size (with its gate), Llama-4's
+    one shared expert of intermediate_size."""
+    if facts.experts == 1:
+        return {}
+    expert = facts.moe_intermediate_size or facts.intermediate_size
+    shared = 0
+    if facts.n_shared_experts:
+        shared = facts.n_shared_experts * expert
+    elif facts.shared_expert_intermediate_size:
+        shared = facts.shared_expert_intermediate_size
+    elif facts.model_type.startswith("llama4"):
+        shared = facts.intermediate_size
+    dense = facts.first_k_dense_replace
+    return {
+        "shared_expert_size": shared,
+        "shared_expert_gate": bool(facts.shared_expert_intermediate_size),
+        "dense_layers": min(dense, facts.num_hidden_layers),
+        "dense_intermediate_size": facts.intermediate_size if dense else 0,
+    }
+
+
+# A checkpoint's quantization_config → (the weight format it ships, the linears it covers).
+SHIPPED_METHODS = {"mxfp4": "mxfp4", "modelopt_fp4": "nvfp4"}
+
+
+def shipped_format(qcfg: dict[str, Any] | None) -> tuple[str, str] | None:
+    """The format a checkpoint ships in, read from config.json's quantization_config: gpt-oss's
+    "mxfp4" (its experts: attention, router, embeddings and lm_head are listed unconverted),
+    DeepSeek's "fp8" with a 128 × 128 weight_block_size (every linear but the router and
+    lm_head), NVIDIA ModelOpt's NVFP4; None for an unquantized checkpoint or a method the
+    planner does not model (then the scenario's format is planned as given)."""
+    if not qcfg:
+        return None
+    method = str(qcfg.get("quant_method", ""))
+    if method == "fp8" and list(qcfg.get("weight_block_size") or []) == [128, 128]:
+        return "fp8-block", "linears"
+    if method == "mxfp4":
+        return "mxfp4", "experts"
+    if method == "modelopt" and str(qcfg.get("quant_algo", "")).upper() == "NVFP4":
+        return "nvfp4", "linears"
+    return None
 
 
 @cache
@@ -290,6 +446,27 @@ def gpu(name: str) -> GpuSpec:
         f"unknown GPU {quote(name)}{did_you_mean(name, table)}; known: {', '.join(table)}",
         field="gpu",
     )
+
+
+def format_peak_tflops(card: GpuSpec, quantization: str) -> float | None:
+    """The dense peak a weight format's matrix multiplies run at on a card, TFLOP/s: an fp4
+    format on the card's fp4 units only where the card lists its flavour (NVFP4 on Blackwell,
+    MXFP4 on Blackwell and CDNA 4), else dequantized to the bf16 peak (vLLM's weight-only
+    Marlin/Triton paths); fp8 formats on the fp8 units (None where the card has none: the
+    format does not run as measured); W8A8 int8 at twice the bf16 rate (the int8 tensor rate of
+    Ampere to Blackwell and CDNA; Blackwell Ultra cut int8, so this overstates B300/GB300);
+    everything else at the bf16 peak. (A checkpoint that ships quantized under `none`: ask
+    with its shipped format, harness.plan.bytes.planned_format.)"""
+    fmt = WEIGHT_FORMATS[quantization]
+    if fmt.tensor_unit == "fp4":
+        if fmt.card_flavour in card.fp4_flavours and card.fp4_tflops:
+            return card.fp4_tflops
+        return card.bf16_tflops
+    if fmt.tensor_unit == "fp8":
+        return card.fp8_tflops
+    if fmt.tensor_unit == "int8":
+        return 2 * card.bf16_tflops
+    return card.bf16_tflops
 
 
 def gpu_for_device_name(device_name: str) -> GpuSpec | None:
