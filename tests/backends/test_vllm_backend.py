@@ -87,7 +87,18 @@ EXPECTED_WEIGHTS = {  # ours -> (quantization, dtype); online FP8 is named by th
     "fp32": (None, "float32"),
     "fp8": (VLLM_ONLINE_FP8, "auto"),
     "gptq-int4": ("gptq", "auto"),
+    # issue 46's checkpoint formats (vLLM's quantization names, docs/guide/formats.md)
+    "fp8-block": ("fp8", "auto"),
+    "nvfp4": ("modelopt_fp4", "auto"),
+    "mxfp4": ("mxfp4", "auto"),
+    "w8a8-int8": ("compressed-tensors", "auto"),
+    "w4a16": ("compressed-tensors", "auto"),
 }
+# the quant_method a checkpoint of each format declares (none: a 16-bit checkpoint)
+DECLARED = {
+    "gptq-int4": "gptq", "fp8-block": "fp8", "nvfp4": "modelopt_fp4", "mxfp4": "mxfp4",
+    "w8a8-int8": "compressed-tensors", "w4a16": "compressed-tensors",
+}  # fmt: skip
 EXPECTED_KV = {"auto": "auto", "fp8": "fp8", "fp8_e4m3": "fp8_e4m3", "fp8_e5m2": "fp8_e5m2"}
 
 
@@ -95,7 +106,7 @@ EXPECTED_KV = {"auto": "auto", "fp8": "fp8", "fp8_e4m3": "fp8_e4m3", "fp8_e5m2":
 def test_every_weight_and_kv_name_maps_to_vllm_arguments(
     tmp_path: Path, quant: str, kv: str
 ) -> None:
-    path = checkpoint(tmp_path, "gptq" if quant == "gptq-int4" else None)
+    path = checkpoint(tmp_path, DECLARED.get(quant))
     kwargs = engine_kwargs(group(quantization=quant, kv_cache_dtype=kv), options(path))
     assert (kwargs["quantization"], kwargs["dtype"]) == EXPECTED_WEIGHTS[quant]
     assert kwargs["kv_cache_dtype"] == EXPECTED_KV[kv]
