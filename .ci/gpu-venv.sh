@@ -26,7 +26,7 @@ free_gb=$(df -Pk . | awk 'NR == 2 { printf "%d", $4 / 1048576 }')
 T0=$(date +%s)
 cleanup() {
     local rc=$?
-    if [[ "${HARNESS_CI_GPU_VENV_KEEP:-0}" != "1" ]]; then rm -rf "${VENV}"; fi
+    if [[ "${HARNESS_CI_GPU_VENV_KEEP:-0}" != "1" ]]; then rm -rf "${VENV}" "${VENV}-sglang"; fi
     echo "gpu-venv: total $(($(date +%s) - T0)) s; exit ${rc}"
 }
 trap cleanup EXIT
@@ -45,6 +45,17 @@ for scenario in "${scenarios[@]}"; do
 done
 echo "gpu-venv: harness plan ok for ${#scenarios[@]} GPU scenarios"
 "${VENV}/bin/python" .ci/gpu_engine_args.py "${scenarios[@]}" 2> >(grep -v -E '^(INFO|WARNING|W[0-9]{4}|Failed to load)' >&2)
+# SGLang in a venv of its own (it pins torch 2.14.1, vLLM 0.33 pins 2.14.0): its arguments for every
+# SGLang group, checked by its own ServerArgs and launch_server parser (.ci/gpu_engine_args.py)
+SGLANG_VENV="${VENV}-sglang"
+t=$(date +%s)
+python3 -m venv "${SGLANG_VENV}"
+"${SGLANG_VENV}/bin/python" -m pip install -q -r requirements/gpu-sglang.txt > /tmp/gpu-venv-sglang.log 2>&1 \
+    || { tail -30 /tmp/gpu-venv-sglang.log; exit 1; }
+"${SGLANG_VENV}/bin/python" -m pip install -q --no-deps --no-build-isolation -e . >> /tmp/gpu-venv-sglang.log 2>&1
+echo "gpu-venv: SGLang venv took $(($(date +%s) - t)) s"
+"${SGLANG_VENV}/bin/python" .ci/gpu_engine_args.py --engine sglang "${scenarios[@]}" \
+    2> >(grep -v -E '^(INFO|WARNING|W[0-9]{4}|Failed to load)' >&2)
 gpu_tf=$("${VENV}/bin/python" -m pip show transformers 2>/dev/null | sed -n 's/^Version: //p')
 cpu_tf=$(sed -n 's/^transformers==//p' requirements/cpu.lock.txt)
 echo "gpu-venv: transformers ${gpu_tf} in the GPU venv, ${cpu_tf} in the CPU lock$([[ "${gpu_tf}" == "${cpu_tf}" ]] || echo ': they differ')"

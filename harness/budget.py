@@ -25,6 +25,7 @@ from harness import modes
 from harness.errors import quote
 from harness.plan import EFFICIENCY, PointPlan, default_card, param_counts, plan_point
 from harness.spec import catalog
+from harness.spec.engine_options import gpu_share
 from harness.spec.engines import device_kind, engine
 from harness.spec.scenario import Grid, GroupKey, Point, Scenario, Skip
 from harness.units import GIB
@@ -194,12 +195,11 @@ def plan_grid(
     default_gpu = gpu or scenario.gpu
     fitting: list[PointPlan] = []
     skipped: list[tuple[Skip, PointPlan | None]] = [(s, None) for s in grid.skipped]
-    util = scenario.vllm.gpu_memory_utilization
     for point in grid.points:
         plan = plan_point(
             point,
             default_card(point.target, default_gpu),
-            gpu_memory_utilization=util,
+            gpu_memory_utilization=gpu_share(scenario.engines, point.backend),
             warmups=scenario.warmups,
         )
         if plan.fits:

@@ -39,7 +39,7 @@ import pytest  # noqa: E402
 # even where the code that reached it caught the error (an energy meter's broad `except`).
 TIER_ENGINES = (
     "torch", "transformers", "vllm", "ray", "peft", "bitsandbytes", "gptqmodel", "optimum",
-    "accelerate",
+    "accelerate", "llama_cpp", "sglang",
 )  # fmt: skip
 
 

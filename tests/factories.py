@@ -12,7 +12,7 @@ from harness.row import Provenance, ResultRow
 from harness.run.contracts import WorkContext
 from harness.run.store import write_row
 from harness.spec.quality import QualitySettings
-from harness.spec.scenario import Point, Reference, VllmOptions
+from harness.spec.scenario import Point, Reference
 from harness.spec.tariffs import Package, Tariff, TariffTable
 
 _counter = itertools.count()
@@ -225,7 +225,7 @@ def work_context(run_dir: Path, quality: QualitySettings) -> WorkContext:
     """A device-side WorkContext for a run folder: the default reference, transformers."""
     return WorkContext(
         run_dir=str(run_dir), run="t", reference=Reference(), quality=quality,
-        vllm=VllmOptions(), reference_backend="transformers",
+        reference_backend="transformers",
     )  # fmt: skip
 
 

@@ -28,7 +28,7 @@ MAP = ROOT / "docs" / "development" / "architecture.md"
 # Every engine or device library: imported only inside functions, anywhere in the package.
 ENGINES = (
     "torch", "transformers", "vllm", "bitsandbytes", "gptqmodel", "optimum", "ray", "peft",
-    "pynvml", "amdsmi", "accelerate",
+    "pynvml", "amdsmi", "accelerate", "llama_cpp", "sglang", "gguf",
 )  # fmt: skip
 BASE = (
     "harness", "harness.errors", "harness.units", "harness.atomic", "harness.files",
@@ -97,8 +97,13 @@ DEVICE_SIDE = (
     "harness.run.worker",
     "harness.run.host",
     "harness.run.device",
-    "harness.backends.transformers",
+    "harness.backends.transformers.backend",
     "harness.backends.vllm",
+    "harness.backends.llamacpp.backend",
+    "harness.backends.llamacpp.gguf",
+    "harness.backends.sglang.backend",
+    "harness.backends.llamacpp.server",
+    "harness.backends.sglang.server",
     "harness.measure.memory",
     "harness.measure.timing",
     "harness.measure.energy",
@@ -443,6 +448,7 @@ def test_every_module_is_named_on_the_map() -> None:
 COVERED_BY: dict[str, tuple[str, ...]] = {
     "harness.plan": ("tests/test_plan.py", "tests/test_plan_layouts.py"),
     "harness.plan.measured": ("tests/hostile/test_measured_fit_hostile.py",),
+    "harness.plan.seconds": ("tests/test_plan_layouts.py",),
     "harness.modes.serving.price": ("tests/modes/serving/test_price.py",),
     "harness.modes.serving.price.common": ("tests/modes/serving/price/test_bands.py",),
     "harness.projection.text": ("tests/projection/test_rent.py",),
@@ -471,7 +477,7 @@ COVERED_BY: dict[str, tuple[str, ...]] = {
         "tests/backends/test_transformers_backend.py", "tests/backends/test_vllm_backend.py",
         "tests/backends/test_vllm_adapter.py",
     ),
-    "harness.backends.transformers": (
+    "harness.backends.transformers.backend": (
         "tests/backends/test_transformers_backend.py",
         "tests/backends/test_transformers_adapter.py",
         "tests/backends/test_transformers_quality_speed.py",
@@ -484,6 +490,20 @@ COVERED_BY: dict[str, tuple[str, ...]] = {
         "tests/backends/test_vllm_backend.py", "tests/backends/test_vllm_tensor_parallel.py",
     ),
     "harness.backends.vllm.dialect": ("tests/backends/test_vllm_backend.py",),
+    "harness.backends.vllm.card": ("tests/spec/test_engines.py",),
+    "harness.backends.vllm.options": ("tests/spec/test_engine_options.py",),
+    "harness.backends.transformers.card": ("tests/spec/test_engines.py",),
+    "harness.backends.transformers.options": ("tests/spec/test_engine_options.py",),
+    "harness.backends.llamacpp.card": ("tests/spec/test_engines.py",),
+    "harness.backends.llamacpp.options": ("tests/spec/test_engine_options.py",),
+    "harness.backends.llamacpp.backend": ("tests/backends/test_llamacpp.py",),
+    "harness.backends.llamacpp.gguf": ("tests/backends/test_llamacpp.py",),
+    "harness.backends.llamacpp.server": ("tests/backends/test_llamacpp.py",),
+    "harness.backends.sglang.server": ("tests/backends/test_sglang_args.py",),
+    "harness.backends.sglang.card": ("tests/spec/test_engines.py",),
+    "harness.backends.sglang.options": ("tests/spec/test_engine_options.py",),
+    "harness.backends.sglang.args": ("tests/backends/test_sglang_args.py",),
+    "harness.backends.sglang.backend": ("tests/backends/test_sglang_args.py",),
     "harness.backends.vllm.memory": ("tests/backends/test_vllm_backend.py",),
     "harness.backends.vllm.parse": ("tests/backends/test_vllm_backend.py",),
     "harness.cli.main": (

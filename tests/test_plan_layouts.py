@@ -6,6 +6,7 @@ import pytest
 
 from harness import plan
 from harness.plan import bytes as planbytes
+from harness.plan import seconds
 from harness.spec import catalog
 from harness.spec.capabilities import Layout
 from harness.spec.scenario import Point
@@ -101,10 +102,10 @@ def test_decode_ceiling_counts_the_all_reduce_over_the_interconnect() -> None:
     point = point70b(8, batch=1, context=128)
     # 2 all-reduces per layer of 1 × 8192 bf16 values, ring factor 2 · 7/8, 80 layers, over
     # 450 GB/s one way: 80 · 2 · 8192 · 2 · 1.75 / 450e9 = 1.0194e-5 s
-    assert plan.allreduce_seconds(card, arch, point, 1) == pytest.approx(
+    assert seconds.allreduce_seconds(card, arch, point, 1) == pytest.approx(
         80 * 2 * 8192 * 2 * 1.75 / 450e9
     )
-    assert plan.layout_decode_ceiling_tok_s(card, arch, point) > 0
+    assert seconds.layout_decode_ceiling_tok_s(card, arch, point) > 0
 
 
 def test_on_the_cpu_the_node_holds_every_rank() -> None:

@@ -7,15 +7,16 @@ concrete backend modules, so planning and aggregation never import torch or vLLM
 
 from __future__ import annotations
 
-import importlib
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict
 
 from harness.errors import UserInputError, did_you_mean
-from harness.spec.scenario import VllmOptions
+from harness.spec.engine_options import EngineBlocks
+from harness.spec.engines import REGISTRY, engine, load_ref
 
 if TYPE_CHECKING:
     from numpy.typing import NDArray
@@ -31,11 +32,10 @@ class BackendOptions(BaseModel):
     tokenizer_path: str | None = None  # None: the model's own (random weights may borrow one)
     seed: int = 0
     cache_dir: str | None = None  # e.g. GPTQ-quantized checkpoints, keyed by model + calibration
-    vllm: VllmOptions | None = None
+    # each engine's options by its name (the scenario's `engines:`; harness.spec.engine_options)
+    engines: EngineBlocks = EngineBlocks()
     max_context: int = 2048  # the largest context + output the group will see (vLLM max_model_len)
-    kv_cache_bytes: int | None = (
-        None  # the KV pool an engine that sizes one up front gets (vLLM CPU)
-    )
+    kv_cache_bytes: int | None = None  # the KV pool of an engine that holds one from its load
     random_weights: bool = False  # the architecture on random weights: speed and memory only
     adapter_path: str | None = None  # a LoRA folder loaded on the model (checked against it)
     adapter_rank: int | None = None  # its LoRA rank (vLLM's max_lora_rank)
@@ -129,22 +129,43 @@ class Backend(ABC):
     def close(self) -> None:  # noqa: B027 — optional hook, a no-op by default
         """Release the model and the device memory it holds."""
 
+    @staticmethod
+    def engine_environment(group: GroupKey, device: str, cores: Sequence[int]) -> dict[str, str]:
+        """What the engine must see in its environment for the group's layout (each rank's
+        cores, say): nothing by default."""
+        return {}
 
-REGISTRY: dict[str, str] = {
-    "transformers": "harness.backends.transformers:TransformersBackend",
-    "vllm": "harness.backends.vllm.backend:VllmBackend",
-}
+
+class Server(ABC):
+    """An engine's OpenAI-compatible server for one group: the command that starts it (in its
+    own process, on `host`:`port`, serving the model as `served_model_name`) and the path that
+    answers once it is ready. The serving mode starts it, waits for `ready_path` and drives it."""
+
+    ready_path: ClassVar[str] = "/v1/models"
+
+    @classmethod
+    @abstractmethod
+    def command(
+        cls, group: GroupKey, options: BackendOptions, host: str, port: int, served_model_name: str
+    ) -> list[str]: ...
+
+
+def server_class(name: str) -> type[Server] | None:
+    """The engine's server (its card's `server`), None where it serves not through this seam."""
+    ref = engine(name).server
+    if ref is None:
+        return None
+    cls: type[Server] = load_ref(ref)
+    return cls
 
 
 def backend_class(name: str) -> type[Backend]:
-    """Resolve a backend lazily by name; an unknown one says what was meant."""
-    try:
-        target = REGISTRY[name]
-    except KeyError:
+    """Resolve a backend lazily by name, through its engine's card (harness.spec.engines); an
+    unknown one says what was meant."""
+    if name not in REGISTRY:
         raise UserInputError(
             f"unknown backend {name!r}{did_you_mean(name, REGISTRY)}; known: {', '.join(REGISTRY)}",
             field="backend",
-        ) from None
-    module_name, class_name = target.split(":")
-    cls: type[Backend] = getattr(importlib.import_module(module_name), class_name)
+        )
+    cls: type[Backend] = load_ref(engine(name).backend)
     return cls

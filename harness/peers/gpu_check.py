@@ -128,7 +128,8 @@ def _backend(
     **vllm: Any,
 ) -> Any:
     from harness.backends.base import BackendOptions, backend_class
-    from harness.spec.scenario import GroupKey, VllmOptions
+    from harness.spec.engine_options import EngineBlocks
+    from harness.spec.scenario import GroupKey
 
     group = GroupKey(
         target="cuda",
@@ -143,7 +144,7 @@ def _backend(
         model_path=str(model_dir),
         seed=0,
         max_context=max_context,
-        vllm=VllmOptions(**vllm) if name == "vllm" else None,
+        engines=EngineBlocks.model_validate({"vllm": vllm} if name == "vllm" else {}),
         random_weights=random_weights,
     )
     return backend_class(name)(group, options)
@@ -208,8 +209,9 @@ def _worker_check(out: Path, names: list[str], options: Options) -> Check:
     """One small point per backend through the worker; the transformers group is the reference."""
     from harness.run.contracts import WorkContext
     from harness.run.worker import measure_group
+    from harness.spec.engine_options import EngineBlocks
     from harness.spec.quality import QualitySettings
-    from harness.spec.scenario import Point, Reference, VllmOptions
+    from harness.spec.scenario import Point, Reference
 
     quality = QualitySettings(window_tokens=64, max_windows=4, arc_items=8)
     ctx = WorkContext(
@@ -217,7 +219,9 @@ def _worker_check(out: Path, names: list[str], options: Options) -> Check:
         run="gpu-check",
         reference=Reference(quantization=options.dtype, kv_cache_dtype="auto"),
         quality=quality,
-        vllm=VllmOptions(gpu_memory_utilization=options.vllm_memory, enforce_eager=True),
+        engines=EngineBlocks.model_validate(
+            {"vllm": {"gpu_memory_utilization": options.vllm_memory, "enforce_eager": True}}
+        ),
         reference_backend="transformers",
     )
     rows: list[Any] = []

@@ -16,7 +16,8 @@ Formulas (bytes; GiB = 2**30):
   reserve       = runtime context + allocator margin; the context is the CUDA/HIP context, or on
                   the CPU the group's process: its engine's (imports, engine start, a Ray actor)
                   + the weight format's library
-  KV pool       = vLLM on the CPU holds its whole pool from the load on: kv_pool_bytes(the
+  KV pool       = an engine whose card holds its pool from the load on (Engine.kv_pool_held_on:
+                  vLLM on the CPU, llama.cpp's n_ctx cache) holds all of it: kv_pool_bytes(the
                   point's KV(context + output)), the pool the harness gives the engine
   first forward = on the CPU, what an engine's first forward leaves in the process (kernels'
                   scratch, thread arenas), per engine; 0 on GPUs
@@ -26,7 +27,9 @@ Formulas (bytes; GiB = 2**30):
                   CPU the prefill's activations still (freed pages stay in the process's RSS
                   until the point ends: the device loop trims the heap between points)
                   (a KV cache inside the pool adds nothing)
-A vLLM point instead pre-allocates gpu_memory_utilization × card memory: it fits when weights +
+An engine that takes a share of a GPU up front (Engine.gpu_share: vLLM's
+gpu_memory_utilization, SGLang's mem_fraction_static) pre-allocates that share × card memory
+instead: a point fits when weights +
 activations + the KV cache it needs fit inside that share.
 
 Speculative decoding (harness.spec.speculative): a draft model, an EAGLE head or MTP layers add
@@ -70,7 +73,6 @@ from typing import Protocol
 from pydantic import BaseModel, ConfigDict
 
 from harness import modes
-from harness.measure import roofline
 from harness.plan import bytes as planbytes
 from harness.plan.bytes import (
     ParamCounts as ParamCounts,
@@ -96,10 +98,27 @@ from harness.plan.bytes import (
 from harness.plan.bytes import (
     weights_bytes as weights_bytes,
 )
+from harness.plan.seconds import (
+    EFFICIENCY as EFFICIENCY,
+)
+from harness.plan.seconds import (
+    allreduce_seconds as allreduce_seconds,
+)
+from harness.plan.seconds import (
+    decode_ceiling_tok_s as decode_ceiling_tok_s,
+)
+from harness.plan.seconds import (
+    decode_step_bytes as decode_step_bytes,
+)
+from harness.plan.seconds import (
+    estimate_seconds as estimate_seconds,
+)
+from harness.plan.seconds import (
+    layout_decode_ceiling_tok_s as layout_decode_ceiling_tok_s,
+)
 from harness.spec import adapters, catalog, speculative
 from harness.spec.capabilities import (
     WEIGHT_FORMATS,
-    Layout,
     compute_dtype_bytes,
 )
 from harness.spec.catalog import GpuSpec, ModelArch
@@ -122,11 +141,9 @@ CPU_LIBRARY_BYTES = {"bitsandbytes": 36 * MIB}
 # tokens on the CPU), so each sequence may hold up to one block it does not fill.
 KV_POOL_HEADROOM = 1.25
 KV_POOL_MIN_BYTES = 64 * MIB
-EFFICIENCY = {"cpu": 0.25, "cuda": 0.6, "rocm": 0.5}  # share of roofline a budget assumes
 # Serving: one load-generator process per level (its imports; the server's start per group is
 # the budget's, harness.budget).
 GENERATOR_START_S = 20.0
-VLLM_MAX_BATCHED_TOKENS = 8192  # vLLM prefills in chunks of at most this many tokens
 # NCCL's communicators and buffers (and vLLM's custom all-reduce buffers) per GPU rank once a
 # layout has 2 ranks or more. Source: issue 37 quoting llm-d-planner's accuracy report, "NCCL
 # ≈ 2 GiB per GPU at TP ≥ 2", which that report found its own figure under-counted by 44 %. Not
@@ -190,9 +207,10 @@ def kv_pool_bytes(largest_kv_bytes: float) -> int:
 
 
 def held_kv_pool_bytes(point: Point, kv_bytes: float) -> float:
-    """The KV pool an engine holds from its load on (vLLM on the CPU: kv_pool_bytes of the
-    point's KV cache; the group's pool is at least this), else 0."""
-    if point.backend != "vllm" or point.target != "cpu":
+    """The KV pool an engine holds from its load on where its card says so (vLLM on the CPU,
+    llama.cpp everywhere: kv_pool_bytes of the point's KV cache; the group's pool is at least
+    this), else 0."""
+    if point.target not in engine(point.backend).kv_pool_held_on:
         return 0.0
     return float(kv_pool_bytes(kv_bytes))
 
@@ -298,7 +316,8 @@ def default_card(target: str, gpu: str | None = None) -> GpuSpec:
 @dataclass(frozen=True)
 class PlanOptions:
     """What a mode's plan is given besides the point, its card and the model's architecture: the
-    share of the card's memory vLLM pre-allocates (the scenario's ``vllm.gpu_memory_utilization``)
+    share of the card's memory an engine pre-allocates (its options' ``gpu_share``,
+    harness.spec.engine_options.gpu_share)
     and the untimed warm-up runs before each point's timed repeats (its ``warmups``)."""
 
     gpu_memory_utilization: float
@@ -336,7 +355,7 @@ def inference_plan(
     rank, phases, terms = binding_rank(point, arch)
     total = max(phases.values())
     capacity = card.memory_gib * GIB
-    if point.backend == "vllm" and point.target != "cpu":
+    if engine(point.backend).gpu_share and point.target != "cpu":
         capacity *= gpu_memory_utilization
     fits, reason = fit_verdict(total, capacity, terms, card.name, rank=rank)
     weights = terms["weights"]
@@ -346,7 +365,8 @@ def inference_plan(
         ceiling = layout_decode_ceiling_tok_s(card, arch, point)
     draft_weights, draft_kv = draft_terms(point, arch)
     pool = None
-    if draft_weights and point.backend == "vllm" and point.target != "cpu" and not point.layout:
+    in_pool = engine(point.backend).draft_in_pool
+    if draft_weights and in_pool and point.target != "cpu" and not point.layout:
         pool = speculative.pool_shrink(
             capacity_bytes=capacity,
             held_bytes=weights - draft_weights + terms["activations"] + terms["reserve"],
@@ -393,7 +413,7 @@ def adapter_bytes(point: Point, arch: ModelArch) -> float:
     targets = [shapes[t] for t in adapters.adapted_modules(adapter, list(shapes))]
     targets *= arch.num_layers
     own = adapters.lora_bytes(adapter.rank, targets, per_value)
-    if point.backend != "vllm":
+    if not engine(point.backend).lora_slots:
         return own
     slot = adapters.vllm_slot_rank(adapter.rank) or adapter.rank
     every = list(shapes.values()) * arch.num_layers
@@ -446,8 +466,9 @@ def inference_memory(
         point.batch,
     )
     tensor = 1 if layout is None else layout.tensor
-    if point.backend == "vllm":
-        chunk = min(point.batch * point.context, VLLM_MAX_BATCHED_TOKENS)
+    chunk_tokens = engine(point.backend).prefill_chunk_tokens
+    if chunk_tokens is not None:
+        chunk = min(point.batch * point.context, chunk_tokens)
         acts = activation_bytes(arch, point.quantization, 1, chunk, all_logits=False, tensor=tensor)
     else:
         acts = activation_bytes(
@@ -529,74 +550,3 @@ def fit_verdict(
         f"{alone}needs {total / GIB:.2f} GiB > {capacity / GIB:.2f} GiB on {card}{at}; "
         f"binding term: {binding} ({terms[binding] / GIB:.2f} GiB)"
     )
-
-
-def decode_step_bytes(
-    arch: ModelArch, weights: float, quantization: str, kv_cache_dtype: str, batch: int,
-    context: int, new_tokens: int, layout: Layout | None = None, stage: int = 0,
-) -> tuple[float, float]:  # fmt: skip
-    """(weight bytes, KV-cache bytes) one decode step reads: ``weights`` (the whole model's, or
-    under ``layout`` one rank's of ``stage``) less its input embedding where that is a lookup of
-    B rows, not a read of the whole table (untied; or tied on a pipeline stage before the last,
-    whose table is read as the output head on the last stage only), and the whole batch's KV
-    cache at the mean decode context."""
-    mean = roofline.mean_decode_context(context, new_tokens) if new_tokens >= 2 else context
-    kv = kv_cache_bytes(arch, kv_cache_dtype, quantization, mean, batch)
-    per_param = unquantized_bytes_per_param(arch, quantization)
-    embeddings = param_counts(arch, layout, stage).embeddings
-    head_here = layout is None or stage == layout.pipeline - 1  # the stage that runs the head
-    lookup_only = 0 if arch.tie_embeddings and head_here else embeddings * per_param
-    unread = planbytes.untouched_expert_bytes(arch, quantization, batch, layout, stage)
-    return weights - lookup_only - unread, kv
-
-
-def decode_ceiling_tok_s(card: GpuSpec, weights: float, arch: ModelArch, point: Point) -> float:
-    """The bandwidth roofline (measure.roofline) for a point: the bytes a decode step reads
-    (``decode_step_bytes``) at the card's bandwidth."""
-    read, kv = decode_step_bytes(arch, weights, point.quantization, point.kv_cache_dtype,
-                                 point.batch, point.context, point.output_tokens)  # fmt: skip
-    return roofline.decode_ceiling_tok_s(card.bandwidth_gb_s, read, kv, point.batch)
-
-
-def allreduce_seconds(card: GpuSpec, arch: ModelArch, point: Point, tokens: int) -> float:
-    """Two all-reduces per layer (after attention, after the MLP) of `tokens` × hidden
-    activations over the tensor ranks; a ring moves 2 (t − 1) / t of them through each card's
-    link (catalog `interconnect_gb_s`). 0 on one rank or where the catalog has no link figure."""
-    if point.layout is None or point.layout.tensor < 2 or not card.interconnect_gb_s:
-        return 0.0
-    t = point.layout.tensor
-    act = compute_dtype_bytes(point.quantization, arch.dtype_bytes)
-    per_layer = 2 * tokens * arch.hidden_size * act * 2 * (t - 1) / t
-    return arch.num_layers * per_layer / (card.interconnect_gb_s * 1e9)
-
-
-def layout_decode_ceiling_tok_s(card: GpuSpec, arch: ModelArch, point: Point) -> float:
-    """Tokens/s of a batch under a layout: B / (Σ over stages of the stage's rank bytes read per
-    step at the card's bandwidth (its weights less the embedding lookup, its KV at the mean
-    decode context) + the step's all-reduces)."""
-    layout, q = point.layout, point.quantization
-    assert layout is not None
-    step = allreduce_seconds(card, arch, point, point.batch)
-    for s in range(layout.pipeline):
-        read, kv_all = decode_step_bytes(
-            arch, weights_bytes(arch, q, layout, s), q, point.kv_cache_dtype, point.batch,
-            point.context, point.output_tokens, layout, s,
-        )  # fmt: skip
-        read += kv_all * planbytes.rank_kv_share(arch, layout, s)
-        step += read / (card.bandwidth_gb_s * 1e9)
-    return point.batch / step
-
-
-def estimate_seconds(
-    point: Point, card: GpuSpec, arch: ModelArch, weights: float, ceiling: float, warmups: int
-) -> float:
-    """(warmups + repeats) × (prefill at peak FLOP/s + decode at the roofline) / efficiency."""
-    counts = param_counts(arch)
-    active = counts.active_linear + counts.embeddings
-    tensor = 1 if point.layout is None else point.layout.tensor
-    peak = planbytes.format_peak(card, arch, point.quantization) * 1e12
-    prefill_s = 2 * active * point.batch * point.context / (tensor * peak)
-    prefill_s += allreduce_seconds(card, arch, point, point.batch * point.context)
-    decode_s = point.batch * point.output_tokens / ceiling
-    per_run = (prefill_s + decode_s) / EFFICIENCY[point.target]
-    return (warmups + point.repeats) * per_run

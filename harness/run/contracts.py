@@ -16,8 +16,9 @@ from pydantic import BaseModel, ConfigDict
 from harness import modes
 from harness.backends.base import WindowScores
 from harness.row import Energy, Header, Part, PointColumns, Provenance, ResultRow, Status
+from harness.spec.engine_options import EngineBlocks
 from harness.spec.quality import QualitySettings
-from harness.spec.scenario import GroupKey, Point, Reference, VllmOptions
+from harness.spec.scenario import GroupKey, Point, Reference
 
 GroupItem = WindowScores | ResultRow
 
@@ -30,7 +31,7 @@ class WorkContext(BaseModel):
     run: str
     reference: Reference
     quality: QualitySettings
-    vllm: VllmOptions
+    engines: EngineBlocks = EngineBlocks()  # each engine's options (harness.spec.engine_options)
     reference_backend: str
     gpu: str | None = None  # catalog card when the device name is not matched
 

@@ -32,6 +32,7 @@ from harness.measure.memory import PhaseMemory
 from harness.row import Part, Prediction, Provenance, ResultRow, Status
 from harness.run.contracts import GroupItem, WorkContext, point_row
 from harness.spec import adapters, catalog, models
+from harness.spec.engine_options import gpu_share
 from harness.spec.scenario import GroupKey, Point
 from harness.units import GIB, to_mib
 
@@ -84,7 +85,7 @@ class Job:
             tokenizer_path=self.tokenizer_dir,
             random_weights=self.random_weights,
             seed=seed,
-            vllm=self.ctx.vllm,
+            engines=self.ctx.engines,
             max_context=max_context,
             kv_cache_bytes=kv_cache_bytes,
             adapter_path=str(self.adapter.path) if self.adapter is not None else None,
@@ -221,7 +222,8 @@ def point_plan(
         return carried
     if carried is not None:
         err_console.print(replanned_line(point, carried.gpu, on.name), highlight=False)
-    return planner.plan_point(point, on, gpu_memory_utilization=ctx.vllm.gpu_memory_utilization)
+    share = gpu_share(ctx.engines, point.backend)
+    return planner.plan_point(point, on, gpu_memory_utilization=share)
 
 
 def replanned_line(point: Point, planned_on: str, ran_on: str) -> str:

@@ -79,7 +79,7 @@ PRELOAD = (
     "torchao",
     "harness.run.worker",
     "harness.modes.offline.device.run",
-    "harness.backends.transformers",
+    "harness.backends.transformers.backend",
 )
 # what a group's child takes from its actor: the devices Ray gave it and its thread count
 DEVICE_ENV = (

@@ -24,6 +24,7 @@ from harness.run import history, provenance, store
 from harness.run.contracts import WorkContext, is_reference, point_row
 from harness.spec import inputs, models
 from harness.spec import scenario as scen
+from harness.spec.engines import engines
 from harness.spec.scenario import GroupKey, Point, Scenario
 
 
@@ -73,7 +74,7 @@ def prepare(
         run=run_dir.name,
         reference=scenario.reference,
         quality=scenario.quality,
-        vllm=scenario.vllm,
+        engines=scenario.engines,
         reference_backend=reference_backend,
         gpu=gpu or scenario.gpu,
     )
@@ -157,11 +158,10 @@ def start_manifest(
             name: provenance.package_version(name)
             for name in (
                 "torch",
-                "transformers",
+                *(card.package for card in engines().values()),  # each engine's distribution
                 "bitsandbytes",
                 "optimum-quanto",
                 "gptqmodel",
-                "vllm",
                 "ray",
                 "pandas",
                 "pydantic",

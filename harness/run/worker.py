@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from harness import corpus, modes
-from harness.backends.base import WindowScores
+from harness.backends.base import WindowScores, backend_class
 from harness.measure import energy
 from harness.plan import PointPlan
 from harness.row import ProcessPath, ResultRow
@@ -79,15 +79,13 @@ VISIBLE_CARDS = ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES")  # as Ray sets t
 
 def layout_facts(group: GroupKey, device: str) -> dict[str, Any]:
     """A layout's ranks, executor and binding (Provenance's fields); none on one card. The
-    binding is what the engine was given: VLLM_CPU_OMP_THREADS_BIND on the CPU
-    (harness.backends.vllm.args.engine_environment), else the cards Ray made visible."""
+    binding is what the engine was given: its environment for the layout (each CPU rank's cores,
+    the engine's ``Backend.engine_environment``), else the cards Ray made visible."""
     if group.layout is None:
         return {}
-    from harness.backends.vllm.args import engine_environment  # a layout is a vLLM group's
-
     cores = sorted(os.sched_getaffinity(0))
-    bound = engine_environment(group, device, cores)
-    binding = bound.get("VLLM_CPU_OMP_THREADS_BIND") or next(
+    bound = backend_class(group.backend).engine_environment(group, device, cores)
+    binding = next(iter(bound.values()), None) or next(
         (f"{name}={os.environ[name]}" for name in VISIBLE_CARDS if os.environ.get(name)), None
     )
     return {

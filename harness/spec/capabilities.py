@@ -1,11 +1,10 @@
 """What each weight format and each KV-cache dtype is, declared once: one table per axis.
 
-A row of a table says what the format costs in bytes, with which engines (backends) and on which
-targets the harness measures it, and the names each engine gives it. Everything that needs one
-of these facts reads it here: the planner (bytes, group sizes), the compatibility rules (engines,
-targets), the transformers backend (torch dtype, GPTQ group size, quantized-cache settings) and
-the vLLM backend (its `quantization`, `dtype` and `kv_cache_dtype` arguments). What an engine
-itself costs and how its groups start: harness.spec.engines.
+A row of a table states the engine-neutral facts of a format: what it costs in bytes and on
+which targets it can run. Which engines run it, and each engine's own name for it, are the
+engines' own tables (``harness/backends/<engine>/card.py``, read through the registry
+harness.spec.engines): a new engine adds no column here. The planner (bytes, group sizes) and the
+compatibility rules (targets) read these rows.
 
 API: ``WEIGHT_FORMATS[name] -> WeightFormat``, ``KV_CACHE_FORMATS[name] -> KvCacheFormat``,
 ``weight_formats_for(backend)`` / ``kv_cache_formats_for(backend)``, ``compute_dtype_bytes``.
@@ -14,9 +13,21 @@ API: ``WEIGHT_FORMATS[name] -> WeightFormat``, ``KV_CACHE_FORMATS[name] -> KvCac
 from __future__ import annotations
 
 import re
-from typing import Any, Literal, get_args
+from typing import Annotated, Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, model_serializer, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    model_serializer,
+    model_validator,
+)
+
+from harness.errors import did_you_mean
+from harness.spec.engines import REGISTRY as ENGINE_REGISTRY
+from harness.spec.engines import EngineParallelism as EngineParallelism
+from harness.spec.engines import engines_running_kv, engines_running_weights
 
 Quantization = Literal[
     "none",
@@ -31,30 +42,40 @@ Quantization = Literal[
     "quanto-int4",
     "quanto-int2",
     "fp8",
+    "gguf-q8_0",
+    "gguf-q4_k_m",
     "fp8-block",
     "nvfp4",
     "mxfp4",
     "w8a8-int8",
     "w4a16",
 ]
-KvCacheDtype = Literal["auto", "fp16", "bf16", "fp8", "fp8_e4m3", "fp8_e5m2", "int8", "int4"]
-Backend = Literal["transformers", "vllm"]
+KvCacheDtype = Literal[
+    "auto", "fp16", "bf16", "fp8", "fp8_e4m3", "fp8_e5m2", "int8", "int4", "q8_0", "q4_0"
+]
 Target = Literal["cpu", "cuda", "rocm"]
+
+
+def known_backend(name: str) -> str:
+    """An engine of the registry (harness.spec.engines.REGISTRY), else a ValueError naming them."""
+    if name not in ENGINE_REGISTRY:
+        raise ValueError(
+            f"{name!r} is not allowed{did_you_mean(name, ENGINE_REGISTRY)}; expected one of: "
+            + ", ".join(ENGINE_REGISTRY)
+        )
+    return name
+
+
+# An engine's name: a line of the registry (harness.spec.engines), each with its folder.
+Backend = Annotated[str, AfterValidator(known_backend)]
 
 QUANTIZATIONS: tuple[str, ...] = get_args(Quantization)
 KV_CACHE_DTYPES: tuple[str, ...] = get_args(KvCacheDtype)
-BACKENDS: tuple[str, ...] = get_args(Backend)
+BACKENDS: tuple[str, ...] = tuple(ENGINE_REGISTRY)
 TARGETS: tuple[str, ...] = get_args(Target)
 
-BOTH_ENGINES: frozenset[Backend] = frozenset(get_args(Backend))
 ALL_TARGETS: frozenset[Target] = frozenset(get_args(Target))
 GPU_TARGETS: frozenset[Target] = frozenset({"cuda", "rocm"})
-TRANSFORMERS: frozenset[Backend] = frozenset({"transformers"})
-VLLM: frozenset[Backend] = frozenset({"vllm"})
-
-# vLLM's name for FP8 quantized on the fly from a 16-bit checkpoint differs between builds
-# ("fp8_per_tensor" where registered, else "fp8"): the vLLM backend resolves this placeholder.
-VLLM_ONLINE_FP8 = "online-fp8"
 
 
 class Strict(BaseModel):
@@ -62,7 +83,7 @@ class Strict(BaseModel):
 
 
 class WeightFormat(Strict):
-    """One weight format: its bytes per weight, where it runs, and each engine's name for it.
+    """One weight format: its bytes per weight and where it can run (engine-neutral).
 
     bits: storage bits per weight of a quantized linear (None = the model's own dtype).
     group_size / group_overhead_bits: one scale (and zero point) per group of weights;
@@ -71,10 +92,8 @@ class WeightFormat(Strict):
     rest_in_loaded_dtype: embeddings, lm_head and norms stay in the loaded dtype (bitsandbytes,
       quanto quantize in place); otherwise they are served in 16 bit (gptqmodel, vLLM).
     compute_dtype_bytes: activations and the "auto" KV cache (None = the model's own dtype).
-    engines / targets: where the harness measures it (the compatibility rules read these).
-    torch_dtype: the dtype transformers loads the weights in (None = the checkpoint's).
-    vllm_quantization / vllm_dtype: vLLM's `quantization` and `dtype` arguments.
-    vllm_checkpoint_methods: `quantization_config.quant_method`s a checkpoint may declare for it.
+    targets: where it can run (the compatibility rules read these).
+    Which engines run it, and their names for it: ``engines()`` (the engines' own tables).
     """
 
     name: Quantization
@@ -86,12 +105,7 @@ class WeightFormat(Strict):
     library: str
     rest_in_loaded_dtype: bool = False
     compute_dtype_bytes: int | None = None
-    engines: frozenset[Backend]
     targets: frozenset[Target] = ALL_TARGETS
-    torch_dtype: str | None = None
-    vllm_quantization: str | None = None
-    vllm_dtype: str | None = None
-    vllm_checkpoint_methods: frozenset[str] = frozenset()
     # The tensor units its matrix multiplies run on where the card has them (None: the compute
     # dtype's, bf16); an fp4 format runs on fp4 units only where the card lists its flavour
     # (catalog GpuSpec.fp4_flavours), else its weights are dequantized to bf16.
@@ -107,36 +121,26 @@ class WeightFormat(Strict):
         bits = self.bits or 16.0
         return bits + (self.group_overhead_bits / self.group_size if self.group_size else 0.0)
 
-
-class QuantizedCacheSettings(Strict):
-    """transformers' QuantizedCache for a KV dtype (q_group_size is the format's group_size).
-    residual_length: the newest tokens kept in the compute dtype until a re-quantization; 32
-    keeps most of a 128+ token context quantized."""
-
-    backend: Literal["quanto", "hqq"]
-    nbits: int
-    axis_key: int | None = None
-    axis_value: int | None = None
-    residual_length: int = 32
+    def engines(self) -> frozenset[str]:
+        """The engines whose own table names this format (harness.spec.engines)."""
+        return engines_running_weights(self.name)
 
 
 class KvCacheFormat(Strict):
-    """One KV-cache dtype: bytes per element, where it runs, and each engine's name for it.
+    """One KV-cache dtype: bytes per element and where it can run (engine-neutral).
 
     bits: per element (None = the compute dtype, "auto"); group_size / group_overhead_bytes: a
     quantized cache's scale and zero point per group of elements (16 bit each: 4 bytes).
     family: what kind of cache it is (the compatibility rules give one reason per family).
+    Which engines run it, and their names for it: ``engines()`` (the engines' own tables).
     """
 
     name: KvCacheDtype
     bits: int | None
     group_size: int | None = None
     group_overhead_bytes: float = 0.0
-    family: Literal["compute", "float16", "fp8", "int"]
-    engines: frozenset[Backend]
+    family: Literal["compute", "float16", "fp8", "int", "block"]
     targets: frozenset[Target] = ALL_TARGETS
-    vllm_kv_cache_dtype: str | None = None
-    transformers_cache: QuantizedCacheSettings | None = None
 
     @property
     def bytes_per_element(self) -> float | None:
@@ -146,82 +150,83 @@ class KvCacheFormat(Strict):
         overhead = self.group_overhead_bytes / self.group_size if self.group_size else 0.0
         return self.bits / 8 + overhead
 
-    def transformers_cache_config(self) -> dict[str, object] | None:
-        """The keyword arguments of transformers' QuantizedCache, None for a plain cache."""
-        if self.transformers_cache is None:
-            return None
-        settings = self.transformers_cache.model_dump(exclude_none=True)
-        return {**settings, "q_group_size": self.group_size}
+    def engines(self) -> frozenset[str]:
+        """The engines whose own table names this KV-cache dtype (harness.spec.engines)."""
+        return engines_running_kv(self.name)
 
 
 WEIGHT_FORMATS: dict[str, WeightFormat] = {
     f.name: f
     for f in [
-        WeightFormat(
-            name="none", bits=None, quantizes_linears=False, library="torch",
-            engines=BOTH_ENGINES, vllm_dtype="auto",
-        ),
+        WeightFormat(name="none", bits=None, quantizes_linears=False, library="torch"),
         WeightFormat(
             name="fp32", bits=32, quantizes_linears=False, library="torch", compute_dtype_bytes=4,
-            engines=BOTH_ENGINES, torch_dtype="float32", vllm_dtype="float32",
         ),
         WeightFormat(
             name="bf16", bits=16, quantizes_linears=False, library="torch", compute_dtype_bytes=2,
-            engines=BOTH_ENGINES, torch_dtype="bfloat16", vllm_dtype="bfloat16",
         ),
         WeightFormat(
             name="fp16", bits=16, quantizes_linears=False, library="torch", compute_dtype_bytes=2,
-            engines=BOTH_ENGINES, torch_dtype="float16", vllm_dtype="float16",
         ),
         # LLM.int8: int8 weights, one fp32 absmax per output row.
         WeightFormat(
             name="bnb-int8", bits=8, per_row_overhead_bits=32, library="bitsandbytes",
-            rest_in_loaded_dtype=True, engines=TRANSFORMERS,
+            rest_in_loaded_dtype=True,
         ),
         # 4-bit bnb: blocks of 64 with an fp32 absmax each (no double quantization).
         WeightFormat(
             name="bnb-nf4", bits=4, group_size=64, group_overhead_bits=32, library="bitsandbytes",
-            rest_in_loaded_dtype=True, engines=TRANSFORMERS,
+            rest_in_loaded_dtype=True,
         ),
         WeightFormat(
             name="bnb-fp4", bits=4, group_size=64, group_overhead_bits=32, library="bitsandbytes",
-            rest_in_loaded_dtype=True, engines=TRANSFORMERS,
+            rest_in_loaded_dtype=True,
         ),
         # GPTQ 4 bit, groups of 64 (the transformers backend quantizes with this group size):
         # an fp16 scale and a packed 4-bit zero point per group.
         WeightFormat(
             name="gptq-int4", bits=4, group_size=64, group_overhead_bits=16 + 4,
-            library="gptqmodel", engines=BOTH_ENGINES, vllm_quantization="gptq",
-            vllm_dtype="auto", vllm_checkpoint_methods=frozenset({"gptq"}),
+            library="gptqmodel",
         ),
         WeightFormat(
             name="quanto-int8", bits=8, per_row_overhead_bits=16, library="optimum-quanto",
-            rest_in_loaded_dtype=True, engines=TRANSFORMERS,
+            rest_in_loaded_dtype=True,
         ),
         # quanto int4/int2: groups of 128 with a 16-bit scale and a 16-bit shift.
         WeightFormat(
             name="quanto-int4", bits=4, group_size=128, group_overhead_bits=32,
-            library="optimum-quanto", rest_in_loaded_dtype=True, engines=TRANSFORMERS,
+            library="optimum-quanto", rest_in_loaded_dtype=True,
         ),
         WeightFormat(
             name="quanto-int2", bits=2, group_size=128, group_overhead_bits=32,
-            library="optimum-quanto", rest_in_loaded_dtype=True, engines=TRANSFORMERS,
+            library="optimum-quanto", rest_in_loaded_dtype=True,
         ),
-        # FP8 weights, one fp32 scale per output row, quantized by vLLM on the fly (or an
-        # FP8-serialized checkpoint): needs a GPU with FP8 support.
+        # FP8 weights, one fp32 scale per output row, quantized on the fly from a 16-bit
+        # checkpoint (or an FP8-serialized checkpoint): needs a GPU with FP8 support.
         WeightFormat(
-            name="fp8", bits=8, per_row_overhead_bits=32, library="vllm", engines=VLLM,
-            targets=GPU_TARGETS, vllm_quantization=VLLM_ONLINE_FP8, vllm_dtype="auto",
-            vllm_checkpoint_methods=frozenset({"fp8"}), tensor_unit="fp8",
+            name="fp8", bits=8, per_row_overhead_bits=32, library="vllm", targets=GPU_TARGETS,
+            tensor_unit="fp8",
+        ),
+        # GGUF (ggml's block formats, ggml/src/ggml-common.h). Q8_0: blocks of 32 int8 weights
+        # with one fp16 scale (8.5 bit a weight). Q4_K_M: super-blocks of 256 4-bit weights with
+        # 6-bit scales and mins per 32 and an fp16 scale and min (Q4_K: 144 bytes per 256 = 4.5
+        # bit a weight); the "M" mix keeps half of attn_v / ffn_down and the output in Q6_K
+        # (6.56 bit), which this row does not count. Activations in f32, the "auto" KV cache in
+        # f16 (llama.cpp's default type_k / type_v).
+        WeightFormat(
+            name="gguf-q8_0", bits=8, group_size=32, group_overhead_bits=16, library="ggml",
+            compute_dtype_bytes=2,
+        ),
+        WeightFormat(
+            name="gguf-q4_k_m", bits=4, group_size=256, group_overhead_bits=128, library="ggml",
+            compute_dtype_bytes=2,
         ),
         # --- today's shipped formats (issue 46); all load from a checkpoint that declares them ---
         # FP8 E4M3 weights with one fp32 scale per 128 × 128 block (DeepSeek-V3/R1, Kimi-K2):
         # 8 + 32 / 16384 = 8.002 bit. vLLM: Fp8Config with weight_block_size (quant_method "fp8").
         WeightFormat(
             name="fp8-block", bits=8, group_size=128 * 128, group_overhead_bits=32,
-            checkpoint_only=True, library="vllm",
-            engines=VLLM, targets=GPU_TARGETS, vllm_quantization="fp8", vllm_dtype="auto",
-            vllm_checkpoint_methods=frozenset({"fp8"}), tensor_unit="fp8",
+            checkpoint_only=True, library="vllm", targets=GPU_TARGETS, tensor_unit="fp8",
             why_not_cpu="vLLM CPU has no fp8 weight kernels (docs/guide/vllm-cpu.md: worker start "
             "error); scaled_mm/cpu.py's fp8 path needs AMX (Sapphire Rapids or newer)",
         ),
@@ -231,10 +236,7 @@ WEIGHT_FORMATS: dict[str, WeightFormat] = {
         # compressed-tensors' W4A4 NVFP4 scheme.
         WeightFormat(
             name="nvfp4", bits=4, group_size=16, group_overhead_bits=8, checkpoint_only=True,
-            library="vllm",
-            engines=VLLM, targets=frozenset({"cuda"}), vllm_quantization="modelopt_fp4",
-            vllm_dtype="auto", vllm_checkpoint_methods=frozenset({"modelopt_fp4",
-            "compressed-tensors"}), tensor_unit="fp4", card_flavour="nvfp4",
+            library="vllm", targets=frozenset({"cuda"}), tensor_unit="fp4", card_flavour="nvfp4",
             why_not_cpu="no CPU kernel: vLLM's NVFP4 GEMMs are CUTLASS/FlashInfer kernels for "
             "sm_100/sm_120 (and a Marlin weight-only fallback on other CUDA cards)",
         ),
@@ -243,10 +245,7 @@ WEIGHT_FORMATS: dict[str, WeightFormat] = {
         # Blackwell and CDNA 4; elsewhere vLLM dequantizes (Marlin / Triton weight-only).
         WeightFormat(
             name="mxfp4", bits=4, group_size=32, group_overhead_bits=8, checkpoint_only=True,
-            library="vllm",
-            engines=VLLM, targets=GPU_TARGETS, vllm_quantization="mxfp4", vllm_dtype="auto",
-            vllm_checkpoint_methods=frozenset({"mxfp4"}), tensor_unit="fp4",
-            card_flavour="mxfp4",
+            library="vllm", targets=GPU_TARGETS, tensor_unit="fp4", card_flavour="mxfp4",
             why_not_cpu="vLLM's Mxfp4Config selects a CUDA or ROCm MoE backend; no CPU kernel",
         ),
         # compressed-tensors W8A8 int8: int8 weights with one scale per output channel (16-bit,
@@ -254,18 +253,14 @@ WEIGHT_FORMATS: dict[str, WeightFormat] = {
         # vLLM runs it on the CPU too (kernels/linear/scaled_mm/cpu.py, oneDNN).
         WeightFormat(
             name="w8a8-int8", bits=8, per_row_overhead_bits=16, checkpoint_only=True,
-            library="compressed-tensors",
-            engines=VLLM, vllm_quantization="compressed-tensors", vllm_dtype="auto",
-            vllm_checkpoint_methods=frozenset({"compressed-tensors"}), tensor_unit="int8",
+            library="compressed-tensors", tensor_unit="int8",
         ),
         # compressed-tensors W4A16 (GPTQ-style): 4-bit weights, groups of 128 with a 16-bit scale,
         # symmetric (no zero point): 4 + 16 / 128 = 4.125 bit; activations stay 16-bit. vLLM
         # runs it on the CPU too (kernels/linear/mixed_precision/cpu.py, CPUWNA16).
         WeightFormat(
             name="w4a16", bits=4, group_size=128, group_overhead_bits=16,
-            checkpoint_only=True, library="compressed-tensors", engines=VLLM,
-            vllm_quantization="compressed-tensors",
-            vllm_dtype="auto", vllm_checkpoint_methods=frozenset({"compressed-tensors"}),
+            checkpoint_only=True, library="compressed-tensors",
         ),
     ]
 }  # fmt: skip
@@ -273,42 +268,26 @@ WEIGHT_FORMATS: dict[str, WeightFormat] = {
 KV_CACHE_FORMATS: dict[str, KvCacheFormat] = {
     k.name: k
     for k in [
-        KvCacheFormat(
-            name="auto", bits=None, family="compute", engines=BOTH_ENGINES,
-            vllm_kv_cache_dtype="auto",
-        ),
-        # A 16-bit cache is the compute dtype's business in both engines ("auto" selects it).
-        KvCacheFormat(
-            name="fp16", bits=16, family="float16", engines=frozenset(),
-            vllm_kv_cache_dtype="float16",
-        ),
-        KvCacheFormat(
-            name="bf16", bits=16, family="float16", engines=frozenset(),
-            vllm_kv_cache_dtype="bfloat16",
-        ),
-        KvCacheFormat(
-            name="fp8", bits=8, family="fp8", engines=VLLM, vllm_kv_cache_dtype="fp8",
-        ),
-        KvCacheFormat(
-            name="fp8_e4m3", bits=8, family="fp8", engines=VLLM, vllm_kv_cache_dtype="fp8_e4m3",
-        ),
-        KvCacheFormat(
-            name="fp8_e5m2", bits=8, family="fp8", engines=VLLM, targets=frozenset({"cpu", "cuda"}),
-            vllm_kv_cache_dtype="fp8_e5m2",
-        ),
-        # transformers' quantized caches: int8 with hqq (per-channel axes), int4 with quanto;
-        # groups of 64 elements, a 16-bit scale and a 16-bit zero point each.
+        KvCacheFormat(name="auto", bits=None, family="compute"),
+        KvCacheFormat(name="fp16", bits=16, family="float16"),
+        KvCacheFormat(name="bf16", bits=16, family="float16"),
+        KvCacheFormat(name="fp8", bits=8, family="fp8"),
+        KvCacheFormat(name="fp8_e4m3", bits=8, family="fp8"),
+        KvCacheFormat(name="fp8_e5m2", bits=8, family="fp8", targets=frozenset({"cpu", "cuda"})),
+        # quantized caches in groups of 64 elements, a 16-bit scale and a 16-bit zero point each
+        # (transformers' hqq int8 and quanto int4).
         KvCacheFormat(
             name="int8", bits=8, group_size=64, group_overhead_bytes=4, family="int",
-            engines=TRANSFORMERS,
-            transformers_cache=QuantizedCacheSettings(
-                backend="hqq", nbits=8, axis_key=1, axis_value=1
-            ),
         ),
         KvCacheFormat(
             name="int4", bits=4, group_size=64, group_overhead_bytes=4, family="int",
-            engines=TRANSFORMERS,
-            transformers_cache=QuantizedCacheSettings(backend="quanto", nbits=4),
+        ),
+        # ggml's block formats: 32 elements with one fp16 scale (ggml/src/ggml-common.h).
+        KvCacheFormat(
+            name="q8_0", bits=8, group_size=32, group_overhead_bytes=2, family="block",
+        ),
+        KvCacheFormat(
+            name="q4_0", bits=4, group_size=32, group_overhead_bytes=2, family="block",
         ),
     ]
 }  # fmt: skip
@@ -316,12 +295,12 @@ KV_CACHE_FORMATS: dict[str, KvCacheFormat] = {
 
 def weight_formats_for(backend: str) -> list[str]:
     """The weight formats an engine is measured with, in table order."""
-    return [f.name for f in WEIGHT_FORMATS.values() if backend in f.engines]
+    return [f.name for f in WEIGHT_FORMATS.values() if backend in f.engines()]
 
 
 def kv_cache_formats_for(backend: str) -> list[str]:
     """The KV-cache dtypes an engine is measured with, in table order."""
-    return [k.name for k in KV_CACHE_FORMATS.values() if backend in k.engines]
+    return [k.name for k in KV_CACHE_FORMATS.values() if backend in k.engines()]
 
 
 def compute_dtype_bytes(quantization: str, model_dtype_bytes: int) -> int:
@@ -394,28 +373,3 @@ def layout_executor(layout: Layout | None, target: str) -> Executor:
     if layout.pipeline > 1 and target != "cpu":
         return "ray"
     return "mp"
-
-
-class EngineParallelism(Strict):
-    """What an engine's real API lays out over cards, and why not where it does not."""
-
-    tensor: bool
-    pipeline: bool
-    expert: bool
-    why_not: str = ""
-
-
-ENGINE_PARALLELISM: dict[str, EngineParallelism] = {
-    # vLLM: ParallelConfig.tensor_parallel_size / pipeline_parallel_size / enable_expert_parallel
-    # (https://docs.vllm.ai/en/latest/api/vllm/config/parallel/), ranks started by its executor
-    # ("mp" on one node, "ray" across nodes).
-    "vllm": EngineParallelism(tensor=True, pipeline=True, expert=True),
-    # transformers has `tp_plan="auto"`, but only under torch.distributed with one process per
-    # rank (torchrun); this harness measures a group in one process and does not launch ranks.
-    "transformers": EngineParallelism(
-        tensor=False, pipeline=False, expert=False,
-        why_not="the transformers backend measures a group in one process; its tp_plan='auto' "
-        "needs one torch.distributed process per rank (torchrun), which the harness does not "
-        "launch: use the vllm backend for layouts over several cards",
-    ),
-}  # fmt: skip

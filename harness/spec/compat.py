@@ -19,14 +19,15 @@ from collections.abc import Callable
 from pydantic import BaseModel, ConfigDict
 
 from harness.spec.capabilities import (
-    ENGINE_PARALLELISM,
     KV_CACHE_FORMATS,
+    TARGETS,
     WEIGHT_FORMATS,
     KvCacheFormat,
     Layout,
     WeightFormat,
 )
 from harness.spec.catalog import ModelArch
+from harness.spec.engines import engine, engines
 
 
 class Rule(BaseModel):
@@ -52,11 +53,36 @@ def _kv(test: Callable[[KvCacheFormat], bool]) -> set[str]:
 
 
 def _kv_not_on(backend: str, family: str) -> set[str]:
-    return _kv(lambda k: backend not in k.engines and k.family == family)
+    return _kv(lambda k: backend not in k.engines() and k.family == family)
 
 
 def _weights_not_on(backend: str, library: str) -> set[str]:
-    return _weights(lambda f: backend not in f.engines and f.library == library)
+    return _weights(lambda f: backend not in f.engines() and f.library == library)
+
+
+def _engine_rules() -> tuple[Rule, ...]:
+    """Per engine of the registry, after the rules above (which give a format's own reason):
+    the targets, weight formats and KV-cache dtypes its card does not name."""
+    rules: list[Rule] = []
+    for name, card in engines().items():
+        rules += [
+            _rule(
+                f"{name}-targets",
+                f"the {name} engine runs on {', '.join(sorted(card.targets))} in this harness",
+                backend={name}, target=set(TARGETS) - card.targets,
+            ),
+            _rule(
+                f"{name}-weights",
+                f"the {name} engine runs the weight formats {', '.join(card.weights)}",
+                backend={name}, quantization=set(WEIGHT_FORMATS) - set(card.weights),
+            ),
+            _rule(
+                f"{name}-kv",
+                f"the {name} engine runs the KV-cache dtypes {', '.join(card.kv_caches)}",
+                backend={name}, kv_cache_dtype=set(KV_CACHE_FORMATS) - set(card.kv_caches),
+            ),
+        ]  # fmt: skip
+    return tuple(rules)
 
 
 RULES: tuple[Rule, ...] = (
@@ -111,7 +137,7 @@ RULES: tuple[Rule, ...] = (
         "checkpoint-formats-vllm-only",
         "NVFP4, MXFP4, block FP8 and compressed-tensors checkpoints are loaded with the vLLM "
         "backend in this harness (the transformers backend quantizes on load: bnb, quanto, GPTQ)",
-        quantization=_weights(lambda f: f.checkpoint_only and "transformers" not in f.engines),
+        quantization=_weights(lambda f: f.checkpoint_only and "transformers" not in f.engines()),
         backend={"transformers"},
     ),
     _rule(
@@ -139,6 +165,7 @@ RULES: tuple[Rule, ...] = (
         backend={"transformers"},
         kv_cache_dtype=_kv_not_on("transformers", "float16"),
     ),
+    *_engine_rules(),
 )
 
 
@@ -166,18 +193,18 @@ def _kv_heads_do_not_split(layout: Layout, arch: ModelArch, backend: str) -> boo
 LAYOUT_RULES: tuple[LayoutRule, ...] = (
     LayoutRule(
         id="engine-tensor-parallel",
-        breaks=lambda lay, arch, be: lay.tensor > 1 and not ENGINE_PARALLELISM[be].tensor,
-        reason=lambda lay, arch, be: ENGINE_PARALLELISM[be].why_not,
+        breaks=lambda lay, arch, be: lay.tensor > 1 and not engine(be).parallelism.tensor,
+        reason=lambda lay, arch, be: engine(be).parallelism.why_not,
     ),
     LayoutRule(
         id="engine-pipeline-parallel",
-        breaks=lambda lay, arch, be: lay.pipeline > 1 and not ENGINE_PARALLELISM[be].pipeline,
-        reason=lambda lay, arch, be: ENGINE_PARALLELISM[be].why_not,
+        breaks=lambda lay, arch, be: lay.pipeline > 1 and not engine(be).parallelism.pipeline,
+        reason=lambda lay, arch, be: engine(be).parallelism.why_not,
     ),
     LayoutRule(
         id="engine-expert-parallel",
-        breaks=lambda lay, arch, be: lay.expert and not ENGINE_PARALLELISM[be].expert,
-        reason=lambda lay, arch, be: ENGINE_PARALLELISM[be].why_not,
+        breaks=lambda lay, arch, be: lay.expert and not engine(be).parallelism.expert,
+        reason=lambda lay, arch, be: engine(be).parallelism.why_not,
     ),
     LayoutRule(
         id="tp-divides-heads",

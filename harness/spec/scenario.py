@@ -35,6 +35,7 @@ from harness.spec.capabilities import (
     Target,
 )
 from harness.spec.compat import layout_rule_for, rule_for
+from harness.spec.engine_options import EngineBlocks, renamed_keys
 from harness.spec.labels import adapter_label, model_key
 from harness.spec.parallel import Parallel
 from harness.spec.quality import QualitySettings
@@ -143,12 +144,6 @@ class Reference(Input):
     kv_cache_dtype: KvCacheDtype = "auto"
 
 
-class VllmOptions(Input):
-    gpu_memory_utilization: float = Field(0.9, gt=0.0, le=1.0)
-    enforce_eager: bool = False
-    max_model_len: int | None = Field(None, gt=0, le=MAX_CONTEXT)
-
-
 Few = Field(min_length=1, max_length=MAX_AXIS_VALUES)
 
 
@@ -205,7 +200,8 @@ class Scenario(Input):
     exclude: list[Exclude] = Field(default_factory=list, max_length=MAX_EXCLUDES)
     reference: Reference = Reference()
     quality: QualitySettings = QualitySettings()
-    vllm: VllmOptions = VllmOptions()
+    # each engine's own options, by its name (harness.spec.engine_options; `vllm:` is read too)
+    engines: EngineBlocks = Field(default_factory=EngineBlocks)
     # optional: each vLLM group is also measured behind a server (harness.modes.serving.spec)
     serving: modes.Serving | None = None
     # optional: fine-tuning step points (mode: training; harness.modes.training.spec)
@@ -232,6 +228,11 @@ class Scenario(Input):
     def layouts(self) -> list[Layout | None]:
         """The layouts each inference configuration is measured at ([None]: one card)."""
         return [None] if self.parallel is None else self.parallel.layouts()
+
+    @model_validator(mode="before")
+    @classmethod
+    def old_engine_keys(cls, data: Any) -> Any:
+        return renamed_keys(data)
 
     @field_validator("models", mode="before")
     @classmethod
@@ -580,11 +581,7 @@ def skip_reason(scenario: Scenario, point: Point, arch: catalog.ModelArch) -> st
 def random_weights_can_be(quantization: str, backend: str) -> bool:
     """Random weights come in the model's float dtypes; vLLM also quantizes them to fp8 online."""
     fmt = WEIGHT_FORMATS[quantization]
-    return (
-        fmt.torch_dtype is not None
-        or quantization == "none"
-        or (backend == "vllm" and quantization == "fp8")
-    )
+    return not fmt.quantizes_linears or (backend == "vllm" and quantization == "fp8")
 
 
 def reference_point(scenario: Scenario, point: Point) -> Point:

@@ -43,8 +43,9 @@ from pydantic import (
 
 from harness.errors import UserInputError
 from harness.spec import catalog
-from harness.spec.capabilities import ALL_TARGETS, GPU_TARGETS, VLLM, Backend, Layout, Target
+from harness.spec.capabilities import ALL_TARGETS, GPU_TARGETS, Layout, Target
 from harness.spec.compat import LAYOUT_RULES
+from harness.spec.engines import engines
 from harness.spec.yamlinput import Input
 
 MAX_SPECULATIVE_TOKENS = 16  # draft tokens per step: beyond this acceptance has long collapsed
@@ -58,7 +59,8 @@ MethodName = Literal["ngram", "draft", "eagle", "eagle3", "mtp"]
 
 
 class SpeculationMethod(BaseModel):
-    """One method: vLLM's name for it, where the harness measures it, what it loads.
+    """One method: where the harness measures it and what it loads (each engine names the
+    methods it takes, and its own name for each, on its card: harness.spec.engines).
 
     own_weights: a checkpoint of its own is loaded beside the target (its weights and KV cache
     enter the plan); shares_tokens_with_target: its tokens are the target's ids (a draft model
@@ -66,8 +68,6 @@ class SpeculationMethod(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     name: MethodName
-    vllm_method: str
-    engines: frozenset[Backend]
     targets: frozenset[Target]
     own_weights: bool
     where: str
@@ -79,25 +79,25 @@ METHODS: dict[str, SpeculationMethod] = {
     for m in [
         # verified here: vLLM CPU 0.32 runs n-gram speculation on tiny-llama (issue 39)
         SpeculationMethod(
-            name="ngram", vllm_method="ngram", engines=VLLM, targets=ALL_TARGETS,
+            name="ngram", targets=ALL_TARGETS,
             own_weights=False, where="n-gram lookup in the prompt",
         ),
         SpeculationMethod(
-            name="draft", vllm_method="draft_model", engines=VLLM, targets=ALL_TARGETS,
+            name="draft", targets=ALL_TARGETS,
             own_weights=True, where="a draft model",
         ),
         SpeculationMethod(
-            name="eagle", vllm_method="eagle", engines=VLLM, targets=GPU_TARGETS,
+            name="eagle", targets=GPU_TARGETS,
             own_weights=True, where="an EAGLE head on the target's hidden states",
             why_not_cpu="vLLM's EAGLE proposer runs on GPUs (CUDA, ROCm) only",
         ),
         SpeculationMethod(
-            name="eagle3", vllm_method="eagle3", engines=VLLM, targets=GPU_TARGETS,
+            name="eagle3", targets=GPU_TARGETS,
             own_weights=True, where="an EAGLE-3 head on the target's hidden states",
             why_not_cpu="vLLM's EAGLE proposer runs on GPUs (CUDA, ROCm) only",
         ),
         SpeculationMethod(
-            name="mtp", vllm_method="mtp", engines=VLLM, targets=GPU_TARGETS,
+            name="mtp", targets=GPU_TARGETS,
             own_weights=True, where="the checkpoint's own MTP layers",
             why_not_cpu="vLLM's MTP proposer runs on GPUs (CUDA, ROCm) only",
         ),
@@ -339,7 +339,7 @@ def engine_rule(
     """(rule id, reason) where the method (``METHODS``), or a synthetic replay, is not measured
     on this engine and target; None where it is. Plan and row admission ask the same rule."""
     method = METHODS[method_name]
-    if backend not in method.engines:
+    if method.name not in engines()[backend].speculation:
         return "speculation-vllm-only", (
             f"speculative decoding is measured with vLLM's speculative_config; the {backend} "
             "backend has none in this harness"
@@ -440,26 +440,6 @@ def _draft_shares_tokenizer(spec: Draft, arch: catalog.ModelArch) -> tuple[str, 
 
 
 # --- the engine's configuration --------------------------------------------------------------
-
-
-def vllm_config(spec: Ngram | Draft | Eagle | Mtp) -> dict[str, Any]:
-    """vLLM's ``speculative_config`` (vllm/config/speculative.py, SpeculativeConfig): greedy
-    drafts, the standard rejection sampler (strict under greedy sampling: a draft token is kept
-    only where it is the target's argmax), or the synthetic one replaying L."""
-    config: dict[str, Any] = {
-        "method": method_of(spec).vllm_method,
-        "num_speculative_tokens": spec.tokens,
-    }
-    if isinstance(spec, Ngram):
-        config["prompt_lookup_min"], config["prompt_lookup_max"] = spec.lookup
-    if isinstance(spec, Draft | Eagle):
-        config["model"] = spec.model
-        if spec.revision != "main":
-            config["revision"] = spec.revision
-    if spec.synthetic is not None:
-        config["rejection_sample_method"] = "synthetic"
-        config["synthetic_acceptance_length"] = spec.synthetic
-    return config
 
 
 # --- the memory plan ---------------------------------------------------------------------------

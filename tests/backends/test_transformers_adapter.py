@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from harness.backends.base import BackendOptions
-from harness.backends.transformers import TransformersBackend
+from harness.backends.transformers.backend import TransformersBackend
 from harness.errors import UserInputError
 from harness.run import provenance
 from harness.run.device import bound_adapter

@@ -8,7 +8,7 @@ import pytest
 
 from harness import plan
 from harness.backends.base import BackendOptions
-from harness.backends.transformers import (
+from harness.backends.transformers.backend import (
     TransformersBackend,
     count_new_tokens,
     module_bytes,
@@ -141,7 +141,7 @@ def test_the_plan_assumes_the_gptq_group_size_the_backend_quantizes_with(
 
 
 def test_quantized_kv_caches_use_the_tables_group_size() -> None:
-    from harness.backends.transformers import cache_settings
+    from harness.backends.transformers.backend import cache_settings
 
     assert cache_settings("auto") is None
     for name in ("int8", "int4"):

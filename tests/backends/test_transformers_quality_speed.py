@@ -15,7 +15,7 @@ import pytest
 
 from harness import corpus
 from harness.backends.base import BackendOptions
-from harness.backends.transformers import TransformersBackend, shared_context_chunks
+from harness.backends.transformers.backend import TransformersBackend, shared_context_chunks
 from harness.spec.scenario import GroupKey
 from harness.tasks.arc import arc_task
 from harness.tasks.spec import render_prompt

@@ -30,6 +30,7 @@ from harness.backends.vllm.args import (
     sampling_params_kwargs,
 )
 from harness.backends.vllm.backend import VllmBackend
+from harness.backends.vllm.card import VLLM_ONLINE_FP8
 from harness.backends.vllm.dialect import EngineDialect
 from harness.backends.vllm.memory import (
     HarnessWorkerExtension,
@@ -38,6 +39,7 @@ from harness.backends.vllm.memory import (
     kv_block_bytes,
     kv_dtype_bytes,
 )
+from harness.backends.vllm.options import VllmOptions
 from harness.backends.vllm.parse import (
     continuation_logprob,
     parse_generation,
@@ -47,8 +49,8 @@ from harness.backends.vllm.parse import (
 from harness.errors import UserInputError
 from harness.measure.quality import paired_dnll, perplexity
 from harness.spec import catalog
-from harness.spec.capabilities import VLLM_ONLINE_FP8
-from harness.spec.scenario import GroupKey, VllmOptions
+from harness.spec.engine_options import EngineBlocks
+from harness.spec.scenario import GroupKey
 
 REPO = Path(__file__).resolve().parents[2]
 TINY_MODEL = REPO / "harness" / "data" / "tiny-llama"
@@ -85,7 +87,18 @@ EXPECTED_WEIGHTS = {  # ours -> (quantization, dtype); online FP8 is named by th
     "fp32": (None, "float32"),
     "fp8": (VLLM_ONLINE_FP8, "auto"),
     "gptq-int4": ("gptq", "auto"),
+    # issue 46's checkpoint formats (vLLM's quantization names, docs/guide/formats.md)
+    "fp8-block": ("fp8", "auto"),
+    "nvfp4": ("modelopt_fp4", "auto"),
+    "mxfp4": ("mxfp4", "auto"),
+    "w8a8-int8": ("compressed-tensors", "auto"),
+    "w4a16": ("compressed-tensors", "auto"),
 }
+# the quant_method a checkpoint of each format declares (none: a 16-bit checkpoint)
+DECLARED = {
+    "gptq-int4": "gptq", "fp8-block": "fp8", "nvfp4": "modelopt_fp4", "mxfp4": "mxfp4",
+    "w8a8-int8": "compressed-tensors", "w4a16": "compressed-tensors",
+}  # fmt: skip
 EXPECTED_KV = {"auto": "auto", "fp8": "fp8", "fp8_e4m3": "fp8_e4m3", "fp8_e5m2": "fp8_e5m2"}
 
 
@@ -93,7 +106,7 @@ EXPECTED_KV = {"auto": "auto", "fp8": "fp8", "fp8_e4m3": "fp8_e4m3", "fp8_e5m2":
 def test_every_weight_and_kv_name_maps_to_vllm_arguments(
     tmp_path: Path, quant: str, kv: str
 ) -> None:
-    path = checkpoint(tmp_path, "gptq" if quant == "gptq-int4" else None)
+    path = checkpoint(tmp_path, DECLARED.get(quant))
     kwargs = engine_kwargs(group(quantization=quant, kv_cache_dtype=kv), options(path))
     assert (kwargs["quantization"], kwargs["dtype"]) == EXPECTED_WEIGHTS[quant]
     assert kwargs["kv_cache_dtype"] == EXPECTED_KV[kv]
@@ -110,7 +123,8 @@ def test_the_vllm_names_come_from_the_capability_table() -> None:
 def test_engine_arguments_carry_the_scenario_options_and_start_no_ray(tmp_path: Path) -> None:
     path = checkpoint(tmp_path)
     vllm = VllmOptions(gpu_memory_utilization=0.55, enforce_eager=True, max_model_len=3000)
-    kwargs = engine_kwargs(group(), options(path, seed=7, vllm=vllm, max_context=1024))
+    blocks = EngineBlocks(vllm=vllm)
+    kwargs = engine_kwargs(group(), options(path, seed=7, engines=blocks, max_context=1024))
     assert kwargs["model"] == kwargs["tokenizer"] == path
     assert kwargs["gpu_memory_utilization"] == 0.55
     assert "kv_cache_memory_bytes" not in kwargs  # a GPU takes its share of the card

@@ -32,12 +32,14 @@ PROMPT = "The history of the city"
 
 SCRIPT = """
 import json, sys
+from harness.backends.vllm.options import VllmOptions
+from harness.spec.engine_options import EngineBlocks
 from harness import corpus
 from harness.backends.base import BackendOptions
 from harness.backends.vllm.backend import VllmBackend
 from harness.spec import models
 from harness.spec.capabilities import Layout
-from harness.spec.scenario import GroupKey, VllmOptions
+from harness.spec.scenario import GroupKey
 
 
 def main() -> None:
@@ -48,7 +50,8 @@ def main() -> None:
     )
     path = str(models.PACKAGE_DATA / "tiny-llama")
     options = BackendOptions(
-        device="cpu", model_path=path, vllm=VllmOptions(enforce_eager=True, max_model_len=256),
+        device="cpu", model_path=path,
+        engines=EngineBlocks(vllm=VllmOptions(enforce_eager=True, max_model_len=256)),
         max_context=256, kv_cache_bytes=64 * 2**20,
     )
     backend = VllmBackend(group, options)

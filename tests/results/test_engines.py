@@ -26,7 +26,7 @@ def test_transformers_none_pairs_with_vllm_in_the_checkpoint_dtype() -> None:
     table = engine_agreement(rows(("transformers", "none", "auto", 200.0),
                                   ("vllm", "fp32", "auto", 200.5),
                                   ("vllm", "none", "auto", 190.0)))  # fmt: skip
-    assert table[["model", "dtype"]].values.tolist() == [["tiny-llama", "fp32"]]
+    assert table[["model", "dtype", "engine"]].values.tolist() == [["tiny-llama", "fp32", "vllm"]]
     assert table["difference_pct"].iloc[0] == 0.25
     assert bool(table["agrees"].iloc[0])
 
@@ -46,3 +46,16 @@ def test_fp8_kv_groups_and_failed_rows_are_not_paired() -> None:
                   status="error")  # fmt: skip
     assert engine_agreement(failed).empty
     assert "no model was measured by both engines" in agreement_lines(engine_agreement(failed))[0]
+
+
+def test_llamacpp_none_is_the_checkpoint_dtype_and_pairs_with_transformers() -> None:
+    assert served_dtype("tiny-llama", "llamacpp", "none") == "fp32"  # an F32 GGUF file
+    assert served_dtype("tiny-llama", "sglang", "none") is None  # SGLang's "auto": 16 bit
+    table = engine_agreement(rows(("transformers", "none", "auto", 206.4367),
+                                  ("llamacpp", "none", "auto", 206.4384),
+                                  ("vllm", "fp32", "auto", 206.5)))  # fmt: skip
+    assert table["engine"].tolist() == ["llamacpp", "vllm"]
+    # 100 × (206.4384 - 206.4367) / 206.4367 = 100 × 0.0017 / 206.4367 = 0.000823 %
+    assert round(float(table["difference_pct"].iloc[0]), 6) == 0.000823
+    (line, _) = agreement_lines(table)
+    assert "transformers PPL 206.4367, llamacpp PPL 206.4384 (+0.001 %): agree" in line

@@ -276,12 +276,12 @@ def test_a_real_tiny_model_run_gets_a_regressions_table(tmp_path: Path) -> None:
     from harness.run.contracts import WorkContext
     from harness.run.worker import measure_group
     from harness.spec.quality import QualitySettings
-    from harness.spec.scenario import Reference, VllmOptions
+    from harness.spec.scenario import Reference
     from tests.run.test_worker import point
 
     quality = QualitySettings(window_tokens=64, max_windows=4, arc_items=16, bootstrap_samples=50)
     ctx = WorkContext(run_dir=str(tmp_path), run="t", reference=Reference(), quality=quality,
-                      vllm=VllmOptions(), reference_backend="transformers")  # fmt: skip
+                      reference_backend="transformers")  # fmt: skip
 
     def write(row: ResultRow) -> None:
         write_row(tmp_path, row)

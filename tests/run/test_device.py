@@ -22,13 +22,13 @@ from harness.run import sweep, worker
 from harness.run.contracts import GroupItem, WorkContext
 from harness.spec import catalog
 from harness.spec.quality import QualitySettings
-from harness.spec.scenario import GroupKey, Point, Reference, VllmOptions
+from harness.spec.scenario import GroupKey, Point, Reference
 
 
 def context(tmp_path: Path, gpu: str | None = None) -> WorkContext:
     return WorkContext(
         run_dir=str(tmp_path), run="t", reference=Reference(), quality=QualitySettings(),
-        vllm=VllmOptions(), reference_backend="transformers", gpu=gpu,
+        reference_backend="transformers", gpu=gpu,
     )  # fmt: skip
 
 

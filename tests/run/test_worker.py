@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from harness.backends.transformers import TransformersBackend
+from harness.backends.transformers.backend import TransformersBackend
 from harness.row import ResultRow
 from harness.run.contracts import WorkContext
 from harness.run.store import reference_artifact

@@ -9,11 +9,13 @@ from typing import Any
 
 import pytest
 
+from harness.backends.vllm.options import VllmOptions
 from harness.row import ResultRow
 from harness.run.contracts import WorkContext
 from harness.run.worker import measure_group
+from harness.spec.engine_options import EngineBlocks
 from harness.spec.quality import QualitySettings
-from harness.spec.scenario import Point, Reference, VllmOptions
+from harness.spec.scenario import Point, Reference
 from tests import factories as F
 
 pytestmark = pytest.mark.skipif(
@@ -32,7 +34,8 @@ def rows(tmp_path_factory: pytest.TempPathFactory) -> dict[str, ResultRow]:
     ctx = WorkContext(
         run_dir=str(tmp_path_factory.mktemp("run")), run="t",
         reference=Reference(quantization="none", kv_cache_dtype="auto"), quality=QUALITY,
-        vllm=VllmOptions(enforce_eager=True), reference_backend="transformers",
+        engines=EngineBlocks(vllm=VllmOptions(enforce_eager=True)),
+        reference_backend="transformers",
     )  # fmt: skip
     groups = {
         "reference": point(backend="transformers", quantization="none"),

@@ -51,4 +51,4 @@ def test_the_fp4_rows_name_every_card_with_those_tensor_units(flavour: str) -> N
 def test_each_row_names_its_engines() -> None:
     rows = doc_rows()
     for name, fmt in WEIGHT_FORMATS.items():
-        assert all(engine in rows[name] for engine in fmt.engines), name
+        assert all(engine in rows[name] for engine in fmt.engines()), name

@@ -30,20 +30,20 @@ def replace(key: str, new: str) -> str:
 MALFORMED: dict[str, tuple[str, str]] = {
     "typo in a top-level key": (
         BASE.replace("batch:", "bacth:"),
-        "bad.yaml:5: bacth: unknown field (did you mean 'batch'?); expected one of: name, models, backend, quantization, kv_cache_dtype, batch, context, output_tokens, targets, repeats, warmups, min_duration_s, seed, gpu, exclude, reference, quality, vllm, serving, training, parallel, speculative",
+        "bad.yaml:5: bacth: unknown field (did you mean 'batch'?); expected one of: name, models, backend, quantization, kv_cache_dtype, batch, context, output_tokens, targets, repeats, warmups, min_duration_s, seed, gpu, exclude, reference, quality, engines, serving, training, parallel, speculative",
     ),
     "unknown backend": (
         replace("backend", "backend: [transformer]"),
-        "bad.yaml:3: backend[0]: 'transformer' is not allowed (did you mean 'transformers'?); expected one of: transformers, vllm",
+        "bad.yaml:3: backend[0]: 'transformer' is not allowed (did you mean 'transformers'?); expected one of: transformers, vllm, llamacpp, sglang",
     ),
     "unknown quantization": (
         replace("quantization", "quantization: [bnb-nf5]"),
-        "bad.yaml:4: quantization[0]: 'bnb-nf5' is not allowed (did you mean 'bnb-nf4'?); expected one of: none, fp32, bf16, fp16, bnb-int8, bnb-nf4, bnb-fp4, gptq-int4, quanto-int8, quanto-int4, quanto-int2, fp8, "
+        "bad.yaml:4: quantization[0]: 'bnb-nf5' is not allowed (did you mean 'bnb-nf4'?); expected one of: none, fp32, bf16, fp16, bnb-int8, bnb-nf4, bnb-fp4, gptq-int4, quanto-int8, quanto-int4, quanto-int2, fp8, gguf-q8_0, gguf-q4_k_m, "
         "fp8-block, nvfp4, mxfp4, w8a8-int8, w4a16",
     ),
     "unknown kv dtype": (
         BASE + "kv_cache_dtype: [fp9]\n",
-        "bad.yaml:9: kv_cache_dtype[0]: 'fp9' is not allowed (did you mean 'fp8'?); expected one of: auto, fp16, bf16, fp8, fp8_e4m3, fp8_e5m2, int8, int4",
+        "bad.yaml:9: kv_cache_dtype[0]: 'fp9' is not allowed (did you mean 'fp8'?); expected one of: auto, fp16, bf16, fp8, fp8_e4m3, fp8_e5m2, int8, int4, q8_0, q4_0",
     ),
     "unknown target": (
         replace("targets", "targets: [cdua]"),
@@ -102,7 +102,7 @@ MALFORMED: dict[str, tuple[str, str]] = {
     ),
     "exclude with bad value": (
         BASE + "exclude: [{quantization: int3}]\n",
-        "bad.yaml:9: exclude[0].quantization: 'int3' is not allowed; expected one of: none, fp32, bf16, fp16, bnb-int8, bnb-nf4, bnb-fp4, gptq-int4, quanto-int8, quanto-int4, quanto-int2, fp8, "
+        "bad.yaml:9: exclude[0].quantization: 'int3' is not allowed; expected one of: none, fp32, bf16, fp16, bnb-int8, bnb-nf4, bnb-fp4, gptq-int4, quanto-int8, quanto-int4, quanto-int2, fp8, gguf-q8_0, gguf-q4_k_m, "
         "fp8-block, nvfp4, mxfp4, w8a8-int8, w4a16",
     ),
     "bad name": (
@@ -124,7 +124,7 @@ MALFORMED: dict[str, tuple[str, str]] = {
     ),
     "reference unknown quantization": (
         BASE + "reference: {quantization: bf61}\n",
-        "bad.yaml:9: reference.quantization: 'bf61' is not allowed (did you mean 'bf16'?); expected one of: none, fp32, bf16, fp16, bnb-int8, bnb-nf4, bnb-fp4, gptq-int4, quanto-int8, quanto-int4, quanto-int2, fp8, "
+        "bad.yaml:9: reference.quantization: 'bf61' is not allowed (did you mean 'bf16'?); expected one of: none, fp32, bf16, fp16, bnb-int8, bnb-nf4, bnb-fp4, gptq-int4, quanto-int8, quanto-int4, quanto-int2, fp8, gguf-q8_0, gguf-q4_k_m, "
         "fp8-block, nvfp4, mxfp4, w8a8-int8, w4a16",
     ),
     "quality unknown field": (
@@ -132,8 +132,12 @@ MALFORMED: dict[str, tuple[str, str]] = {
         "bad.yaml:9: quality.max_window: unknown field (did you mean 'max_windows'?); expected one of: window_tokens, max_windows, arc_items, bootstrap_samples, gate, tasks",
     ),
     "vllm utilisation above one": (
-        BASE + "vllm: {gpu_memory_utilization: 1.5}\n",
-        "bad.yaml:9: vllm.gpu_memory_utilization: Input should be less than or equal to 1 (got 1.5)",
+        BASE + "engines: {vllm: {gpu_memory_utilization: 1.5}}\n",
+        "bad.yaml:9: engines.vllm.gpu_memory_utilization: Input should be less than or equal to 1 (got 1.5)",
+    ),
+    "unknown engine block": (
+        BASE + "engines: {sglangg: {}}\n",
+        "bad.yaml:9: engines.sglangg: unknown field (did you mean 'sglang'?); expected one of: transformers, vllm, llamacpp, sglang",
     ),
     "top level is a list": (
         "- name: t\n",

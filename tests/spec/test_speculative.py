@@ -167,17 +167,19 @@ def test_the_cli_exits_2_on_an_unknown_method(tmp_path: Path) -> None:
 
 
 def test_vllm_speculative_config_follows_vllm_names() -> None:
+    from harness.backends.vllm.args import speculative_config
+
     ngram, draft = scenario.parse(BASE + AXIS).speculations[1:]
     assert ngram is not None and draft is not None
-    assert speculative.vllm_config(ngram) == {
+    assert speculative_config(ngram) == {
         "method": "ngram", "num_speculative_tokens": 4,
         "prompt_lookup_min": 2, "prompt_lookup_max": 4,
     }  # fmt: skip
-    assert speculative.vllm_config(draft) == {
+    assert speculative_config(draft) == {
         "method": "draft_model", "num_speculative_tokens": 5, "model": "llama-3.2-1b",
     }  # fmt: skip
     replay = speculative.Ngram(tokens=3, synthetic=2.5)
-    config = speculative.vllm_config(replay)
+    config = speculative_config(replay)
     assert config["rejection_sample_method"] == "synthetic"
     assert config["synthetic_acceptance_length"] == 2.5
     assert replay.label == "ngram:k=3,synthetic=2.5,lookup=2-4"

@@ -16,29 +16,27 @@ import numpy as np
 from numpy.typing import NDArray
 
 from harness.backends.base import BackendOptions
+from harness.backends.vllm.card import CARD
 from harness.backends.vllm.memory import HarnessWorkerExtension
+from harness.backends.vllm.options import VllmOptions
 from harness.errors import UserInputError
-from harness.spec import adapters, models, speculative
-from harness.spec.capabilities import KV_CACHE_FORMATS, WEIGHT_FORMATS, layout_executor
-from harness.spec.scenario import GroupKey, VllmOptions
+from harness.spec import adapters, models
+from harness.spec.capabilities import layout_executor
+from harness.spec.engine_options import options_for
+from harness.spec.scenario import GroupKey
+from harness.spec.speculative import Draft, Eagle, Mtp, Ngram, method_of
 
 # Our names -> vLLM's arguments, from the capability table (one home per fact). vLLM's dtype
 # "auto" is the checkpoint's own dtype, except that a float32 checkpoint is served in 16 bit. FP8
 # from a 16-bit checkpoint is vLLM's online FP8, named by the engine's dialect; an FP8-serialized
 # checkpoint keeps "fp8".
 QUANTIZATION_ARGS: dict[str, tuple[str | None, str]] = {
-    f.name: (f.vllm_quantization, f.vllm_dtype or "auto")
-    for f in WEIGHT_FORMATS.values()
-    if "vllm" in f.engines
+    name: (w.quantization, w.dtype) for name, w in CARD.weights.items()
 }
-KV_CACHE_DTYPE_ARGS: dict[str, str] = {
-    kv.name: kv.vllm_kv_cache_dtype or "auto"
-    for kv in KV_CACHE_FORMATS.values()
-    if "vllm" in kv.engines
-}
+KV_CACHE_DTYPE_ARGS: dict[str, str] = dict(CARD.kv_caches)
 # Checkpoint quantization methods that our names accept, when the checkpoint declares one.
 _CHECKPOINT_METHODS: dict[str, frozenset[str]] = {
-    f.name: f.vllm_checkpoint_methods for f in WEIGHT_FORMATS.values() if f.vllm_checkpoint_methods
+    name: w.checkpoint_methods for name, w in CARD.weights.items() if w.checkpoint_methods
 }
 # Top-k log-probs a request may ask for (vLLM's default max_logprobs is 20).
 MAX_LOGPROBS = 64
@@ -72,7 +70,8 @@ def engine_kwargs(group: GroupKey, options: BackendOptions) -> dict[str, Any]:
     _check_served(group)
     local = Path(options.model_path).expanduser().is_dir()
     quantization, dtype = _weight_args(group, options.model_path, local=local)
-    vllm_options = options.vllm or VllmOptions()
+    vllm_options = options_for(options.engines, CARD.name)
+    assert isinstance(vllm_options, VllmOptions)
     kwargs: dict[str, Any] = {
         "model": options.model_path,
         "tokenizer": options.tokenizer_path or options.model_path,
@@ -106,12 +105,32 @@ def engine_kwargs(group: GroupKey, options: BackendOptions) -> dict[str, Any]:
     return kwargs
 
 
+def speculative_config(spec: Ngram | Draft | Eagle | Mtp) -> dict[str, Any]:
+    """vLLM's ``speculative_config`` (vllm/config/speculative.py, SpeculativeConfig): greedy
+    drafts, the standard rejection sampler (strict under greedy sampling: a draft token is kept
+    only where it is the target's argmax), or the synthetic one replaying L."""
+    config: dict[str, Any] = {
+        "method": CARD.speculation[method_of(spec).name],
+        "num_speculative_tokens": spec.tokens,
+    }
+    if isinstance(spec, Ngram):
+        config["prompt_lookup_min"], config["prompt_lookup_max"] = spec.lookup
+    if isinstance(spec, Draft | Eagle):
+        config["model"] = spec.model
+        if spec.revision != "main":
+            config["revision"] = spec.revision
+    if spec.synthetic is not None:
+        config["rejection_sample_method"] = "synthetic"
+        config["synthetic_acceptance_length"] = spec.synthetic
+    return config
+
+
 def speculative_kwargs(group: GroupKey) -> dict[str, Any]:
-    """vLLM's ``speculative_config`` for the group (harness.spec.speculative.vllm_config), a
-    draft model or head named by its files on this machine (harness.spec.models)."""
+    """vLLM's ``speculative_config`` for the group (``speculative_config``), a draft model or
+    head named by its files on this machine (harness.spec.models)."""
     spec = group.speculative
     assert spec is not None
-    config = speculative.vllm_config(spec)
+    config = speculative_config(spec)
     if "model" in config:
         config["model"] = str(models.resolve(config["model"], config.get("revision", "main")).path)
         config.pop("revision", None)  # the resolved folder is that revision's

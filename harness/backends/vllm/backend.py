@@ -70,6 +70,11 @@ class VllmBackend(Backend):
         self._lora_request: Any = None  # the adapter's LoRARequest, passed on every request
         self._text_digests: list[str] = []  # one per item generate_text generated
 
+    @staticmethod
+    def engine_environment(group: GroupKey, device: str, cores: Sequence[int]) -> dict[str, str]:
+        """VLLM_CPU_OMP_THREADS_BIND for a CPU layout (args.engine_environment)."""
+        return engine_environment(group, device, cores)
+
     def load(self) -> None:
         for key, value in IN_PROCESS_ENV.items():
             os.environ[key] = value  # read by vLLM when the engine starts, not at import

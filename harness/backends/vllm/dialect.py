@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.spec.capabilities import VLLM_ONLINE_FP8
+from harness.backends.vllm.card import VLLM_ONLINE_FP8
 
 # Engine arguments a build may lack without changing what is measured.
 OPTIONAL_ARGS = frozenset({"worker_extension_cls", "disable_log_stats", "max_logprobs"})

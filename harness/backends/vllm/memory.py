@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from harness.backends.base import MemoryFacts
+from harness.backends.vllm.card import CARD
 from harness.spec.capabilities import KV_CACHE_FORMATS
 from harness.spec.catalog import kv_bytes_per_token
 
@@ -28,13 +29,19 @@ _KV_MEMORY_ERRORS = (
 )
 
 
+SIXTEEN_BIT = frozenset({"float16", "bfloat16", "half"})
+
+
 def kv_dtype_bytes(cache_dtype: str, model_dtype_bytes: int) -> int:
     """Bytes per KV element for a vLLM cache_dtype ('auto' = the model's dtype), from the table."""
     if cache_dtype == "auto":
         return model_dtype_bytes
-    for kv in KV_CACHE_FORMATS.values():
-        if kv.vllm_kv_cache_dtype == cache_dtype and kv.bytes_per_element is not None:
-            return int(kv.bytes_per_element)
+    if cache_dtype in SIXTEEN_BIT:  # vLLM's own 16-bit cache names (the model dtype's)
+        return 2
+    for name, vllm_name in CARD.kv_caches.items():
+        per_element = KV_CACHE_FORMATS[name].bytes_per_element
+        if vllm_name == cache_dtype and per_element is not None:
+            return int(per_element)
     raise ValueError(f"unknown vLLM kv_cache_dtype {cache_dtype!r}")
 
 

@@ -14,7 +14,7 @@ from harness.run.contracts import WorkContext
 from harness.run.store import load_scores, load_window_tasks, reference_artifact
 from harness.run.worker import measure_group
 from harness.spec.quality import QualitySettings
-from harness.spec.scenario import Point, Reference, VllmOptions
+from harness.spec.scenario import Point, Reference
 from harness.tasks import metrics
 from harness.tasks.builtin import SNIPS_INTENTS
 
@@ -41,7 +41,6 @@ def context(tmp_path: Path) -> WorkContext:
         run="t",
         reference=Reference(),
         quality=QUALITY,
-        vllm=VllmOptions(),
         reference_backend="transformers",
     )
 

@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[3]
 
 @pytest.fixture(scope="package")
 def tiny_backend() -> Iterator[Any]:
-    from harness.backends.transformers import TransformersBackend
+    from harness.backends.transformers.backend import TransformersBackend
 
     group = GroupKey(target="cpu", model="tiny-llama", revision="main", backend="transformers",
                      quantization="none", kv_cache_dtype="auto")  # fmt: skip

@@ -18,7 +18,7 @@ from harness.modes.serving.spec import Load, SloTargets
 from harness.run.contracts import WorkContext
 from harness.run.device import Job
 from harness.spec.quality import QualitySettings
-from harness.spec.scenario import Reference, VllmOptions
+from harness.spec.scenario import Reference
 from tests.run.test_device import SERVED
 
 # A stand-in child: prints what the builder gives it, then exits (a server "not ready").
@@ -90,7 +90,7 @@ def test_a_serving_setup_that_fails_gives_every_level_an_error_row_with_its_card
     monkeypatch.setattr(serving, "server_config", broken)
     ctx = WorkContext(
         run_dir=str(tmp_path), run="r", reference=Reference(), quality=QualitySettings(),
-        vllm=VllmOptions(), reference_backend="vllm",
+        reference_backend="vllm",
     )  # fmt: skip
     job = Job(ctx=ctx, device="cpu", model_path="m", tokenizer_dir="t", corpus_hash="c")
     rows = list(serve_points(SERVED.group, [SERVED, SERVED], job))

@@ -10,7 +10,7 @@ from harness.modes.serving.device.run import earlier_levels
 from harness.row import ResultRow
 from harness.run.contracts import WorkContext
 from harness.spec.quality import QualitySettings
-from harness.spec.scenario import GroupKey, Reference, VllmOptions
+from harness.spec.scenario import GroupKey, Reference
 from tests.factories import row, write_run
 
 GROUP = GroupKey(
@@ -22,7 +22,7 @@ GROUP = GroupKey(
 def context(run_dir: Path) -> WorkContext:
     return WorkContext(
         run_dir=str(run_dir), run=run_dir.name, reference=Reference(), quality=QualitySettings(),
-        vllm=VllmOptions(), reference_backend="vllm",
+        reference_backend="vllm",
     )  # fmt: skip
 
 

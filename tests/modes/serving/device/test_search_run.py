@@ -21,7 +21,7 @@ from harness.run import store
 from harness.run.contracts import WorkContext, point_row
 from harness.spec import scenario as scen
 from harness.spec.quality import QualitySettings
-from harness.spec.scenario import Point, Reference, VllmOptions
+from harness.spec.scenario import Point, Reference
 
 SCENARIO = """\
 name: search-run-test
@@ -95,7 +95,7 @@ class Recorded:
 def context(run_dir: Path) -> WorkContext:
     return WorkContext(
         run_dir=str(run_dir), run="run", reference=Reference(), quality=QualitySettings(),
-        vllm=VllmOptions(), reference_backend="vllm",
+        reference_backend="vllm",
     )  # fmt: skip
 
 

@@ -18,6 +18,7 @@ import pytest
 
 from harness.backends.base import BackendOptions
 from harness.backends.vllm import args as vb
+from harness.backends.vllm.options import VllmOptions
 from harness.measure.speculation import Counters, from_prometheus
 from harness.modes.serving.device.server import (
     PREFIX_CACHE_HITS,
@@ -32,7 +33,8 @@ from harness.modes.serving.device.server import (
     port_in_use,
     tail_lines,
 )
-from harness.spec.scenario import GroupKey, VllmOptions
+from harness.spec.engine_options import EngineBlocks
+from harness.spec.scenario import GroupKey
 
 REPO = Path(__file__).resolve().parents[4]
 TINY_MODEL = str(REPO / "harness" / "data" / "tiny-llama")
@@ -122,7 +124,7 @@ def test_config_from_the_offline_engine_kwargs_runs_the_same_configuration() -> 
         model_path=TINY_MODEL,
         kv_cache_bytes=2**25,
         max_context=320,
-        vllm=VllmOptions(enforce_eager=True),
+        engines=EngineBlocks(vllm=VllmOptions(enforce_eager=True)),
     )
     kwargs = vb.engine_kwargs(group, options)
     cfg = ServerConfig.from_engine_kwargs(kwargs, served_model_name="tiny")

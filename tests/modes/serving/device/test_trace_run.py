@@ -41,7 +41,7 @@ repeats: 1
 warmups: 0
 reference: {{quantization: fp32, kv_cache_dtype: auto}}
 quality: {{window_tokens: 64, max_windows: 2, arc_items: 0, bootstrap_samples: 100}}
-vllm: {{enforce_eager: true}}
+engines: {{vllm: {{enforce_eager: true}}}}
 serving:
   workload: {{trace: mooncake-conversation, time_scale: 1.0, length_scale: 0.25,
              max_requests: {REQUESTS}}}

@@ -17,7 +17,7 @@ from harness.run.contracts import WorkContext
 from harness.run.device import Job
 from harness.spec import models
 from harness.spec.quality import QualitySettings
-from harness.spec.scenario import Point, Reference, VllmOptions
+from harness.spec.scenario import Point, Reference
 from tests.run.test_worker_energy import constant_power
 
 # Loads an engine or starts Ray: not in `make test-fast` (tests/conftest.py).
@@ -56,7 +56,7 @@ def lora_point(steps: int) -> Point:
 def run_points(tmp_path: Path, meter: EnergyMeter[object]) -> ResultRow:
     ctx = WorkContext(
         run_dir=str(tmp_path), run="r", reference=Reference(), quality=QualitySettings(),
-        vllm=VllmOptions(), reference_backend="transformers",
+        reference_backend="transformers",
     )  # fmt: skip
     point = lora_point(2)
     tiny = str(models.PACKAGE_DATA / "tiny-llama")

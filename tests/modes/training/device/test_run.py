@@ -18,7 +18,7 @@ from harness.run.contracts import WorkContext
 from harness.run.device import Job
 from harness.spec import models
 from harness.spec.quality import QualitySettings
-from harness.spec.scenario import Point, Reference, VllmOptions
+from harness.spec.scenario import Point, Reference
 from tests.factories import row, write_run
 
 # Loads an engine or starts Ray: not in `make test-fast` (tests/conftest.py).
@@ -81,7 +81,7 @@ def lora_point(steps: int) -> Point:
 def job(tmp_path: Path, model_path: str = TINY) -> Job:
     ctx = WorkContext(
         run_dir=str(tmp_path), run="r", reference=Reference(), quality=QualitySettings(),
-        vllm=VllmOptions(), reference_backend="transformers",
+        reference_backend="transformers",
     )  # fmt: skip
     return Job(ctx=ctx, device="cpu", model_path=model_path, tokenizer_dir=TINY, corpus_hash="c")
 

@@ -16,7 +16,7 @@ from harness.run.contracts import WorkContext
 from harness.run.device import Job
 from harness.spec import adapters, models
 from harness.spec.quality import QualitySettings
-from harness.spec.scenario import Point, Reference, VllmOptions
+from harness.spec.scenario import Point, Reference
 
 # Loads an engine or starts Ray: not in `make test-fast` (tests/conftest.py).
 pytestmark = pytest.mark.engine
@@ -37,7 +37,7 @@ def snips_point(save: bool) -> Point:
 def job(tmp_path: Path) -> Job:
     ctx = WorkContext(
         run_dir=str(tmp_path), run="r", reference=Reference(), quality=QualitySettings(),
-        vllm=VllmOptions(), reference_backend="transformers",
+        reference_backend="transformers",
     )  # fmt: skip
     return Job(ctx=ctx, device="cpu", model_path=TINY, tokenizer_dir=TINY, corpus_hash="c")
 

@@ -21,18 +21,14 @@ import numpy as np
 from numpy.typing import NDArray
 
 from harness.backends.base import Backend, Generation, MemoryFacts, WindowScores
+from harness.backends.transformers.card import CARD
 from harness.errors import UserInputError
 from harness.measure.timing import StepClock, step_timestamps_processor
-from harness.spec.capabilities import (
-    KV_CACHE_FORMATS,
-    WEIGHT_FORMATS,
-    kv_cache_formats_for,
-    weight_formats_for,
-)
+from harness.spec.capabilities import KV_CACHE_FORMATS, WEIGHT_FORMATS
 from harness.units import MIB
 
-SUPPORTED = frozenset(weight_formats_for("transformers"))
-KV_CACHE_DTYPES = kv_cache_formats_for("transformers")
+SUPPORTED = frozenset(CARD.weights)
+KV_CACHE_DTYPES = list(CARD.kv_caches)
 GPTQ_CALIBRATION_SAMPLES = 64
 LOGITS_BUDGET_BYTES = 256 * MIB  # fp32 log-probs held at once while scoring
 TEXT_BATCH = 32  # prompts generated together by generate_text
@@ -41,12 +37,18 @@ GPTQ = WEIGHT_FORMATS["gptq-int4"]  # bits and group size: the planner's, from t
 
 def torch_dtype_name(quantization: str) -> str | None:
     """The dtype weights load in (None = the checkpoint's own)."""
-    return WEIGHT_FORMATS[quantization].torch_dtype
+    return CARD.weights[quantization].torch_dtype
 
 
 def cache_settings(kv_cache_dtype: str) -> dict[str, Any] | None:
     """transformers' QuantizedCache arguments for a KV dtype (None: the model-dtype cache)."""
-    return KV_CACHE_FORMATS[kv_cache_dtype].transformers_cache_config()
+    settings = CARD.kv_caches.get(kv_cache_dtype)
+    if settings is None:
+        return None
+    return {
+        **settings.model_dump(exclude_none=True),
+        "q_group_size": KV_CACHE_FORMATS[kv_cache_dtype].group_size,
+    }
 
 
 def quantization_config(quantization: str, compute_dtype: Any) -> Any:
