@@ -239,7 +239,7 @@ def main() -> None:
     train_seconds = time.perf_counter() - t_start
     train_seed_range = [TRAIN_SEED_START, next_seed]
 
-    model.eval()
+    model.train(False)
     eval_lengths = [n for n in EVAL_LENGTHS if n <= args.max_context] or [args.max_context]
     if args.max_context < EVAL_LENGTHS[0] or args.max_context < EVAL_LENGTHS[-1]:
         eval_lengths = [args.max_context // 2, args.max_context]
@@ -254,9 +254,10 @@ def main() -> None:
                     item = make(i, length, depth, "text", "eval", count)
                     prompt = torch.tensor([encode(item.prompt())])
                     n_new = count(item.answer) + 1
-                    out = model.generate(prompt, max_new_tokens=n_new, do_sample=False,
-                                         pad_token_id=0)  # fmt: skip
-                    text = tokenizer.decode(out[0, prompt.shape[1] :])
+                    made: Any = model.generate(  # type: ignore[misc]
+                        prompt, max_new_tokens=n_new, do_sample=False, pad_token_id=0
+                    )
+                    text = str(tokenizer.decode(made[0, prompt.shape[1] :]))
                     words = tuple(text.replace(".", " ").split()[: len(item.gold)])
                     hits += words == item.gold
                 held_out.setdefault(family, {})[str(length)] = {
