@@ -45,8 +45,15 @@ for scenario in "${scenarios[@]}"; do
 done
 echo "gpu-venv: harness plan ok for ${#scenarios[@]} GPU scenarios"
 "${VENV}/bin/python" .ci/gpu_engine_args.py "${scenarios[@]}" 2> >(grep -v -E '^(INFO|WARNING|W[0-9]{4}|Failed to load)' >&2)
+gpu_tf=$("${VENV}/bin/python" -m pip show transformers 2>/dev/null | sed -n 's/^Version: //p')
+cpu_tf=$(sed -n 's/^transformers==//p' requirements/cpu.lock.txt)
+echo "gpu-venv: transformers ${gpu_tf} in the GPU venv, ${cpu_tf} in the CPU lock$([[ "${gpu_tf}" == "${cpu_tf}" ]] || echo ': they differ')"
 # SGLang in a venv of its own (it pins torch 2.14.1, vLLM 0.33 pins 2.14.0): its arguments for every
 # SGLang group, checked by its own ServerArgs and launch_server parser (.ci/gpu_engine_args.py)
+# The vLLM venv (about 11 GB) goes before the SGLang one (about 11 GB) is built, unless kept.
+if [[ "${HARNESS_CI_GPU_VENV_KEEP:-0}" != "1" ]]; then rm -rf "${VENV}"; fi
+free_gb=$(df -Pk . | awk 'NR == 2 { printf "%d", $4 / 1048576 }')
+((free_gb >= 12)) || { echo "gpu-venv: ${free_gb} GB free for the SGLang venv, which needs 12 GB" >&2; exit 1; }
 SGLANG_VENV="${VENV}-sglang"
 t=$(date +%s)
 python3 -m venv "${SGLANG_VENV}"
@@ -56,6 +63,3 @@ python3 -m venv "${SGLANG_VENV}"
 echo "gpu-venv: SGLang venv took $(($(date +%s) - t)) s"
 "${SGLANG_VENV}/bin/python" .ci/gpu_engine_args.py --engine sglang "${scenarios[@]}" \
     2> >(grep -v -E '^(INFO|WARNING|W[0-9]{4}|Failed to load)' >&2)
-gpu_tf=$("${VENV}/bin/python" -m pip show transformers 2>/dev/null | sed -n 's/^Version: //p')
-cpu_tf=$(sed -n 's/^transformers==//p' requirements/cpu.lock.txt)
-echo "gpu-venv: transformers ${gpu_tf} in the GPU venv, ${cpu_tf} in the CPU lock$([[ "${gpu_tf}" == "${cpu_tf}" ]] || echo ': they differ')"
