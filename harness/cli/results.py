@@ -262,6 +262,13 @@ def site_cmd(
             "mixed at the top of the site"
         ),
     ] = False,
+    price_history: Annotated[
+        list[Path] | None,
+        typer.Option(
+            help="an imported tariff file (any date or feed; repeatable): the site keeps the "
+            "dated price history per card (price-history.csv and a table per card)"
+        ),
+    ] = None,
 ) -> None:
     """One static site across runs (nodes, providers): the cheapest configuration at equal
     quality across all of them, each run's own report, combined points.csv and cost.csv with
@@ -272,6 +279,7 @@ def site_cmd(
     _check_class(quality_class)
     refuse_out_in_a_run(out, runs)
     table = _tariffs(tariffs)
+    history = _price_history(price_history or [])
     site = build_site(
         [_check_run(r) for r in runs],
         out,
@@ -280,6 +288,7 @@ def site_cmd(
         utilisation=utilisation,
         allow_mixed=allow_mixed,
         extras=publish.extras(table, quality_class),  # before you rent and the error ledger
+        history=history,
     )
     for line in site.mixed:
         console.print(f"[bold yellow]mixed[/]: {markup_escape(line)}", highlight=False)
@@ -290,6 +299,16 @@ def site_cmd(
         f"{shown(', '.join(r.label for r in site.runs))})",
         highlight=False,
     )
+
+
+def _price_history(files: Sequence[Path]) -> Any:
+    """The dated price history per card of the tariff files (None where none is given)."""
+    if not files:
+        return None
+    from harness.prices.verdicts import price_history
+    from harness.spec.tariffs import load_tariffs
+
+    return price_history([load_tariffs(path) for path in files])
 
 
 def refuse_out_in_a_run(out: Path, runs: Sequence[Path]) -> None:

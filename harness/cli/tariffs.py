@@ -238,14 +238,16 @@ def history_cmd(
     out: Annotated[Path, typer.Option(help="site folder: writes price-history.csv there")],
 ) -> None:
     """The dated price history per card of imported tariff files: price-history.csv (date,
-    feed, card, offers, the cheapest offer, min / median / max USD per card-hour)."""
+    feed, card, the cheapest offer's provider and basis, offers, min / median / max USD per
+    card-hour, the age, STALE / EXAMPLE), as `harness site --price-history` keeps it."""
     from harness.atomic import atomic_write_text
+    from harness.csvtext import csv_text
     from harness.prices.verdicts import price_history
     from harness.spec.tariffs import load_tariffs
 
     history = price_history([load_tariffs(path) for path in files])
     out.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(out / "price-history.csv", history.to_csv(index=False))
+    atomic_write_text(out / "price-history.csv", csv_text(history))
     console.print(
         f"wrote {shown(out / 'price-history.csv')}: {len(history)} rows "
         f"({history['gpu'].nunique()} cards, {len(files)} files)",

@@ -10,6 +10,7 @@ here is exactly a change of the report's cheapest row.
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -17,7 +18,7 @@ import pandas as pd
 
 from harness.results.pricing import cheapest_passing, packages_frame
 from harness.spec.labels import configuration_label
-from harness.spec.tariffs import TariffTable
+from harness.spec.tariffs import TariffTable, card_hour_usd, utc_today
 
 Key = tuple[str, str, int]  # model, quality class, package days
 
@@ -105,27 +106,50 @@ HISTORY_COLUMNS = [
     "feed",
     "feed_version",
     "gpu",
+    "provider",
+    "tariff_basis",
     "card_offers",
     "cheapest_offer",
     "card_hour_usd_min",
     "card_hour_usd_median",
     "card_hour_usd_max",
+    "price_age_days",
+    "price_stale",
+    "tariff_example",
+    "price_read",
 ]
 
 
-def price_history(tables: Sequence[TariffTable]) -> pd.DataFrame:
-    """Per imported tariff file and card: its date, feed and the spread of its offers."""
+def price_history(tables: Sequence[TariffTable], today: dt.date | None = None) -> pd.DataFrame:
+    """Per imported tariff file and card, in date order per card: the day its prices were read
+    (its oldest offer's, so an age is never understated), that offer's feed, the cheapest offer
+    (provider, basis) and the spread of USD per card-hour, and the age on ``today`` (UTC today
+    where not given), flagged STALE past the file's ``stale_after_days`` and EXAMPLE where any of
+    the card's offers is an example."""
+    day = today or utc_today()
     rows = []
     for table in tables:
-        first = min(table.tariffs, key=lambda t: t.read_on())  # the table's oldest price
-        for card, spread in sorted(table.card_spread().items()):
+        spread = table.card_spread()
+        for card in sorted(spread):
+            offers = table.for_gpu(card)
+            oldest = min(offers, key=lambda t: t.read_on())
+            cheapest = min(offers, key=card_hour_usd)
+            example = any(t.example for t in offers)
+            age = oldest.age_days(day)
+            read = oldest.model_copy(update={"example": example})
             rows.append(
                 {
-                    "date": first.read_on().isoformat(),
-                    "feed": first.feed or "hand-written",
-                    "feed_version": first.feed_version or "",
+                    "date": oldest.read_on().isoformat(),
+                    "feed": oldest.feed or "hand-written",
+                    "feed_version": oldest.feed_version or "",
                     "gpu": card,
-                    **spread.columns(),
+                    "provider": cheapest.provider,
+                    "tariff_basis": cheapest.basis,
+                    **spread[card].columns(),
+                    "price_age_days": age,
+                    "price_stale": age > table.stale_after_days,
+                    "tariff_example": example,
+                    "price_read": read.price_read(day, table.stale_after_days),
                 }
             )
     frame = pd.DataFrame(rows, columns=HISTORY_COLUMNS)

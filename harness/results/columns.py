@@ -100,6 +100,10 @@ _SPECS: tuple[ColumnSpec, ...] = (
     # not a quote (harness.spec.tariffs.Tariff.price_read)
     _c("price_read", "price read", "date, age in days; STALE / EXAMPLE flagged"),
     _c("tariff_basis", "basis"),  # on-demand, spot (restart charge included) or reserved
+    # a tariff file's price history per card (harness.prices.verdicts.price_history)
+    _c("date", "date", "the day the prices were read (UTC)"),
+    _c("feed", "feed"),
+    _c("feed_version", "feed version"),
     # the card's offers in the tariff table (harness.spec.tariffs.CardSpread)
     _c("cheapest_offer", "cheapest offer"),
     _c("card_offers", "offers", "offers of the card", "fmt_int"),

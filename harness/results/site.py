@@ -14,6 +14,9 @@ Each `make bench` on a rented node leaves its own run folder; the site puts them
     DIR/serving.csv          serving rows of every run (mode: serving), with their run
     DIR/runs.csv, site.json  one entry per run: folder, rows, hosts, devices, versions, checks;
                              site.json also says whether the runs are mixed and why
+    DIR/price-history.csv    with ``history`` (the imported tariff files' dated price history
+                             per card, ``harness.prices.verdicts.price_history``): one row per
+                             file and card, shown on the index as a table per card
 
 Runs are read only through ``harness.run.store`` and strictly, as ``aggregate`` reads one run
 (``aggregate.load_run``). A run is named by its folder name (made file-name safe); two folders of
@@ -101,6 +104,7 @@ PROVENANCE_COLUMNS = (
     "provenance_git_sha",
     "provenance_corpus_hash",
 )
+HISTORY_FILE = "price-history.csv"  # with a price history only
 MAX_SITE_JSON_BYTES = 64 << 20
 UNKNOWN = "unknown"
 
@@ -147,6 +151,11 @@ class Site:
     result: Aggregate  # every run's rows together, each gated on its own run's metrics
     own: list[Aggregate]  # each run alone, as `harness report` aggregates it (its page)
     extras: Extras | None = None  # sections a later room adds (before you rent)
+    history: pd.DataFrame | None = None  # the dated price history per card (price-history.csv)
+
+    def files(self) -> list[str]:
+        """The files the site writes (the history's only with one)."""
+        return [*FILES, *([HISTORY_FILE] if self.history is not None else [])]
 
     def extra(self, result: Aggregate) -> Extra:
         return Extra() if self.extras is None else self.extras(result)
@@ -317,12 +326,14 @@ def build_site(
     utilisation: float = 1.0,
     allow_mixed: bool = False,
     extras: Extras | None = None,
+    history: pd.DataFrame | None = None,
 ) -> Site:
     """Read every run, check that they can stand side by side, and write the site at ``out``.
     Bad input (a missing run, the same run twice, runs that differ without ``allow_mixed``, an
     --out that must not be replaced) is a UserInputError before anything is written.
     ``extras``: the sections a later room adds to each run's page and to the index, from their
-    aggregates (before you rent)."""
+    aggregates (before you rent). ``history``: the imported tariff files' dated price history
+    per card (``harness.prices.verdicts.price_history``), kept as price-history.csv and shown."""
     check_quality_class(quality_class)
     utilisation = check_utilisation(utilisation)
     if not paths:
@@ -336,7 +347,7 @@ def build_site(
         for path in paths:
             locks.enter_context(run_lock(path, "site", create=False))
         return publish_site(
-            paths, labels, out, tariffs, quality_class, utilisation, allow_mixed, extras
+            paths, labels, out, tariffs, quality_class, utilisation, allow_mixed, extras, history
         )
 
 
@@ -354,6 +365,7 @@ def publish_site(
     utilisation: float,
     allow_mixed: bool,
     extras: Extras | None = None,
+    history: pd.DataFrame | None = None,
 ) -> Site:
     runs = [load_site_run(p, label) for p, label in zip(paths, labels, strict=True)]
     mixed = differences(runs)
@@ -370,7 +382,9 @@ def publish_site(
     result = aggregate(frame, tariffs, utilisation, unreadable, gates)
     # before anything is written; a run folder of several scenarios needs allow_mixed too
     own = [aggregate_run(r.path, tariffs, utilisation, allow_mixed) for r in runs]
-    site = Site(out=out, runs=runs, mixed=mixed, result=result, own=own, extras=extras)
+    site = Site(
+        out=out, runs=runs, mixed=mixed, result=result, own=own, extras=extras, history=history
+    )
     write_site(site, tariffs, quality_class)
     return site
 
@@ -403,6 +417,8 @@ def write_site(site: Site, tariffs: TariffTable | None, quality_class: str) -> P
         atomic_write_text(tmp / "cheapest.csv", csv_text(cheapest_csv))
         atomic_write_text(tmp / "serving.csv", csv_text(run_first(result.table("serving"))))
         atomic_write_text(tmp / "runs.csv", csv_text(runs))
+        if site.history is not None:
+            atomic_write_text(tmp / HISTORY_FILE, csv_text(site.history))
         atomic_write_json(
             tmp / "site.json", json_safe(site_json(site, runs, quality_class, differ))
         )
@@ -415,10 +431,11 @@ def write_site(site: Site, tariffs: TariffTable | None, quality_class: str) -> P
             tariffs=tariffs,
             quality_class=quality_class,
             utilisation=result.utilisation,
-            files=[name for name in FILES if name != "index.html"],
+            files=[name for name in site.files() if name != "index.html"],
             charts=mode_charts(result, quality_class),
             verdicts_differ=differ,
             extra=site.extra(result).html,
+            history=site.history,
         )
         atomic_write_text(tmp / "index.html", page)
         swap_in(tmp, out)
@@ -477,5 +494,5 @@ def site_json(
         "runs": runs.to_dict(orient="records"),
         "counts": site.result.counts,
         "unreadable": [{"file": f, "why": why} for f, why in site.result.unreadable],
-        "files": [*FILES, f"{RUNS}/<run>/"],
+        "files": [*site.files(), f"{RUNS}/<run>/"],
     }

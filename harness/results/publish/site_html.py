@@ -50,6 +50,23 @@ PROVENANCE: list[Column] = table_columns(
 )
 
 
+# the site's price history per card: each tariff file's date, cheapest offer and spread, age
+HISTORY_COLUMNS: list[Column] = table_columns(
+    (
+        "date",
+        "provider",
+        "tariff_basis",
+        "card_hour_usd_min",
+        "card_hour_usd_median",
+        "card_hour_usd_max",
+        "card_offers",
+        "feed",
+        "feed_version",
+        "price_read",
+    )
+)
+
+
 def cheapest_columns() -> list[Column]:
     """The report's cheapest-table columns with the row's run after the tariff's provider and
     where it was measured at the end."""
@@ -106,6 +123,32 @@ def differ_banner(lines: Sequence[str]) -> list[str]:
     ]
 
 
+def history_section(history: pd.DataFrame | None) -> list[str]:
+    """The dated price history per card: one table per card, its rows by date; stale and
+    example prices flagged in each row and counted above the tables."""
+    if history is None:
+        return []
+    stale = int(history["price_stale"].astype(bool).sum())
+    examples = int(history["tariff_example"].astype(bool).sum())
+    out = [
+        "<h2>Price history per card</h2>",
+        '<p class="note">Per imported tariff file (price-history.csv): the day its prices were '
+        "read, the card's cheapest offer (provider, basis) and the spread of its offers in USD per "
+        "card-hour (spot with its restart charge), the feed, and the price's age today, STALE past "
+        "the file's threshold and EXAMPLE where the prices are not quotes.</p>",
+    ]
+    if stale or examples:
+        out.append(
+            f'<p class="warn">{escape(stale)} of {escape(len(history))} rows STALE, '
+            f"{escape(examples)} EXAMPLE: not this week's market.</p>"
+        )
+    for card, rows in history.groupby("gpu", sort=True):
+        out.append(f"<h3>{escape(card)}</h3>")
+        ordered = rows.sort_values("date", kind="stable")
+        out.append(html_table(ordered, HISTORY_COLUMNS, f"history-{card}"))
+    return out
+
+
 def index_html(
     runs: pd.DataFrame,
     cheapest: pd.DataFrame,
@@ -120,10 +163,12 @@ def index_html(
     charts: Sequence[str] = (),
     verdicts_differ: Sequence[str] = (),
     extra: Sequence[str] = (),
+    history: pd.DataFrame | None = None,
 ) -> str:
     """The site's index: (mixed banner), runs, cheapest per (model, class, GPU, package) across
     every run, the combined files, counts (one list in reading order: the page's text);
-    ``extra``: sections a later room adds after the charts (before you rent)."""
+    ``extra``: sections a later room adds after the charts (before you rent); ``history``: the
+    dated price history per card, after them."""
     title = "harness site" + (" (MIXED runs)" if mixed else "")
     by_status = ", ".join(f"{k} {v}" for k, v in counts.get("by_status", {}).items())
     sections = [
@@ -168,6 +213,7 @@ def index_html(
             *charts,
         ]
     sections += extra
+    sections += history_section(history)
     sections += [
         "<h2>Every row, with where it came from</h2><ul>",
         *[f'<li><a href="{escape(quote(name))}">{escape(name)}</a></li>' for name in files],
