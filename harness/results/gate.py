@@ -543,8 +543,7 @@ def _judge_context(
     verdict at the shortest judged context ≥ the row's), with its columns: the judged context
     that decided (``context_judged_at_<class>``), the items there, those that would decide it,
     and every judged context in words (``context_verdicts_<class>``)."""
-    n = len(out)
-    tasks = out["tasks"].tolist() if "tasks" in out.columns else [None] * n
+    tasks = out["tasks"].tolist() if "tasks" in out.columns else None
     codes, at, units, needed, words, _ = context_gate.judge_rows(
         tasks, _floats(out, "context"), share, measured
     )
