@@ -222,7 +222,7 @@ def _run_codes(frame: pd.DataFrame) -> tuple[Array, list[str]]:
     """Per row, its run as a position in the run names (in order of appearance; "" for none)."""
     if not len(frame):
         return np.zeros(0, dtype=np.int64), []
-    found, uniques = pd.factorize(frame["run"].to_numpy(dtype=object))
+    found, uniques = pd.factorize(frame["run"])  # hashed as stored: no Python string per row
     codes: Array = found
     names = [str(u) for u in uniques]
     if (codes < 0).any():  # no run named
