@@ -19,6 +19,7 @@ this context (judged up to N tokens)"; a row without long-context tasks → not 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,6 +30,7 @@ from harness.measure import verdict
 from harness.tasks.longctx_task import KIND, context_of
 
 NOT_AT_CONTEXT = "quality not measured at this context"
+NO_LONG_CONTEXT = "context: no long-context task scored on this row"
 Array = NDArray[Any]
 __all__ = ["KIND", "ContextVerdict", "context_verdicts", "judge_rows", "row_verdict"]
 
@@ -103,7 +105,7 @@ def row_verdict(judged: list[ContextVerdict], context: float) -> tuple[ContextVe
     """The judged context that gates a row at ``context`` tokens (the shortest ≥ it) and, where
     none does, why."""
     if not judged:
-        return None, "context: no long-context task scored on this row"
+        return None, NO_LONG_CONTEXT
     for one in judged:
         if math.isnan(context) or one.context >= context:
             return one, ""
@@ -128,18 +130,21 @@ def in_words(judged: list[ContextVerdict]) -> str:
 
 
 def judge_rows(
-    tasks: list[object], contexts: Array, share: float, measured: Array
+    tasks: Sequence[object] | None, contexts: Array, share: float, measured: Array
 ) -> tuple[Array, Array, Array, Array, Array, Array]:
     """Per row: (verdict code, VERDICTS' index or −1 not measured; the judged context that
     decided, NaN if none; paired items there; items needed; the per-context words; why not
-    measured)."""
-    n = len(tasks)
+    measured). ``tasks``: each row's tasks part (None: no row has one). Only rows whose part is
+    a non-empty list are judged one by one; every other row has no judged context."""
+    n = len(contexts)
     codes = np.full(n, -1, dtype=np.int64)
     at, units, needed = (np.full(n, np.nan) for _ in range(3))
     words = np.full(n, "", dtype=object)
     why = np.full(n, "", dtype=object)
-    for i, part in enumerate(tasks):
-        judged = context_verdicts(part, share)
+    why[np.asarray(measured, dtype=bool)] = NO_LONG_CONTEXT
+    parts: Sequence[object] = () if tasks is None else tasks
+    for i in [i for i, part in enumerate(parts) if isinstance(part, list) and part]:
+        judged = context_verdicts(parts[i], share)
         words[i] = in_words(judged)
         if not measured[i]:
             continue

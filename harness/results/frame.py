@@ -206,7 +206,7 @@ def manifest_leakage(run_dir: Path) -> list[dict[str, Any]]:
 def flag_rows(frame: pd.DataFrame) -> pd.DataFrame:
     """``device`` (catalog GPU, else target), the roofline flag, and whether a row may be priced."""
     out = frame
-    device = out["gpu"].astype("object").where(out["gpu"].notna(), out["target"])
+    device = out["gpu"].where(out["gpu"].notna(), out["target"])  # as stored: no Python objects
     out["device"] = device.astype("str")
     decode = out["decode_tok_s"].to_numpy()
     # a speculative step yields its accepted tokens for one read of the weights

@@ -222,7 +222,7 @@ def _run_codes(frame: pd.DataFrame) -> tuple[Array, list[str]]:
     """Per row, its run as a position in the run names (in order of appearance; "" for none)."""
     if not len(frame):
         return np.zeros(0, dtype=np.int64), []
-    found, uniques = pd.factorize(frame["run"].to_numpy(dtype=object))
+    found, uniques = pd.factorize(frame["run"])  # hashed as stored: no Python string per row
     codes: Array = found
     names = [str(u) for u in uniques]
     if (codes < 0).any():  # no run named
@@ -543,8 +543,7 @@ def _judge_context(
     verdict at the shortest judged context ≥ the row's), with its columns: the judged context
     that decided (``context_judged_at_<class>``), the items there, those that would decide it,
     and every judged context in words (``context_verdicts_<class>``)."""
-    n = len(out)
-    tasks = out["tasks"].tolist() if "tasks" in out.columns else [None] * n
+    tasks = out["tasks"].tolist() if "tasks" in out.columns else None
     codes, at, units, needed, words, _ = context_gate.judge_rows(
         tasks, _floats(out, "context"), share, measured
     )

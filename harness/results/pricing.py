@@ -246,9 +246,9 @@ def gpus_used(points: pd.DataFrame) -> Array:
     """k per row: the cards its layout occupies (``layout_cards``)."""
     if "layout" not in points:
         return np.ones(len(points))
-    labels = points["layout"].astype("object")
-    cards = {label: layout_cards(label) for label in labels.dropna().unique()}
-    used: Array = labels.map(cards).fillna(1).to_numpy(dtype=np.float64)
+    codes, labels = pd.factorize(points["layout"], use_na_sentinel=True)  # each label read once
+    cards = np.array([float(layout_cards(label)) for label in labels] + [1.0])  # -1: no layout
+    used: Array = cards[codes]
     return used
 
 
