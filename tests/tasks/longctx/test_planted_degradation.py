@@ -59,7 +59,7 @@ def noisy_cache_class() -> Any:
 
 
 def loaded(noisy: bool) -> Any:
-    from harness.backends.transformers import TransformersBackend
+    from harness.backends.transformers.backend import TransformersBackend
 
     group = GroupKey(
         target="cpu", model="tiny-llama-retrieval", revision="main", backend="transformers",
