@@ -12,7 +12,7 @@ import typer
 from rich.table import Table
 from typer.core import TyperGroup
 
-from harness.cli.projection import DEFAULT_TARIFFS
+from harness.cli.projection import DEFAULT_TARIFFS, _num, _pct
 from harness.console import console
 
 if TYPE_CHECKING:
@@ -29,14 +29,6 @@ class LedgerGroup(TyperGroup):
         if not args or (args[0] not in self.commands and args[0] not in ("--help", "-h")):
             args = [DEFAULT_COMMAND, *args]
         return super().parse_args(ctx, args)
-
-
-def _pct(value: float | None) -> str:
-    return "—" if value is None else f"{value:.1f}"
-
-
-def _num(value: float | None) -> str:
-    return "—" if value is None else f"{value:.3f}"
 
 
 def check_cmd(
